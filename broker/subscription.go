@@ -1,0 +1,101 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Subscription is one named subscription to a topic: a bounded queue of
+// its own that consumers pull from. Competing consumers share one
+// Subscription (from Subscribe or Broker.Subscription) and each message
+// goes to one of them at a time; separate subscriptions each get every
+// message. It is safe for concurrent use.
+//
+// Every method returns an error matching queue.ErrClosed once the
+// subscription is unsubscribed, its topic deleted or its broker closed.
+type Subscription[T any] struct {
+	q      *queue.Queue[T]
+	topic  string
+	name   string
+	filter func(queue.Message[T]) bool // nil: accept all
+}
+
+// Topic returns the topic the subscription is on.
+func (s *Subscription[T]) Topic() string { return s.topic }
+
+// Name returns the subscription's name.
+func (s *Subscription[T]) Name() string { return s.name }
+
+// Config returns the subscription's queue configuration, defaults filled in.
+func (s *Subscription[T]) Config() queue.Config { return s.q.Config() }
+
+// Poll leases up to n visible messages, blocking until at least one is
+// visible, ctx is done (its error, nothing leased) or the subscription
+// closes (queue.ErrClosed). It never returns more than n, nor more than
+// the in-flight cap allows. Each delivery has a fresh lease, its Attempt
+// (1 on first delivery) and its Deadline. n < 1 is an invalid argument.
+func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
+	return s.q.Poll(ctx, n)
+}
+
+// PollInto is Poll into the caller's buffer: up to len(dst) deliveries,
+// returning how many. A worker that reuses its buffer allocates nothing.
+func (s *Subscription[T]) PollInto(ctx context.Context, dst []queue.Delivery[T]) (int, error) {
+	return s.q.PollInto(ctx, dst)
+}
+
+// TryPoll is Poll that never blocks: what is visible now, up to n, or
+// nothing (also for n < 1 or after close; TryPollInto reports those).
+func (s *Subscription[T]) TryPoll(n int) []queue.Delivery[T] { return s.q.TryPoll(n) }
+
+// TryPollInto is PollInto that never blocks.
+func (s *Subscription[T]) TryPollInto(dst []queue.Delivery[T]) (int, error) {
+	return s.q.TryPollInto(dst)
+}
+
+// Ack deletes the leased message. A late Ack (after the deadline) still
+// succeeds while the message has not been delivered again; see
+// queue.Queue.Ack for every case.
+func (s *Subscription[T]) Ack(id lease.ID) error { return s.q.Ack(id) }
+
+// AckBatch acks many leases under one lock; see queue.Queue.AckBatch.
+func (s *Subscription[T]) AckBatch(ids []lease.ID) error { return s.q.AckBatch(ids) }
+
+// Nack reports a failed attempt: the message is visible again after delay
+// (0: at once), or dead-lettered if that was its last attempt.
+func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error { return s.q.Nack(id, delay) }
+
+// Fail reports a failed attempt with its cause: the message waits the
+// subscription's RetryPolicy delay, or is dead-lettered if that was its
+// last attempt; the dead letter keeps cause as LastError.
+func (s *Subscription[T]) Fail(id lease.ID, cause error) error { return s.q.Fail(id, cause) }
+
+// Reject gives up on the message: it is dead-lettered at once with
+// reason queue.ReasonRejected and cause as LastError.
+func (s *Subscription[T]) Reject(id lease.ID, cause error) error { return s.q.Reject(id, cause) }
+
+// Extend sets the lease's deadline to now + timeout (SQS
+// ChangeMessageVisibility). The lease must still be live.
+func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
+	return s.q.Extend(id, timeout)
+}
+
+// Release hands the message back unprocessed: visible at once, the
+// attempt not spent.
+func (s *Subscription[T]) Release(id lease.ID) error { return s.q.Release(id) }
+
+// Stats returns a snapshot of the subscription's queue.
+func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }
+
+// Parked returns how many Polls on the subscription are waiting now.
+func (s *Subscription[T]) Parked() int { return s.q.Parked() }
+
+// AwaitParked blocks until at least n Polls on the subscription are
+// parked with their wake-up timers armed. Call it before moving a mock
+// clock, so the pollers the move should wake are asleep on it.
+func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
+	return s.q.AwaitParked(ctx, n)
+}

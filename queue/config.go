@@ -1,0 +1,119 @@
+package queue
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultVisibilityTimeout = 30 * time.Second // as SQS
+	DefaultMaxAttempts       = 5
+	DefaultMaxQueue          = 100_000
+)
+
+// UnlimitedAttempts, as Config.MaxAttempts, redelivers a message until it
+// is acked. Say so only on purpose: a poison message then never leaves.
+const UnlimitedAttempts = -1
+
+// OverflowPolicy says what a full subscription does with a new message.
+type OverflowPolicy uint8
+
+// The overflow policies. The zero value is OverflowDeadLetter.
+const (
+	// OverflowDeadLetter accepts the new message straight into the dead
+	// letters, reason ReasonOverflow, without blocking the publisher.
+	OverflowDeadLetter OverflowPolicy = iota
+	// OverflowReject refuses the new message: Publish returns an error
+	// naming the subscription that matches ErrQueueFull.
+	OverflowReject
+	// OverflowBlock makes the publisher wait until there is room, its
+	// context ends (an ErrQueueFull error that also matches ctx.Err()) or
+	// the subscription closes (ErrClosed).
+	OverflowBlock
+	// OverflowDropOldest makes room by dropping the oldest waiting message
+	// of the lowest priority present, counted in Stats.Dropped. When every
+	// held message is in flight there is nothing to drop: the new message
+	// is dropped instead, and counted the same way.
+	OverflowDropOldest
+)
+
+// String returns "dead-letter", "reject", "block" or "drop-oldest".
+func (p OverflowPolicy) String() string {
+	switch p {
+	case OverflowDeadLetter:
+		return "dead-letter"
+	case OverflowReject:
+		return "reject"
+	case OverflowBlock:
+		return "block"
+	case OverflowDropOldest:
+		return "drop-oldest"
+	}
+	return fmt.Sprintf("OverflowPolicy(%d)", uint8(p))
+}
+
+// Config configures a Queue. The zero value of every field means its
+// documented default.
+type Config struct {
+	// Name names the subscription in errors and dead letters.
+	Name string
+	// Clock is the source of every time read and timer; nil means the real
+	// clock (clock.New()).
+	Clock clock.Clock
+	// VisibilityTimeout is the lease a delivery gets; 0 means
+	// DefaultVisibilityTimeout (30s).
+	VisibilityTimeout time.Duration
+	// MaxAttempts is the most deliveries a message gets before it is
+	// dead-lettered; 0 means DefaultMaxAttempts (5); UnlimitedAttempts
+	// means no limit. Other negatives are invalid.
+	MaxAttempts int
+	// Retry is the backoff after a reported failure (Fail).
+	Retry RetryPolicy
+	// MaxQueue bounds the messages held (visible + delayed + in flight); 0
+	// means DefaultMaxQueue (100,000).
+	MaxQueue int
+	// Overflow is what a full queue does with a new message; the zero value
+	// is OverflowDeadLetter.
+	Overflow OverflowPolicy
+	// MaxInFlight caps the leases out at once; 0 means no cap beyond
+	// MaxQueue.
+	MaxInFlight int
+}
+
+// Validate reports the first out-of-range field, as an error matching
+// ErrInvalidArgument.
+func (c Config) Validate() error {
+	switch {
+	case c.VisibilityTimeout < 0:
+		return invalid("VisibilityTimeout = %v, must be > 0", c.VisibilityTimeout)
+	case c.MaxAttempts < 0 && c.MaxAttempts != UnlimitedAttempts:
+		return invalid("MaxAttempts = %d, must be >= 1 or UnlimitedAttempts", c.MaxAttempts)
+	case c.MaxQueue < 0:
+		return invalid("MaxQueue = %d, must be >= 1", c.MaxQueue)
+	case c.Overflow > OverflowDropOldest:
+		return invalid("Overflow = %v, not a policy", c.Overflow)
+	case c.MaxInFlight < 0:
+		return invalid("MaxInFlight = %d, must be >= 1 (or 0 for no cap)", c.MaxInFlight)
+	}
+	return c.Retry.Validate()
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.Clock == nil {
+		c.Clock = clock.New()
+	}
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = DefaultMaxQueue
+	}
+	return c
+}

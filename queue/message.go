@@ -1,0 +1,195 @@
+package queue
+
+import (
+	"fmt"
+	"iter"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/lease"
+)
+
+// Message is a published message: the envelope every subscription of its
+// topic shares. Consumers receive it by value inside a Delivery, so no
+// consumer can change what another subscription sees. Headers is read-only;
+// a Payload that holds pointers (slices, maps, pointers) is shared, and
+// publishers promise not to mutate it after Publish.
+type Message[T any] struct {
+	ID          uuid.UUID // unique per publish
+	Topic       string    // the topic it was published to
+	Key         string    // ordering key; "" for none
+	Payload     T
+	Priority    Priority // higher is delivered first; the zero value is PriorityNormal
+	Headers     Headers  // read-only
+	PublishedAt time.Time
+}
+
+// Delivery is one delivery of a message to a consumer: the message (by
+// value, embedded so d.Payload works), its lease and how many attempts it
+// has had.
+type Delivery[T any] struct {
+	Message[T]
+	LeaseID  lease.ID  // the receipt: pass it to Ack, Nack, Fail, Extend or Release
+	Attempt  int       // 1 on the first delivery; Release does not count one
+	Deadline time.Time // the lease expires at Deadline unless settled or extended
+}
+
+// DeadLetter is a message a subscription gave up on, with why.
+type DeadLetter[T any] struct {
+	Subscription string // the subscription that dead-lettered it
+	Message      Message[T]
+	Reason       Reason
+	Attempts     int    // deliveries that spent an attempt
+	LastError    string // the last failure reported (Fail), "lease expired", or ""
+	At           time.Time
+
+	origin uint64 // the scope of the queue that dead-lettered it
+	place  uint64 // its place (publish sequence) in that queue
+}
+
+// Stats is a snapshot of one subscription's queue. Visible, Delayed and
+// InFlight describe now; the counters only grow.
+//
+// Every accepted message ends in exactly one place, so at any moment
+//
+//	Published + Redriven == Acked + DeadLettered + Dropped + Visible + Delayed + InFlight
+//
+// (a purge counts its messages as Dropped).
+type Stats struct {
+	Visible  int // ready to be delivered now
+	Delayed  int // waiting out a publish delay or a retry delay
+	InFlight int // leased and not yet settled or expired
+
+	Published    uint64 // messages this subscription accepted
+	Delivered    uint64 // every delivery, first or not
+	Acked        uint64
+	Redelivered  uint64 // deliveries with Attempt > 1
+	DeadLettered uint64
+	Dropped      uint64 // removed by a policy the user chose (drop-oldest overflow, purge)
+	Redriven     uint64 // dead letters put back by Redrive
+	Rejected     uint64 // publishes refused by OverflowReject or an OverflowBlock that gave up
+}
+
+// Priority orders delivery within a subscription: higher first, publish
+// order within one priority.
+type Priority int8
+
+// The four priorities. The zero value is PriorityNormal.
+const (
+	PriorityLow      Priority = -1
+	PriorityNormal   Priority = 0
+	PriorityHigh     Priority = 1
+	PriorityCritical Priority = 2
+)
+
+const numPriorities = 4
+
+// Valid reports whether p is one of the four priorities.
+func (p Priority) Valid() bool { return p >= PriorityLow && p <= PriorityCritical }
+
+// String returns "low", "normal", "high" or "critical".
+func (p Priority) String() string {
+	switch p {
+	case PriorityLow:
+		return "low"
+	case PriorityNormal:
+		return "normal"
+	case PriorityHigh:
+		return "high"
+	case PriorityCritical:
+		return "critical"
+	}
+	return fmt.Sprintf("Priority(%d)", int8(p))
+}
+
+// Reason says why a message was dead-lettered.
+type Reason uint8
+
+// The reasons a message is dead-lettered.
+const (
+	_                 Reason = iota
+	ReasonMaxAttempts        // its last allowed attempt failed or its lease expired
+	ReasonOverflow           // the subscription was full when it arrived (OverflowDeadLetter)
+	ReasonExpired            // its TTL passed before it was acked
+	ReasonRejected           // a consumer gave up on it (Reject)
+)
+
+// String returns "max-attempts", "overflow", "expired" or "rejected".
+func (r Reason) String() string {
+	switch r {
+	case ReasonMaxAttempts:
+		return "max-attempts"
+	case ReasonOverflow:
+		return "overflow"
+	case ReasonExpired:
+		return "expired"
+	case ReasonRejected:
+		return "rejected"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// Headers are a message's read-only string headers. The zero value has
+// none. Build one with NewHeaders.
+type Headers struct {
+	kv []header // sorted by key; never mutated after NewHeaders
+}
+
+type header struct{ key, value string }
+
+// NewHeaders copies m into a Headers. Later changes to m do not show.
+func NewHeaders(m map[string]string) Headers {
+	if len(m) == 0 {
+		return Headers{}
+	}
+	kv := make([]header, 0, len(m))
+	for k, v := range m {
+		kv = append(kv, header{k, v})
+	}
+	slices.SortFunc(kv, func(a, b header) int { return strings.Compare(a.key, b.key) })
+	return Headers{kv: kv}
+}
+
+// Get returns the value of key, or "" if there is none.
+func (h Headers) Get(key string) string {
+	v, _ := h.Lookup(key)
+	return v
+}
+
+// Lookup returns the value of key and whether it is present.
+func (h Headers) Lookup(key string) (string, bool) {
+	i, ok := slices.BinarySearchFunc(h.kv, key, func(e header, k string) int { return strings.Compare(e.key, k) })
+	if !ok {
+		return "", false
+	}
+	return h.kv[i].value, true
+}
+
+// Len returns the number of headers.
+func (h Headers) Len() int { return len(h.kv) }
+
+// All yields every header, sorted by key.
+func (h Headers) All() iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, e := range h.kv {
+			if !yield(e.key, e.value) {
+				return
+			}
+		}
+	}
+}
+
+// Map returns a new map holding a copy of the headers.
+func (h Headers) Map() map[string]string {
+	m := make(map[string]string, len(h.kv))
+	for _, e := range h.kv {
+		m[e.key] = e.value
+	}
+	return m
+}
+
+// String formats the headers as "map[k:v ...]", sorted by key.
+func (h Headers) String() string { return fmt.Sprint(h.Map()) }

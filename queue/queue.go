@@ -1,0 +1,748 @@
+// Package queue is one subscription's queue: the message envelope,
+// priorities, the bounded ready lanes, the delayed heap, the in-flight
+// table, attempts, retry backoff, dead-lettering and the blocking Poll.
+//
+// A Queue owns its lock and its wake-ups; the lease package below it is pure
+// data. Package broker builds topics and fan-out on top of it; most users
+// meet a Queue through a broker.Subscription, which has the same methods.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasebus/leasebus/lease"
+)
+
+// maxFree bounds the recycled entries a queue keeps for reuse.
+const maxFree = 1024
+
+// errExpiredText is what a dead letter records when its last lease expired.
+const errExpiredText = "lease expired"
+
+// Queue is one subscription's bounded queue of leased messages. It is safe
+// for concurrent use. Create one with New.
+type Queue[T any] struct {
+	cfg    Config // immutable after New; defaults filled in
+	clock  clock.Clock
+	scope  uint64              // the scope of every lease ID this queue issues
+	onDead func(DeadLetter[T]) // receives dead letters, called outside the lock; may be nil
+
+	mu       sync.Mutex // guards everything below
+	closed   bool
+	held     map[uint64]*entry[T] // every entry held, by lseq
+	ready    ready[T]
+	delayed  entryHeap[T] // by (visibleAt, place)
+	inflight lease.Table[*entry[T]]
+	nextSeq  uint64          // the last place / lseq handed out
+	free     []*entry[T]     // recycled entries
+	stats    Stats           // the counters; Stats fills in the gauges
+	pending  []DeadLetter[T] // dead letters to hand to onDead after unlocking
+
+	wake   chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
+	parked int           // Polls waiting with their timer armed
+	parkCh chan struct{} // closed and dropped when parked changes
+	room   chan struct{} // closed and dropped when room appears (OverflowBlock)
+}
+
+// New returns an empty queue. onDead, if not nil, receives every message the
+// queue dead-letters, in order, outside the queue's lock (it may call back
+// into the queue); with a nil onDead dead letters are only counted.
+func New[T any](cfg Config, onDead func(DeadLetter[T])) (*Queue[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	q := &Queue[T]{
+		cfg:    cfg,
+		clock:  cfg.Clock,
+		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
+		onDead: onDead,
+		held:   make(map[uint64]*entry[T]),
+	}
+	for i := range q.ready.lanes {
+		q.ready.lanes[i].back.less = byPlace[T]
+	}
+	q.delayed.less = byVisibleAt[T]
+	return q, nil
+}
+
+// Config returns the queue's configuration with every default filled in.
+func (q *Queue[T]) Config() Config { return q.cfg }
+
+// Offer adds m to the queue, visible after delay (0: at once). m is shared,
+// not copied: neither the caller nor the queue may change it afterwards.
+// When the queue is full its overflow policy decides (see OverflowPolicy).
+func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration) error {
+	switch {
+	case ctx == nil:
+		return invalid("Offer: nil context")
+	case m == nil:
+		return invalid("Offer: nil message")
+	case !m.Priority.Valid():
+		return invalid("Offer: priority %v, must be PriorityLow..PriorityCritical", m.Priority)
+	case delay < 0:
+		return invalid("Offer: delay = %v, must be >= 0", delay)
+	}
+	for {
+		now, err := q.lock()
+		if err != nil {
+			return err
+		}
+		if len(q.held) < q.cfg.MaxQueue {
+			q.insertLocked(now, m, delay)
+			q.unlock()
+			return nil
+		}
+		switch q.cfg.Overflow {
+		case OverflowReject:
+			q.stats.Rejected++
+			q.unlock()
+			return fmt.Errorf("subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+		case OverflowDropOldest:
+			if e := q.ready.popOldestLowest(); e != nil {
+				q.stats.Dropped++
+				q.recycleLocked(e)
+				q.insertLocked(now, m, delay)
+			} else { // nothing visible to drop: the newcomer goes
+				q.stats.Published++
+				q.stats.Dropped++
+			}
+			q.unlock()
+			return nil
+		case OverflowBlock:
+			if err := ctx.Err(); err != nil {
+				q.stats.Rejected++
+				q.unlock()
+				return fmt.Errorf("subscription %q: %w: %w", q.cfg.Name, ErrQueueFull, err)
+			}
+			if q.room == nil {
+				q.room = make(chan struct{})
+			}
+			room := q.room
+			q.unlock()
+			select {
+			case <-room:
+			case <-ctx.Done():
+			}
+			continue // re-check: closed, room, or ctx
+		default: // OverflowDeadLetter
+			q.stats.Published++
+			q.stats.DeadLettered++
+			q.pending = append(q.pending, DeadLetter[T]{
+				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now, origin: q.scope,
+			})
+			q.unlock()
+			return nil
+		}
+	}
+}
+
+// Redrive puts a dead letter back as a fresh message: attempts start again
+// from zero and it is visible at once. A dead letter of this queue keeps
+// its place (priority and publish order); one from elsewhere queues as if
+// just published. It never blocks, drops or dead-letters: when the queue
+// is full it returns an error matching ErrQueueFull and changes nothing.
+func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
+	if !dl.Message.Priority.Valid() {
+		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
+	}
+	if _, err := q.lock(); err != nil {
+		return err
+	}
+	defer q.unlock()
+	if len(q.held) >= q.cfg.MaxQueue {
+		return fmt.Errorf("redrive to subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+	}
+	m := dl.Message
+	e := q.newEntryLocked(&m)
+	if dl.origin == q.scope {
+		e.place = dl.place
+	}
+	q.ready.push(e, false)
+	q.stats.Redriven++
+	q.wakeLocked()
+	return nil
+}
+
+// Poll leases up to n visible messages (never more than MaxInFlight
+// allows), blocking until at least one is visible, ctx is done (its error
+// is returned and nothing is leased) or the queue closes (ErrClosed). n < 1
+// is an error matching ErrInvalidArgument.
+func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
+	if n < 1 {
+		return nil, invalid("Poll: n = %d, must be >= 1", n)
+	}
+	return q.poll(ctx, nil, n, true)
+}
+
+// PollInto is Poll filling the caller's buffer: it leases up to len(dst)
+// messages into dst and returns how many. A worker loop that reuses its
+// buffer allocates nothing. An empty dst is an error matching
+// ErrInvalidArgument.
+func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error) {
+	if len(dst) == 0 {
+		return 0, invalid("PollInto: empty buffer")
+	}
+	ds, err := q.poll(ctx, dst[:0], len(dst), true)
+	return len(ds), err
+}
+
+// TryPoll is Poll that never blocks: it returns what is visible now, up to
+// n, or nothing. It returns nil for n < 1 and after Close; TryPollInto
+// reports those as errors.
+func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
+	if n < 1 {
+		return nil
+	}
+	ds, _ := q.poll(context.Background(), nil, n, false)
+	return ds
+}
+
+// TryPollInto is PollInto that never blocks: it fills dst with what is
+// visible now and returns how many (possibly 0).
+func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
+	if len(dst) == 0 {
+		return 0, invalid("TryPollInto: empty buffer")
+	}
+	ds, err := q.poll(context.Background(), dst[:0], len(dst), false)
+	return len(ds), err
+}
+
+func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool) ([]Delivery[T], error) {
+	if ctx == nil {
+		return dst, invalid("Poll: nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	for {
+		now, err := q.lock()
+		if err != nil {
+			return dst, err
+		}
+		if q.canLeaseLocked() || !block {
+			dst = q.leaseLocked(now, dst, n)
+			q.unlock()
+			return dst, nil
+		}
+		next, timed := q.nextEventLocked()
+		if q.wake == nil {
+			q.wake = make(chan struct{})
+		}
+		wake := q.wake
+		q.unlock()
+
+		if err := q.wait(ctx, wake, next, timed); err != nil {
+			return dst, err
+		}
+	}
+}
+
+// wait blocks until wake is closed, the clock reaches next (if timed) or
+// ctx is done. The timer is armed outside the lock (a mock clock's Timer may
+// run other timers), then the state is checked again before the poller
+// counts as parked.
+func (q *Queue[T]) wait(ctx context.Context, wake chan struct{}, next time.Time, timed bool) error {
+	var fire <-chan time.Time
+	if timed {
+		d := next.Sub(q.clock.Now())
+		if d <= 0 {
+			return nil // due already: go round again
+		}
+		t := q.clock.Timer(d)
+		defer t.Stop()
+		fire = t.C
+	}
+	q.mu.Lock()
+	select {
+	case <-wake:
+		q.mu.Unlock()
+		return nil
+	default:
+	}
+	if q.closed || (timed && !q.clock.Now().Before(next)) {
+		q.mu.Unlock()
+		return nil
+	}
+	q.setParkedLocked(+1)
+	q.mu.Unlock()
+
+	select {
+	case <-wake:
+	case <-fire:
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	q.setParkedLocked(-1)
+	q.mu.Unlock()
+	return ctx.Err()
+}
+
+func (q *Queue[T]) setParkedLocked(delta int) {
+	q.parked += delta
+	if q.parkCh != nil {
+		close(q.parkCh)
+		q.parkCh = nil
+	}
+}
+
+// Parked returns how many Poll calls are waiting now, their timers armed.
+func (q *Queue[T]) Parked() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.parked
+}
+
+// AwaitParked blocks until at least n Poll calls are parked: waiting, with
+// their wake-up timer armed on the clock. A test that drives a mock clock
+// calls it before Add, so that the pollers it means to wake are sure to be
+// asleep on the mock's timers rather than still on their way there. It
+// returns ctx's error if ctx ends first, ErrClosed if the queue closes, and
+// an error matching ErrInvalidArgument for n < 0.
+func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
+	if ctx == nil {
+		return invalid("AwaitParked: nil context")
+	}
+	if n < 0 {
+		return invalid("AwaitParked: n = %d, must be >= 0", n)
+	}
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return fmt.Errorf("await parked: %w", ErrClosed)
+		}
+		if q.parked >= n {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.parkCh == nil {
+			q.parkCh = make(chan struct{})
+		}
+		ch := q.parkCh
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Ack settles a lease as done and deletes its message. It succeeds even
+// after the deadline, as long as the message has not been delivered again
+// (a late ack saves a duplicate and loses nothing). A lease whose message
+// was delivered again, or that was nacked, failed or released, returns
+// ErrLeaseExpired; an unknown lease, or one whose message is gone (a
+// second Ack included), returns ErrLeaseNotFound. Either way nothing
+// changes.
+func (q *Queue[T]) Ack(id lease.ID) error {
+	_, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer q.unlock()
+	return q.ackLocked(id)
+}
+
+// AckBatch acks every lease in ids under one lock. It returns nil when all
+// succeed, else the errors of those that did not (joined; each matches as
+// Ack's would), having acked the rest.
+func (q *Queue[T]) AckBatch(ids []lease.ID) error {
+	_, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer q.unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := q.ackLocked(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (q *Queue[T]) ackLocked(id lease.ID) error {
+	e, err := q.lookupLocked("ack", id)
+	if err != nil {
+		return err
+	}
+	switch e.state {
+	case stateLeased:
+		q.inflight.Remove(id)
+	case stateReady: // expired, waiting, not yet delivered again
+		q.ready.remove(e)
+	case stateDelayed:
+		q.delayed.remove(e.index)
+	}
+	q.stats.Acked++
+	q.recycleLocked(e)
+	return nil
+}
+
+// Nack settles a lease as failed: the message is visible again after delay
+// (0: at once) and the attempt is spent; on the last allowed attempt it is
+// dead-lettered at once (ReasonMaxAttempts). It needs a live lease (now <
+// Deadline): after the deadline it returns ErrLeaseExpired.
+func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
+	if delay < 0 {
+		return invalid("Nack: delay = %v, must be >= 0", delay)
+	}
+	return q.settle("nack", id, func(now time.Time, e *entry[T]) {
+		e.lastErr = "nacked"
+		q.retryLocked(now, e, delay)
+	})
+}
+
+// Fail settles a lease as failed with cause, kept as the dead letter's
+// LastError: the message is visible again after the RetryPolicy's delay
+// for this attempt; on the last allowed attempt it is dead-lettered at
+// once. It needs a live lease, as Nack does. A nil cause is recorded as
+// "failed".
+func (q *Queue[T]) Fail(id lease.ID, cause error) error {
+	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
+		e.lastErr = errText(cause)
+		q.retryLocked(now, e, q.cfg.Retry.Delay(e.attempt))
+	})
+}
+
+// Reject settles a lease by giving up on its message: it is dead-lettered
+// at once (ReasonRejected) with cause as its LastError, whatever attempts
+// remain. It needs a live lease, as Nack does.
+func (q *Queue[T]) Reject(id lease.ID, cause error) error {
+	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
+		e.lastErr = errText(cause)
+		q.deadLetterLocked(now, e, ReasonRejected)
+	})
+}
+
+// Release hands a lease back unprocessed: the message is visible again at
+// once and the attempt is not spent, so its next delivery has the same
+// Attempt. It is for work leased but never started (shutdown, prefetch).
+// It needs a live lease, as Nack does.
+func (q *Queue[T]) Release(id lease.ID) error {
+	return q.settle("release", id, func(now time.Time, e *entry[T]) {
+		e.attempt--
+		q.ready.push(e, false)
+		q.wakeLocked()
+	})
+}
+
+// Extend sets a live lease's deadline to now + timeout (SQS
+// ChangeMessageVisibility), shorter or longer than before. timeout must be
+// > 0; after the deadline Extend returns ErrLeaseExpired.
+func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
+	if timeout <= 0 {
+		return invalid("Extend: timeout = %v, must be > 0", timeout)
+	}
+	now, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer q.unlock()
+	if _, err := q.liveLocked("extend", id); err != nil {
+		return err
+	}
+	deadline := now.Add(timeout)
+	if l, _, _ := q.inflight.Get(id); deadline.Before(l.Deadline) {
+		q.wakeLocked() // a waiting Poll's timer may now be too late
+	}
+	q.inflight.SetDeadline(id, deadline)
+	return nil
+}
+
+// settle runs f on the entry of a live lease, after taking it out of the
+// in-flight table.
+func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry[T])) error {
+	now, err := q.lock()
+	if err != nil {
+		return err
+	}
+	defer q.unlock()
+	e, err := q.liveLocked(op, id)
+	if err != nil {
+		return err
+	}
+	q.inflight.Remove(id)
+	e.leaseOpen = false
+	f(now, e)
+	q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
+	return nil
+}
+
+// Stats returns a snapshot of the queue, after settling everything due.
+func (q *Queue[T]) Stats() Stats {
+	q.mu.Lock()
+	if !q.closed {
+		q.settleLocked(q.clock.Now())
+	}
+	s := q.stats
+	s.Visible = q.ready.len()
+	s.Delayed = q.delayed.len()
+	s.InFlight = q.inflight.Len()
+	q.unlock()
+	return s
+}
+
+// Close closes the queue: every blocked Poll and blocked publisher returns
+// ErrClosed, and so does every later call. Messages still held are
+// discarded (the queue is not durable). Close is idempotent and returns nil.
+func (q *Queue[T]) Close() error {
+	q.mu.Lock()
+	defer q.unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	q.wakeLocked()
+	for _, ch := range []*chan struct{}{&q.parkCh, &q.room} {
+		if *ch != nil {
+			close(*ch)
+			*ch = nil
+		}
+	}
+	return nil
+}
+
+// lock locks the queue, fails if it is closed, and settles everything due
+// at the clock's now, which it returns. Pair it with unlock.
+func (q *Queue[T]) lock() (time.Time, error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return time.Time{}, ErrClosed
+	}
+	now := q.clock.Now()
+	q.settleLocked(now)
+	return now, nil
+}
+
+// unlock unlocks the queue and then hands pending dead letters to onDead.
+func (q *Queue[T]) unlock() {
+	if len(q.pending) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	dls := q.pending
+	q.pending = nil
+	q.mu.Unlock()
+	if q.onDead != nil {
+		for _, dl := range dls {
+			q.onDead(dl)
+		}
+	}
+}
+
+// settleLocked applies everything due at now: expired leases come back (or
+// are dead-lettered on their last attempt) and delayed messages turn
+// visible. This is the lazy expiry that makes every call exact right after
+// a mock clock moves.
+func (q *Queue[T]) settleLocked(now time.Time) {
+	for {
+		_, e, ok := q.inflight.PopExpired(now)
+		if !ok {
+			break
+		}
+		e.lastErr = errExpiredText
+		if q.exhausted(e) {
+			q.deadLetterLocked(now, e, ReasonMaxAttempts)
+			continue
+		}
+		q.ready.push(e, false) // the lease stays current until redelivery
+		q.wakeLocked()
+	}
+	for q.delayed.len() > 0 && !q.delayed.top().visibleAt.After(now) {
+		e := q.delayed.remove(0)
+		q.ready.push(e, false)
+		q.wakeLocked()
+	}
+}
+
+func (q *Queue[T]) canLeaseLocked() bool {
+	return q.ready.len() > 0 && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight)
+}
+
+// leaseLocked leases up to n ready messages into dst.
+func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int) []Delivery[T] {
+	k := min(n, q.ready.len())
+	if q.cfg.MaxInFlight > 0 {
+		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())
+	}
+	if k <= 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make([]Delivery[T], 0, k)
+	}
+	deadline := now.Add(q.cfg.VisibilityTimeout)
+	for range k {
+		e := q.ready.pop()
+		e.delivery++
+		e.attempt++
+		e.leaseOpen = true
+		e.state = stateLeased
+		l := lease.Lease{ID: lease.NewID(q.scope, e.lseq, e.delivery), Attempt: e.attempt, Deadline: deadline}
+		q.inflight.Add(l, e)
+		q.stats.Delivered++
+		if e.attempt > 1 {
+			q.stats.Redelivered++
+		}
+		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline})
+	}
+	return dst
+}
+
+// nextEventLocked returns the earliest future time at which the state
+// changes by itself: a delayed message turns visible or a lease expires.
+func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
+	var next time.Time
+	ok := false
+	if q.delayed.len() > 0 {
+		next, ok = q.delayed.top().visibleAt, true
+	}
+	if l, has := q.inflight.Next(); has && (!ok || l.Deadline.Before(next)) {
+		next, ok = l.Deadline, true
+	}
+	return next, ok
+}
+
+// lookupLocked finds the entry a lease names and checks that the lease is
+// current (not superseded by a later delivery, not already settled).
+func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
+	if id.Scope() != q.scope {
+		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
+	}
+	e := q.held[id.Seq()]
+	if e == nil || id.Delivery() == 0 || id.Delivery() > e.delivery {
+		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
+	}
+	if id.Delivery() != e.delivery || !e.leaseOpen {
+		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
+	}
+	return e, nil
+}
+
+// liveLocked is lookupLocked that also needs the lease not to have expired.
+func (q *Queue[T]) liveLocked(op string, id lease.ID) (*entry[T], error) {
+	e, err := q.lookupLocked(op, id)
+	if err != nil {
+		return nil, err
+	}
+	if e.state != stateLeased { // settleLocked already expired it
+		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
+	}
+	return e, nil
+}
+
+func (q *Queue[T]) exhausted(e *entry[T]) bool {
+	return q.cfg.MaxAttempts != UnlimitedAttempts && e.attempt >= q.cfg.MaxAttempts
+}
+
+// retryLocked puts a failed entry back after delay, or dead-letters it if
+// that was its last attempt.
+func (q *Queue[T]) retryLocked(now time.Time, e *entry[T], delay time.Duration) {
+	switch {
+	case q.exhausted(e):
+		q.deadLetterLocked(now, e, ReasonMaxAttempts)
+	case delay <= 0:
+		q.ready.push(e, false)
+	default:
+		e.visibleAt = now.Add(delay)
+		e.state = stateDelayed
+		q.delayed.push(e)
+	}
+	q.wakeLocked()
+}
+
+// deadLetterLocked records e as a dead letter and lets go of it. e must be
+// out of every structure already.
+func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
+	q.stats.DeadLettered++
+	q.pending = append(q.pending, DeadLetter[T]{
+		Subscription: q.cfg.Name,
+		Message:      *e.msg,
+		Reason:       reason,
+		Attempts:     e.attempt,
+		LastError:    e.lastErr,
+		At:           now,
+		origin:       q.scope,
+		place:        e.place,
+	})
+	q.recycleLocked(e)
+}
+
+func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay time.Duration) {
+	e := q.newEntryLocked(m)
+	q.stats.Published++
+	if delay > 0 {
+		e.visibleAt = now.Add(delay)
+		e.state = stateDelayed
+		q.delayed.push(e)
+	} else {
+		q.ready.push(e, true)
+	}
+	q.wakeLocked()
+}
+
+func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
+	var e *entry[T]
+	if n := len(q.free); n > 0 {
+		e = q.free[n-1]
+		q.free[n-1] = nil
+		q.free = q.free[:n-1]
+	} else {
+		e = new(entry[T])
+	}
+	q.nextSeq++
+	*e = entry[T]{msg: m, place: q.nextSeq, lseq: q.nextSeq, prio: int(m.Priority) + 1, index: -1}
+	q.held[e.lseq] = e
+	return e
+}
+
+// recycleLocked forgets e (acked, dead-lettered or dropped): its leases
+// become unknown, there is room for another message.
+func (q *Queue[T]) recycleLocked(e *entry[T]) {
+	delete(q.held, e.lseq)
+	*e = entry[T]{}
+	if len(q.free) < maxFree {
+		q.free = append(q.free, e)
+	}
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
+	q.wakeLocked() // MaxInFlight room, or a state change a poller must see
+}
+
+// wakeLocked wakes every waiting Poll so it looks again.
+func (q *Queue[T]) wakeLocked() {
+	if q.wake != nil {
+		close(q.wake)
+		q.wake = nil
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "failed"
+	}
+	return err.Error()
+}
+
+// Settle applies everything due at the clock's now: expired leases come
+// back or are dead-lettered, delayed messages turn visible. Every call does
+// this itself; Settle is for a caller that reads state elsewhere (the
+// broker's DeadLetters) and needs it current.
+func (q *Queue[T]) Settle() {
+	if _, err := q.lock(); err == nil {
+		q.unlock()
+	}
+}

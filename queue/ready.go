@@ -1,0 +1,232 @@
+package queue
+
+import "time"
+
+// entryState says which structure holds an entry.
+type entryState uint8
+
+const (
+	stateFree    entryState = iota // recycled, or not yet placed
+	stateReady                     // in ready: visible now
+	stateDelayed                   // in delayed: visible at visibleAt
+	stateLeased                    // in the in-flight table
+)
+
+// entry is one subscription's hold on one message. The envelope is shared
+// by every subscription; the entry is this queue's own.
+type entry[T any] struct {
+	msg       *Message[T] // shared, never written after publish
+	place     uint64      // publish sequence in this queue: FIFO order within a priority
+	lseq      uint64      // identity of this hold: the seq of its lease IDs
+	delivery  uint32      // deliveries so far (the delivery number of the last lease)
+	attempt   int         // attempts spent (Release gives one back)
+	state     entryState
+	leaseOpen bool // the lease of delivery number `delivery` is still current
+	prio      int  // index into ready.lanes: Priority+1
+	lastErr   string
+	visibleAt time.Time // when delayed
+	index     int       // position in a heap, or -1 in a lane's FIFO
+}
+
+// ready holds the visible entries: one lane per priority, highest first.
+// A lane is a FIFO of fresh messages (they arrive in place order, so no
+// heap is needed) plus a heap, by place, of messages that came back (from
+// expiry, nack, backoff, delay or redrive) and must slot in before later
+// ones. Popping compares the two heads.
+type ready[T any] struct {
+	lanes [numPriorities]lane[T]
+	n     int
+}
+
+type lane[T any] struct {
+	fifo []*entry[T] // fifo[head:] in place order
+	head int
+	back entryHeap[T] // by place
+}
+
+func (r *ready[T]) len() int { return r.n }
+
+// push adds e. Entries that never waited before and come after everything
+// in their lane's FIFO go there in O(1); others go to the lane's heap.
+func (r *ready[T]) push(e *entry[T], fresh bool) {
+	l := &r.lanes[e.prio]
+	e.state = stateReady
+	r.n++
+	if fresh && (len(l.fifo) == l.head || l.fifo[len(l.fifo)-1].place < e.place) {
+		e.index = -1
+		l.fifo = append(l.fifo, e)
+		return
+	}
+	l.back.push(e)
+}
+
+// peekLane returns the highest non-empty lane, or nil.
+func (r *ready[T]) peekLane() *lane[T] {
+	if r.n == 0 {
+		return nil
+	}
+	for p := numPriorities - 1; p >= 0; p-- {
+		if l := &r.lanes[p]; l.len() > 0 {
+			return l
+		}
+	}
+	return nil
+}
+
+// pop removes and returns the next entry to deliver.
+func (r *ready[T]) pop() *entry[T] {
+	l := r.peekLane()
+	if l == nil {
+		return nil
+	}
+	r.n--
+	return l.pop()
+}
+
+// popOldestLowest removes the oldest entry of the lowest non-empty
+// priority (the one OverflowDropOldest gives up).
+func (r *ready[T]) popOldestLowest() *entry[T] {
+	for p := range numPriorities {
+		if l := &r.lanes[p]; l.len() > 0 {
+			r.n--
+			return l.pop()
+		}
+	}
+	return nil
+}
+
+// remove takes e, which must be in r, out of it.
+func (r *ready[T]) remove(e *entry[T]) {
+	l := &r.lanes[e.prio]
+	r.n--
+	if e.index >= 0 {
+		l.back.remove(e.index)
+		return
+	}
+	// Only fresh entries live in a FIFO, and a fresh entry has no lease to
+	// settle, so no hot path comes here: a linear scan is enough.
+	for i := l.head; i < len(l.fifo); i++ {
+		if l.fifo[i] == e {
+			copy(l.fifo[i:], l.fifo[i+1:])
+			l.fifo[len(l.fifo)-1] = nil
+			l.fifo = l.fifo[:len(l.fifo)-1]
+			l.compact()
+			return
+		}
+	}
+}
+
+// all yields every ready entry, in no particular order.
+func (r *ready[T]) all(yield func(*entry[T])) {
+	for p := range r.lanes {
+		l := &r.lanes[p]
+		for _, e := range l.fifo[l.head:] {
+			yield(e)
+		}
+		for _, e := range l.back.s {
+			yield(e)
+		}
+	}
+}
+
+func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.back.len() }
+
+func (l *lane[T]) pop() *entry[T] {
+	if l.head < len(l.fifo) && (l.back.len() == 0 || l.fifo[l.head].place < l.back.top().place) {
+		e := l.fifo[l.head]
+		l.fifo[l.head] = nil
+		l.head++
+		l.compact()
+		return e
+	}
+	return l.back.remove(0)
+}
+
+// compact reclaims the consumed front of the FIFO.
+func (l *lane[T]) compact() {
+	switch {
+	case l.head == len(l.fifo):
+		l.fifo, l.head = l.fifo[:0], 0
+	case l.head >= 1024 && l.head*2 >= len(l.fifo):
+		n := copy(l.fifo, l.fifo[l.head:])
+		clear(l.fifo[n:])
+		l.fifo, l.head = l.fifo[:n], 0
+	}
+}
+
+// entryHeap is a min-heap of entries that keeps each entry's index, so any
+// entry is removed in O(log n). less orders it.
+type entryHeap[T any] struct {
+	s    []*entry[T]
+	less func(a, b *entry[T]) bool
+}
+
+func byPlace[T any](a, b *entry[T]) bool { return a.place < b.place }
+
+func byVisibleAt[T any](a, b *entry[T]) bool {
+	if !a.visibleAt.Equal(b.visibleAt) {
+		return a.visibleAt.Before(b.visibleAt)
+	}
+	return a.place < b.place
+}
+
+func (h *entryHeap[T]) len() int { return len(h.s) }
+
+func (h *entryHeap[T]) top() *entry[T] { return h.s[0] }
+
+func (h *entryHeap[T]) push(e *entry[T]) {
+	e.index = len(h.s)
+	h.s = append(h.s, e)
+	h.up(e.index)
+}
+
+func (h *entryHeap[T]) remove(i int) *entry[T] {
+	e := h.s[i]
+	last := len(h.s) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.s[last] = nil
+	h.s = h.s[:last]
+	if i != last && !h.down(i) {
+		h.up(i)
+	}
+	e.index = -1
+	return e
+}
+
+func (h *entryHeap[T]) swap(i, j int) {
+	h.s[i], h.s[j] = h.s[j], h.s[i]
+	h.s[i].index = i
+	h.s[j].index = j
+}
+
+func (h *entryHeap[T]) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(h.s[j], h.s[i]) {
+			break
+		}
+		h.swap(i, j)
+		j = i
+	}
+}
+
+func (h *entryHeap[T]) down(i0 int) bool {
+	i, n := i0, len(h.s)
+	for {
+		j := 2*i + 1
+		if j >= n {
+			break
+		}
+		if r := j + 1; r < n && h.less(h.s[r], h.s[j]) {
+			j = r
+		}
+		if !h.less(h.s[j], h.s[i]) {
+			break
+		}
+		h.swap(i, j)
+		i = j
+	}
+	return i > i0
+}

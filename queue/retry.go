@@ -1,0 +1,87 @@
+package queue
+
+import (
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of RetryPolicy's zero fields.
+const (
+	DefaultRetryInitial    = time.Second
+	DefaultRetryMax        = time.Minute
+	DefaultRetryMultiplier = 2.0
+)
+
+// RetryPolicy is the backoff after a reported failure (Fail, or a handler
+// error in the poller): attempt k waits Initial × Multiplier^(k-1), capped at
+// Max, less a random fraction of up to Jitter. An expired lease waits for
+// nothing (the visibility timeout was the wait) and Nack names its own delay.
+//
+// The zero RetryPolicy means exponential backoff from 1s, doubling, capped at
+// 1m, without jitter. Set NoBackoff to retry at once.
+type RetryPolicy struct {
+	Initial    time.Duration // first delay; 0 means DefaultRetryInitial
+	Max        time.Duration // cap; 0 means DefaultRetryMax
+	Multiplier float64       // growth per attempt, >= 1; 0 means DefaultRetryMultiplier
+	// Jitter in [0, 1] takes a random fraction of up to Jitter off each
+	// delay ("equal jitter" at 0.5, "full jitter" at 1); 0 means none.
+	Jitter float64
+	// Rand returns a number in [0, 1) for the jitter; nil means
+	// math/rand/v2.Float64. Inject a fixed source to make jitter
+	// deterministic in tests. It is called under the queue's lock and must
+	// not call back into the queue.
+	Rand func() float64
+	// NoBackoff makes every reported failure visible again at once.
+	NoBackoff bool
+}
+
+// Validate reports the first out-of-range field, as an error matching
+// ErrInvalidArgument.
+func (p RetryPolicy) Validate() error {
+	switch {
+	case p.Initial < 0:
+		return invalid("RetryPolicy.Initial = %v, must be >= 0", p.Initial)
+	case p.Max < 0:
+		return invalid("RetryPolicy.Max = %v, must be >= 0", p.Max)
+	case p.Multiplier != 0 && (p.Multiplier < 1 || math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0)):
+		return invalid("RetryPolicy.Multiplier = %v, must be >= 1 and finite (or 0 for the default)", p.Multiplier)
+	case p.Jitter < 0 || p.Jitter > 1 || math.IsNaN(p.Jitter):
+		return invalid("RetryPolicy.Jitter = %v, must be in [0, 1]", p.Jitter)
+	case p.Initial > 0 && p.Max > 0 && p.Initial > p.Max:
+		return invalid("RetryPolicy.Initial = %v exceeds Max = %v", p.Initial, p.Max)
+	}
+	return nil
+}
+
+// Delay returns how long a message waits after its attempt-th delivery
+// failed (attempt counts from 1; values below 1 are treated as 1).
+func (p RetryPolicy) Delay(attempt int) time.Duration {
+	if p.NoBackoff {
+		return 0
+	}
+	initial, maxd, mult := p.Initial, p.Max, p.Multiplier
+	if initial == 0 {
+		initial = DefaultRetryInitial
+	}
+	if maxd == 0 {
+		maxd = max(DefaultRetryMax, initial)
+	}
+	if mult == 0 {
+		mult = DefaultRetryMultiplier
+	}
+	attempt = max(attempt, 1)
+	d := float64(initial) * math.Pow(mult, float64(attempt-1))
+	if d > float64(maxd) || math.IsInf(d, 0) || math.IsNaN(d) {
+		d = float64(maxd)
+	}
+	if p.Jitter > 0 {
+		r := rand.Float64
+		if p.Rand != nil {
+			r = p.Rand
+		}
+		f := min(max(r(), 0), 1)
+		d -= d * p.Jitter * f
+	}
+	return time.Duration(d)
+}
