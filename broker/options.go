@@ -30,8 +30,7 @@ type SubscribeOption interface {
 type config struct {
 	clock           clock.Clock
 	deadLetterLimit int
-	sub             subConfig // defaults for every subscription
-	err             error     // the first invalid option
+	sub             subConfig // defaults for every subscription; sub.err holds the first invalid option
 }
 
 type subConfig struct {

@@ -116,19 +116,6 @@ func (r *ready[T]) remove(e *entry[T]) {
 	}
 }
 
-// all yields every ready entry, in no particular order.
-func (r *ready[T]) all(yield func(*entry[T])) {
-	for p := range r.lanes {
-		l := &r.lanes[p]
-		for _, e := range l.fifo[l.head:] {
-			yield(e)
-		}
-		for _, e := range l.back.s {
-			yield(e)
-		}
-	}
-}
-
 func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.back.len() }
 
 func (l *lane[T]) pop() *entry[T] {
