@@ -1,0 +1,74 @@
+// Package brokertest builds brokers for tests: on a mock clock, closed when
+// the test ends, with helpers that wait on conditions rather than sleep.
+package brokertest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Epoch is the time a mock clock from New starts at: a fixed, readable
+// instant, so failures print sensible times.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// New returns a broker on a fresh mock clock set to Epoch, and the clock.
+// The broker is closed when the test ends. opts come after WithClock, and a
+// failing New fails the test.
+func New[T any](tb testing.TB, opts ...broker.Option) (*broker.Broker[T], *clock.Mock) {
+	tb.Helper()
+	mock := clock.NewMock()
+	mock.Set(Epoch)
+	b, err := broker.New[T](append([]broker.Option{broker.WithClock(mock)}, opts...)...)
+	if err != nil {
+		tb.Fatalf("brokertest.New: %v", err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b, mock
+}
+
+// Subscribe creates topic (if needed) and the subscription name on it,
+// failing the test on error.
+func Subscribe[T any](tb testing.TB, b *broker.Broker[T], topic, name string, opts ...broker.SubscribeOption) *broker.Subscription[T] {
+	tb.Helper()
+	if err := b.CreateTopic(topic); err != nil {
+		tb.Fatalf("brokertest.Subscribe: %v", err)
+	}
+	s, err := b.Subscribe(topic, name, opts...)
+	if err != nil {
+		tb.Fatalf("brokertest.Subscribe: %v", err)
+	}
+	return s
+}
+
+// Publish publishes each payload to topic in order, failing the test on
+// error, and returns the messages.
+func Publish[T any](tb testing.TB, b *broker.Broker[T], topic string, payloads ...T) []queue.Message[T] {
+	tb.Helper()
+	ms := make([]queue.Message[T], 0, len(payloads))
+	for _, p := range payloads {
+		m, err := b.Publish(context.Background(), topic, p)
+		if err != nil {
+			tb.Fatalf("brokertest.Publish: %v", err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// AwaitParked waits (up to a minute of real time, then fails the test)
+// until n Polls on s are parked on the clock, so that moving a mock clock
+// next is sure to wake them.
+func AwaitParked[T any](tb testing.TB, s *broker.Subscription[T], n int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.AwaitParked(ctx, n); err != nil {
+		tb.Fatalf("brokertest.AwaitParked(%d): %v (parked: %d)", n, err, s.Parked())
+	}
+}

@@ -1,0 +1,91 @@
+// Package leasebus is an embeddable publish/subscribe broker whose
+// subscriptions are pulled, SQS-style.
+//
+// Publishers fan out to topics; every subscription has its own bounded
+// queue. A consumer leases messages with Poll, works at its own pace and
+// settles each lease with Ack (done), Nack (failed, retry after a delay),
+// Fail (failed with an error, retry after the subscription's backoff),
+// Extend (more time) or Release (not started, no attempt spent). A lease
+// that is not settled before its deadline expires and the message is
+// delivered again with its attempt count raised; a message that fails its
+// last allowed attempt is dead-lettered with the reason and the last error,
+// and can be redriven.
+//
+// The packages:
+//
+//   - [github.com/leasebus/leasebus/broker]: topics, subscriptions,
+//     publish, dead letters, redrive. Start here.
+//   - [github.com/leasebus/leasebus/queue]: one subscription's queue and
+//     the value types (Message, Delivery, DeadLetter, Stats), errors and
+//     the Deduper for idempotent consumers.
+//   - [github.com/leasebus/leasebus/lease]: lease IDs (receipts) and the
+//     in-flight table.
+//   - [github.com/leasebus/leasebus/poller]: a worker pool that polls,
+//     extends leases while handlers run, and drains gracefully.
+//   - [github.com/leasebus/leasebus/broker/brokertest]: test helpers on a
+//     mock clock.
+//
+// # Delivery semantics
+//
+// At-least-once with respect to consumer failure: a message is delivered
+// until it is acked or dead-lettered, so a consumer can see it twice (its
+// lease expired while it worked, or it crashed after the side effect and
+// before Ack). Make consumers idempotent, for example with queue.Deduper.
+// Nothing is durable: a process crash loses what is queued and in flight.
+//
+// Each subscription delivers by priority, then publish order; a message
+// that comes back (expiry, Nack, backoff, redrive) keeps its place. With
+// more than one consumer, or a batch being worked on concurrently, the
+// order in which work finishes is up to the consumers.
+//
+// Every delivery carries a fresh lease ID. A lease is current until its
+// message is settled or delivered again. Ack of a current lease deletes the
+// message even after the deadline (a late ack saves a duplicate and loses
+// nothing). Nack, Fail, Extend and Release need the deadline not to have
+// passed. A call on a lease that is no longer current returns
+// queue.ErrLeaseExpired when the subscription still holds the message, and
+// queue.ErrLeaseNotFound when it does not (acked, dead-lettered, never
+// issued here): both mean the call changed nothing.
+//
+// MaxAttempts (default 5) bounds deliveries: a lease that expires, or a
+// Nack or Fail, on the last allowed attempt dead-letters the message at
+// once. An expired lease is visible again at once (the visibility timeout
+// was the wait); Fail waits the subscription's RetryPolicy delay; Nack
+// names its delay.
+//
+// Queues are bounded (MaxQueue, default 100,000). A full subscription
+// dead-letters the newcomer by default (reason Overflow); reject, block and
+// drop-oldest are options. Every accepted message ends acked,
+// dead-lettered, or counted as dropped by a policy the user chose; Stats
+// shows the balance. The dead-letter store is bounded too and counts what
+// it drops.
+//
+// # Concurrency
+//
+// Everything is safe for concurrent use. Publish snapshots the topic's
+// subscriptions under the broker's lock and offers to each outside it;
+// each subscription has its own lock. No lock is held while user code
+// runs, with one exception: a subscription filter runs in the publisher's
+// goroutine (with no lock held, but on the publish path), so keep it fast.
+// A consumer may Unsubscribe, DeleteTopic or Close from inside its own
+// processing.
+//
+// Close (of the broker, or the removal of a topic or subscription) wakes
+// every blocked Poll with queue.ErrClosed; every later call returns it too.
+// Close is idempotent. No goroutine of the broker outlives Close: the
+// broker starts none; Poll waits in the caller's goroutine.
+//
+// # Time
+//
+// Every time read and timer goes through the broker's clock
+// (broker.WithClock), github.com/benbjohnson/clock: the real clock by
+// default, clock.NewMock() in tests. Only Now, Timer and Timer.Stop are
+// used. Expiry is lazy: each call first settles everything due at Now, so
+// TryPoll, Stats or DeadLetters right after a mock's Add is exact, with no
+// goroutine involved. A blocked Poll sleeps on one timer for the earliest
+// future event (a lease deadline or a delayed message) and on a broadcast
+// for publishes, nacks and close. Subscription.AwaitParked waits until n
+// Polls are asleep on the clock, so a test can move the mock knowing whom
+// it will wake. The broker also runs unchanged inside testing/synctest
+// with the real clock.
+package leasebus
