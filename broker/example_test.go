@@ -1,0 +1,144 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.uber.org/goleak"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The main flow: publish, poll a batch, ack each.
+func Example() {
+	ctx := context.Background()
+	b, _ := broker.New[string]()
+	defer b.Close()
+
+	b.CreateTopic("emails")
+	sub, _ := b.Subscribe("emails", "sender")
+	b.Publish(ctx, "emails", "welcome alice")
+	b.Publish(ctx, "emails", "password reset bob", broker.WithPriority(queue.PriorityHigh))
+
+	ds, _ := sub.Poll(ctx, 10)
+	for _, d := range ds {
+		fmt.Println(d.Payload, "attempt", d.Attempt)
+		sub.Ack(d.LeaseID)
+	}
+	fmt.Printf("%+v\n", sub.Stats())
+	// Output:
+	// password reset bob attempt 1
+	// welcome alice attempt 1
+	// {Visible:0 Delayed:0 InFlight:0 Published:2 Delivered:2 Acked:2 Redelivered:0 DeadLettered:0 Dropped:0 Redriven:0 Rejected:0}
+}
+
+// An unsettled lease expires on the mock clock and the message comes back
+// with its attempt raised; past MaxAttempts it is dead-lettered.
+func Example_redelivery() {
+	mock := clock.NewMock()
+	b, _ := broker.New[string](broker.WithClock(mock),
+		broker.WithVisibilityTimeout(30*time.Second), broker.WithMaxAttempts(2))
+	defer b.Close()
+	b.CreateTopic("jobs")
+	sub, _ := b.Subscribe("jobs", "workers")
+	b.Publish(context.Background(), "jobs", "resize photo.jpg")
+
+	first := sub.TryPoll(1)[0]
+	mock.Add(30 * time.Second) // the worker died: its lease expires
+	second := sub.TryPoll(1)[0]
+	fmt.Println(second.Payload, "attempt", second.Attempt)
+	fmt.Println("stale ack:", sub.Ack(first.LeaseID) != nil)
+
+	mock.Add(30 * time.Second) // and again: that was the last attempt
+	for _, dl := range b.DeadLetters() {
+		fmt.Println(dl.Message.Payload, dl.Reason, dl.Attempts, dl.LastError)
+	}
+	// Output:
+	// resize photo.jpg attempt 2
+	// stale ack: true
+	// resize photo.jpg max-attempts 2 lease expired
+}
+
+// Fail reports an error: the message waits out the retry policy's backoff,
+// and the dead letter keeps the last error. Redrive puts it back.
+func ExampleBroker_Redrive() {
+	mock := clock.NewMock()
+	b, _ := broker.New[string](broker.WithClock(mock), broker.WithMaxAttempts(2),
+		broker.WithRetry(queue.RetryPolicy{Initial: time.Second}))
+	defer b.Close()
+	b.CreateTopic("webhooks")
+	sub, _ := b.Subscribe("webhooks", "deliver")
+	b.Publish(context.Background(), "webhooks", "POST https://example.com/hook")
+
+	d := sub.TryPoll(1)[0]
+	sub.Fail(d.LeaseID, errors.New("503 Service Unavailable"))
+	fmt.Println("visible during backoff:", len(sub.TryPoll(1)))
+	mock.Add(time.Second)
+	d = sub.TryPoll(1)[0]
+	sub.Fail(d.LeaseID, errors.New("503 Service Unavailable"))
+
+	dls := b.DeadLetters()
+	fmt.Println(dls[0].Reason, dls[0].Attempts, dls[0].LastError)
+
+	n, _ := b.Redrive(func(dl queue.DeadLetter[string]) bool { return dl.Reason == queue.ReasonMaxAttempts })
+	d = sub.TryPoll(1)[0]
+	fmt.Println("redriven:", n, "attempt", d.Attempt)
+	// Output:
+	// visible during backoff: 0
+	// max-attempts 2 503 Service Unavailable
+	// redriven: 1 attempt 1
+}
+
+// A filter decides which messages a subscription accepts; its type
+// parameter is inferred from the function.
+func ExampleWithFilter() {
+	type order struct {
+		ID     int
+		Amount int
+	}
+	b, _ := broker.New[order]()
+	defer b.Close()
+	b.CreateTopic("orders")
+	big, _ := b.Subscribe("orders", "fraud-check", broker.WithFilter(func(m queue.Message[order]) bool {
+		return m.Payload.Amount >= 1000
+	}))
+	for i, amount := range []int{20, 5000, 300, 1200} {
+		b.Publish(context.Background(), "orders", order{ID: i, Amount: amount})
+	}
+	for _, d := range big.TryPoll(10) {
+		fmt.Println(d.Payload.ID, d.Payload.Amount)
+	}
+	// Output:
+	// 1 5000
+	// 3 1200
+}
+
+// A test moves a mock clock only once the poller it means to wake is
+// asleep on it.
+func ExampleSubscription_AwaitParked() {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	b, _ := broker.New[string](broker.WithClock(mock))
+	defer b.Close()
+	b.CreateTopic("t")
+	sub, _ := b.Subscribe("t", "s")
+	b.Publish(ctx, "t", "in an hour", broker.WithDelay(time.Hour))
+
+	got := make(chan string)
+	go func() {
+		ds, _ := sub.Poll(ctx, 1) // blocks: nothing visible yet
+		got <- ds[0].Payload
+	}()
+	sub.AwaitParked(ctx, 1)
+	mock.Add(time.Hour)
+	fmt.Println(<-got)
+	// Output:
+	// in an hour
+}
