@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
-	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/queue"
 )
@@ -39,6 +38,7 @@ type Broker[T any] struct {
 	clock clock.Clock
 	defs  subConfig // subscription defaults
 	dead  deadLetters[T]
+	ids   *idPool
 
 	mu     sync.RWMutex // guards everything below
 	closed bool
@@ -75,7 +75,7 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 			return nil, filterMismatch[T](cfg.sub.filter)
 		}
 	}
-	b := &Broker[T]{clock: cfg.clock, defs: cfg.sub, topics: make(map[string]*topic[T])}
+	b := &Broker[T]{clock: cfg.clock, defs: cfg.sub, ids: newIDPool(), topics: make(map[string]*topic[T])}
 	b.dead.limit = cfg.deadLetterLimit
 	return b, nil
 }
@@ -268,14 +268,10 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 		return queue.Message[T]{}, queue.Invalid("Publish: nil context")
 	}
 	var pc publishConfig
-	for i, o := range opts {
-		if o == nil {
-			return queue.Message[T]{}, queue.Invalid("Publish: option %d is nil", i)
+	for _, o := range opts {
+		if err := pc.apply(o); err != nil {
+			return queue.Message[T]{}, err
 		}
-		o(&pc)
-	}
-	if pc.err != nil {
-		return queue.Message[T]{}, pc.err
 	}
 	b.mu.RLock()
 	t, err := b.topicLocked("publish", topic)
@@ -287,12 +283,8 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 	if err != nil {
 		return queue.Message[T]{}, err
 	}
-	id, err := uuid.NewRandom()
-	if err != nil {
-		return queue.Message[T]{}, fmt.Errorf("publish to %q: message id: %w", topic, err)
-	}
 	m := &queue.Message[T]{
-		ID:          id,
+		ID:          b.ids.newID(),
 		Topic:       topic,
 		Payload:     payload,
 		Priority:    pc.priority,

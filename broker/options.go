@@ -169,40 +169,65 @@ func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 	})
 }
 
-// PublishOption configures one Publish.
-type PublishOption func(*publishConfig)
+// PublishOption configures one Publish. It is a small value, not a
+// closure, so options cost Publish no allocation; make them with the With
+// functions (the zero PublishOption is invalid).
+type PublishOption struct {
+	kind     publishKind
+	priority queue.Priority
+	delay    time.Duration
+	headers  map[string]string
+}
+
+type publishKind uint8
+
+const (
+	_ publishKind = iota
+	optPriority
+	optHeaders
+	optDelay
+)
 
 type publishConfig struct {
 	priority queue.Priority
 	headers  map[string]string
 	delay    time.Duration
-	err      error
+}
+
+func (c *publishConfig) apply(o PublishOption) error {
+	switch o.kind {
+	case optPriority:
+		if !o.priority.Valid() {
+			return queue.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
+		}
+		c.priority = o.priority
+	case optHeaders:
+		c.headers = o.headers
+	case optDelay:
+		if o.delay < 0 {
+			return queue.Invalid("WithDelay: %v, must be >= 0", o.delay)
+		}
+		c.delay = o.delay
+	default:
+		return queue.Invalid("zero PublishOption: make options with the With functions")
+	}
+	return nil
 }
 
 // WithPriority sets the message's priority (default queue.PriorityNormal).
 // Higher priorities are delivered first; within one, publish order.
 func WithPriority(p queue.Priority) PublishOption {
-	return func(c *publishConfig) {
-		if !p.Valid() && c.err == nil {
-			c.err = queue.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", p)
-		}
-		c.priority = p
-	}
+	return PublishOption{kind: optPriority, priority: p}
 }
 
 // WithHeaders sets the message's headers, copied: later changes to h do
 // not show, and consumers can only read them.
 func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) { c.headers = h }
+	return PublishOption{kind: optHeaders, headers: h}
 }
 
 // WithDelay makes the message visible d after publish (default 0: at
 // once). d must be >= 0.
 func WithDelay(d time.Duration) PublishOption {
-	return func(c *publishConfig) {
-		if d < 0 && c.err == nil {
-			c.err = queue.Invalid("WithDelay: %v, must be >= 0", d)
-		}
-		c.delay = d
-	}
+	return PublishOption{kind: optDelay, delay: d}
 }

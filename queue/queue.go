@@ -79,6 +79,11 @@ func (q *Queue[T]) Config() Config { return q.cfg }
 // Offer adds m to the queue, visible after delay (0: at once). m is shared,
 // not copied: neither the caller nor the queue may change it afterwards.
 // When the queue is full its overflow policy decides (see OverflowPolicy).
+//
+// Offer takes m.PublishedAt, when set, as the current time: the delay
+// counts from the publish, so every subscription of one publish agrees,
+// and a fan-out reads the clock once. A zero PublishedAt means the clock's
+// now.
 func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration) error {
 	switch {
 	case ctx == nil:
@@ -90,8 +95,9 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 	case delay < 0:
 		return invalid("Offer: delay = %v, must be >= 0", delay)
 	}
+	at := m.PublishedAt
 	for {
-		now, err := q.lock()
+		now, err := q.lockAt(at)
 		if err != nil {
 			return err
 		}
@@ -131,7 +137,8 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			case <-room:
 			case <-ctx.Done():
 			}
-			continue // re-check: closed, room, or ctx
+			at = time.Time{} // time has passed: read the clock from now on
+			continue         // re-check: closed, room, or ctx
 		default: // OverflowDeadLetter
 			q.stats.Published++
 			q.stats.DeadLettered++
@@ -513,14 +520,21 @@ func (q *Queue[T]) Close() error {
 }
 
 // lock locks the queue, fails if it is closed, and settles everything due
-// at the clock's now, which it returns. Pair it with unlock.
-func (q *Queue[T]) lock() (time.Time, error) {
+// at the clock's now, which it returns. Pair it with unlock. The clock is
+// read before the lock is taken, to keep the lock short.
+func (q *Queue[T]) lock() (time.Time, error) { return q.lockAt(time.Time{}) }
+
+// lockAt is lock with the current time given; the zero time means read the
+// clock.
+func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
+	if now.IsZero() {
+		now = q.clock.Now()
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
 		return time.Time{}, ErrClosed
 	}
-	now := q.clock.Now()
 	q.settleLocked(now)
 	return now, nil
 }
