@@ -81,6 +81,11 @@ type Config struct {
 	// MaxInFlight caps the leases out at once; 0 means no cap beyond
 	// MaxQueue.
 	MaxInFlight int
+	// TTL is the default time to live of a message, from its publish (or
+	// redrive); 0 means none. A message not acked by then is dead-lettered
+	// with ReasonExpired instead of being delivered. An Offer's own TTL
+	// overrides it.
+	TTL time.Duration
 }
 
 // Validate reports the first out-of-range field, as an error matching
@@ -97,6 +102,8 @@ func (c Config) Validate() error {
 		return invalid("Overflow = %v, not a policy", c.Overflow)
 	case c.MaxInFlight < 0:
 		return invalid("MaxInFlight = %d, must be >= 1 (or 0 for no cap)", c.MaxInFlight)
+	case c.TTL < 0:
+		return invalid("TTL = %v, must be >= 0", c.TTL)
 	}
 	return c.Retry.Validate()
 }

@@ -48,5 +48,5 @@ func ExampleNew() {
 	fmt.Printf("%+v\n", q.Stats())
 	// Output:
 	// dead: hello rejected
-	// {Visible:0 Delayed:0 InFlight:0 Published:1 Delivered:1 Acked:0 Redelivered:0 DeadLettered:1 Dropped:0 Redriven:0 Rejected:0}
+	// {Visible:0 Delayed:0 InFlight:0 HeldBack:0 Published:1 Delivered:1 Acked:0 Redelivered:0 DeadLettered:1 Dropped:0 Redriven:0 Rejected:0}
 }

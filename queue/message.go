@@ -45,9 +45,13 @@ type DeadLetter[T any] struct {
 	Attempts     int    // deliveries that spent an attempt
 	LastError    string // the last failure reported (Fail), "lease expired", or ""
 	At           time.Time
+	// KeyContinued is true for a message with an ordering key when later
+	// messages of that key were waiting behind it: they went on without it.
+	KeyContinued bool
 
-	origin uint64 // the scope of the queue that dead-lettered it
-	place  uint64 // its place (publish sequence) in that queue
+	origin uint64        // the scope of the queue that dead-lettered it
+	place  uint64        // its place (publish sequence) in that queue
+	ttl    time.Duration // its time to live, counted again from a redrive
 }
 
 // Stats is a snapshot of one subscription's queue. Visible, Delayed and
@@ -55,13 +59,15 @@ type DeadLetter[T any] struct {
 //
 // Every accepted message ends in exactly one place, so at any moment
 //
-//	Published + Redriven == Acked + DeadLettered + Dropped + Visible + Delayed + InFlight
+//	Published + Redriven == Acked + DeadLettered + Dropped +
+//	                        Visible + Delayed + InFlight + HeldBack
 //
 // (a purge counts its messages as Dropped).
 type Stats struct {
 	Visible  int // ready to be delivered now
 	Delayed  int // waiting out a publish delay or a retry delay
 	InFlight int // leased and not yet settled or expired
+	HeldBack int // waiting behind an earlier message of their ordering key
 
 	Published    uint64 // messages this subscription accepted
 	Delivered    uint64 // every delivery, first or not

@@ -39,11 +39,14 @@ type Queue[T any] struct {
 	held     map[uint64]*entry[T] // every entry held, by lseq
 	ready    ready[T]
 	delayed  entryHeap[T] // by (visibleAt, place)
+	ttl      entryHeap[T] // waiting entries that have a TTL, by expiresAt
 	inflight lease.Table[*entry[T]]
-	nextSeq  uint64          // the last place / lseq handed out
-	free     []*entry[T]     // recycled entries
-	stats    Stats           // the counters; Stats fills in the gauges
-	pending  []DeadLetter[T] // dead letters to hand to onDead after unlocking
+	keys     map[string]*keyQueue[T] // ordering keys with a message held
+	heldBack int                     // entries held back behind their key's head
+	nextSeq  uint64                  // the last place / lseq handed out
+	free     []*entry[T]             // recycled entries
+	stats    Stats                   // the counters; Stats fills in the gauges
+	pending  []DeadLetter[T]         // dead letters to hand to onDead after unlocking
 
 	wake   chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked int           // Polls waiting with their timer armed
@@ -64,14 +67,36 @@ func New[T any](cfg Config, onDead func(DeadLetter[T])) (*Queue[T], error) {
 		clock:  cfg.Clock,
 		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
 		onDead: onDead,
-		held:   make(map[uint64]*entry[T]),
 	}
+	q.resetLocked()
+	return q, nil
+}
+
+// resetLocked empties every structure.
+func (q *Queue[T]) resetLocked() {
+	q.held = make(map[uint64]*entry[T])
+	q.ready = ready[T]{}
 	for i := range q.ready.lanes {
 		q.ready.lanes[i].back.less = byPlace[T]
 	}
-	q.delayed.less = byVisibleAt[T]
-	return q, nil
+	q.delayed = entryHeap[T]{less: byVisibleAt[T]}
+	q.ttl = entryHeap[T]{less: byExpiry[T], ttl: true}
+	q.inflight.Clear()
+	q.keys = nil
+	q.heldBack = 0
+	q.free = nil
 }
+
+// OfferOption adjusts one Offer.
+type OfferOption struct {
+	ttl time.Duration
+}
+
+// WithTTL gives an offered message a time to live from its publish,
+// overriding Config.TTL: if it has not been acked by then it is
+// dead-lettered with ReasonExpired instead of being delivered (a message in
+// flight may still be acked). d must be > 0.
+func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
 
 // Config returns the queue's configuration with every default filled in.
 func (q *Queue[T]) Config() Config { return q.cfg }
@@ -80,11 +105,22 @@ func (q *Queue[T]) Config() Config { return q.cfg }
 // not copied: neither the caller nor the queue may change it afterwards.
 // When the queue is full its overflow policy decides (see OverflowPolicy).
 //
+// With an ordering key (m.Key), the message is held back while an earlier
+// message of its key is held, so a key's messages are delivered one at a
+// time, in publish order.
+//
 // Offer takes m.PublishedAt, when set, as the current time: the delay
 // counts from the publish, so every subscription of one publish agrees,
 // and a fan-out reads the clock once. A zero PublishedAt means the clock's
 // now.
-func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration) error {
+func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration, opts ...OfferOption) error {
+	ttl := q.cfg.TTL
+	for _, o := range opts {
+		if o.ttl <= 0 {
+			return invalid("Offer: TTL = %v, must be > 0", o.ttl)
+		}
+		ttl = o.ttl
+	}
 	switch {
 	case ctx == nil:
 		return invalid("Offer: nil context")
@@ -102,7 +138,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			return err
 		}
 		if len(q.held) < q.cfg.MaxQueue {
-			q.insertLocked(now, m, delay)
+			q.insertLocked(now, m, delay, ttl)
 			q.unlock()
 			return nil
 		}
@@ -114,8 +150,8 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		case OverflowDropOldest:
 			if e := q.ready.popOldestLowest(); e != nil {
 				q.stats.Dropped++
-				q.recycleLocked(e)
-				q.insertLocked(now, m, delay)
+				q.finishLocked(now, e)
+				q.insertLocked(now, m, delay, ttl)
 			} else { // nothing visible to drop: the newcomer goes
 				q.stats.Published++
 				q.stats.Dropped++
@@ -143,7 +179,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			q.stats.Published++
 			q.stats.DeadLettered++
 			q.pending = append(q.pending, DeadLetter[T]{
-				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now, origin: q.scope,
+				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now, origin: q.scope, ttl: ttl,
 			})
 			q.unlock()
 			return nil
@@ -152,7 +188,8 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 }
 
 // Redrive puts a dead letter back as a fresh message: attempts start again
-// from zero and it is visible at once. A dead letter of this queue keeps
+// from zero, its TTL (if any) counts again from now, and it is visible at
+// once (or, with an ordering key, when its key's turn comes). A dead letter of this queue keeps
 // its place (priority and publish order); one from elsewhere queues as if
 // just published. It never blocks, drops or dead-letters: when the queue
 // is full it returns an error matching ErrQueueFull and changes nothing.
@@ -160,7 +197,8 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 	if !dl.Message.Priority.Valid() {
 		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
 	}
-	if _, err := q.lock(); err != nil {
+	now, err := q.lock()
+	if err != nil {
 		return err
 	}
 	defer q.unlock()
@@ -172,9 +210,11 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 	if dl.origin == q.scope {
 		e.place = dl.place
 	}
-	q.ready.push(e, false)
+	if dl.ttl > 0 {
+		e.ttl, e.expiresAt = dl.ttl, now.Add(dl.ttl)
+	}
 	q.stats.Redriven++
-	q.wakeLocked()
+	q.placeLocked(now, e, false)
 	return nil
 }
 
@@ -186,7 +226,20 @@ func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
 	if n < 1 {
 		return nil, invalid("Poll: n = %d, must be >= 1", n)
 	}
-	return q.poll(ctx, nil, n, true)
+	return q.poll(ctx, nil, n, true, q.cfg.VisibilityTimeout)
+}
+
+// PollWithVisibility is Poll with this call's own visibility timeout in
+// place of the queue's (SQS ReceiveMessage's VisibilityTimeout).
+// visibility must be > 0.
+func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]Delivery[T], error) {
+	switch {
+	case n < 1:
+		return nil, invalid("PollWithVisibility: n = %d, must be >= 1", n)
+	case visibility <= 0:
+		return nil, invalid("PollWithVisibility: visibility = %v, must be > 0", visibility)
+	}
+	return q.poll(ctx, nil, n, true, visibility)
 }
 
 // PollInto is Poll filling the caller's buffer: it leases up to len(dst)
@@ -197,7 +250,7 @@ func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error)
 	if len(dst) == 0 {
 		return 0, invalid("PollInto: empty buffer")
 	}
-	ds, err := q.poll(ctx, dst[:0], len(dst), true)
+	ds, err := q.poll(ctx, dst[:0], len(dst), true, q.cfg.VisibilityTimeout)
 	return len(ds), err
 }
 
@@ -208,7 +261,7 @@ func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
 	if n < 1 {
 		return nil
 	}
-	ds, _ := q.poll(context.Background(), nil, n, false)
+	ds, _ := q.poll(context.Background(), nil, n, false, q.cfg.VisibilityTimeout)
 	return ds
 }
 
@@ -218,11 +271,11 @@ func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
 	if len(dst) == 0 {
 		return 0, invalid("TryPollInto: empty buffer")
 	}
-	ds, err := q.poll(context.Background(), dst[:0], len(dst), false)
+	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, q.cfg.VisibilityTimeout)
 	return len(ds), err
 }
 
-func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool) ([]Delivery[T], error) {
+func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool, vis time.Duration) ([]Delivery[T], error) {
 	if ctx == nil {
 		return dst, invalid("Poll: nil context")
 	}
@@ -235,7 +288,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 			return dst, err
 		}
 		if q.canLeaseLocked() || !block {
-			dst = q.leaseLocked(now, dst, n)
+			dst = q.leaseLocked(now, dst, n, vis)
 			q.unlock()
 			return dst, nil
 		}
@@ -351,47 +404,44 @@ func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
 // second Ack included), returns ErrLeaseNotFound. Either way nothing
 // changes.
 func (q *Queue[T]) Ack(id lease.ID) error {
-	_, err := q.lock()
+	now, err := q.lock()
 	if err != nil {
 		return err
 	}
 	defer q.unlock()
-	return q.ackLocked(id)
+	return q.ackLocked(now, id)
 }
 
 // AckBatch acks every lease in ids under one lock. It returns nil when all
 // succeed, else the errors of those that did not (joined; each matches as
 // Ack's would), having acked the rest.
 func (q *Queue[T]) AckBatch(ids []lease.ID) error {
-	_, err := q.lock()
+	now, err := q.lock()
 	if err != nil {
 		return err
 	}
 	defer q.unlock()
 	var errs []error
 	for _, id := range ids {
-		if err := q.ackLocked(id); err != nil {
+		if err := q.ackLocked(now, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-func (q *Queue[T]) ackLocked(id lease.ID) error {
+func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 	e, err := q.lookupLocked("ack", id)
 	if err != nil {
 		return err
 	}
-	switch e.state {
-	case stateLeased:
+	if e.state == stateLeased {
 		q.inflight.Remove(id)
-	case stateReady: // expired, waiting, not yet delivered again
-		q.ready.remove(e)
-	case stateDelayed:
-		q.delayed.remove(e.index)
+	} else { // expired, waiting, not yet delivered again
+		q.unplaceLocked(e)
 	}
 	q.stats.Acked++
-	q.recycleLocked(e)
+	q.finishLocked(now, e)
 	return nil
 }
 
@@ -438,8 +488,7 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 func (q *Queue[T]) Release(id lease.ID) error {
 	return q.settle("release", id, func(now time.Time, e *entry[T]) {
 		e.attempt--
-		q.ready.push(e, false)
-		q.wakeLocked()
+		q.backLocked(now, e, 0)
 	})
 }
 
@@ -495,6 +544,7 @@ func (q *Queue[T]) Stats() Stats {
 	s.Visible = q.ready.len()
 	s.Delayed = q.delayed.len()
 	s.InFlight = q.inflight.Len()
+	s.HeldBack = q.heldBack
 	q.unlock()
 	return s
 }
@@ -570,13 +620,17 @@ func (q *Queue[T]) settleLocked(now time.Time) {
 			q.deadLetterLocked(now, e, ReasonMaxAttempts)
 			continue
 		}
-		q.ready.push(e, false) // the lease stays current until redelivery
-		q.wakeLocked()
+		q.backLocked(now, e, 0) // the lease stays current until redelivery
 	}
 	for q.delayed.len() > 0 && !q.delayed.top().visibleAt.After(now) {
 		e := q.delayed.remove(0)
 		q.ready.push(e, false)
 		q.wakeLocked()
+	}
+	for q.ttl.len() > 0 && !now.Before(q.ttl.top().expiresAt) {
+		e := q.ttl.remove(0)
+		q.unplaceLocked(e)
+		q.deadLetterLocked(now, e, ReasonExpired)
 	}
 }
 
@@ -585,7 +639,7 @@ func (q *Queue[T]) canLeaseLocked() bool {
 }
 
 // leaseLocked leases up to n ready messages into dst.
-func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int) []Delivery[T] {
+func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time.Duration) []Delivery[T] {
 	k := min(n, q.ready.len())
 	if q.cfg.MaxInFlight > 0 {
 		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())
@@ -596,9 +650,12 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int) []Delive
 	if dst == nil {
 		dst = make([]Delivery[T], 0, k)
 	}
-	deadline := now.Add(q.cfg.VisibilityTimeout)
+	deadline := now.Add(vis)
 	for range k {
 		e := q.ready.pop()
+		if e.ttlIndex >= 0 {
+			q.ttl.remove(e.ttlIndex)
+		}
 		e.delivery++
 		e.attempt++
 		e.leaseOpen = true
@@ -663,23 +720,86 @@ func (q *Queue[T]) exhausted(e *entry[T]) bool {
 // retryLocked puts a failed entry back after delay, or dead-letters it if
 // that was its last attempt.
 func (q *Queue[T]) retryLocked(now time.Time, e *entry[T], delay time.Duration) {
-	switch {
-	case q.exhausted(e):
+	if q.exhausted(e) {
 		q.deadLetterLocked(now, e, ReasonMaxAttempts)
-	case delay <= 0:
-		q.ready.push(e, false)
-	default:
+		return
+	}
+	q.backLocked(now, e, delay)
+}
+
+// backLocked makes an entry that was leased wait again, visible after
+// delay, unless its TTL has passed: then it is dead-lettered.
+func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
+	if !e.expiresAt.IsZero() && !now.Before(e.expiresAt) {
+		q.deadLetterLocked(now, e, ReasonExpired)
+		return
+	}
+	if !e.expiresAt.IsZero() {
+		q.ttl.push(e)
+	}
+	e.visibleAt = time.Time{}
+	if delay > 0 {
 		e.visibleAt = now.Add(delay)
+	}
+	q.showLocked(now, e, false)
+}
+
+// placeLocked puts a new (or redriven) entry where it waits: behind its
+// key's head, or delayed, or ready.
+func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
+	if !e.expiresAt.IsZero() {
+		q.ttl.push(e)
+	}
+	if e.key != "" {
+		if q.keys == nil {
+			q.keys = make(map[string]*keyQueue[T])
+		}
+		kq := q.keys[e.key]
+		if kq == nil {
+			kq = &keyQueue[T]{}
+			q.keys[e.key] = kq
+		}
+		if kq.head != nil {
+			kq.hold(e)
+			q.heldBack++
+			return
+		}
+		kq.head = e
+	}
+	q.showLocked(now, e, fresh)
+}
+
+// showLocked puts an entry that may be delivered in the delayed heap or
+// the ready lanes.
+func (q *Queue[T]) showLocked(now time.Time, e *entry[T], fresh bool) {
+	if e.visibleAt.After(now) {
 		e.state = stateDelayed
 		q.delayed.push(e)
+	} else {
+		q.ready.push(e, fresh)
 	}
 	q.wakeLocked()
+}
+
+// unplaceLocked takes a waiting entry out of the ready lanes or the
+// delayed heap (a held entry leaves its key in finishLocked).
+func (q *Queue[T]) unplaceLocked(e *entry[T]) {
+	switch e.state {
+	case stateReady:
+		q.ready.remove(e)
+	case stateDelayed:
+		q.delayed.remove(e.index)
+	}
 }
 
 // deadLetterLocked records e as a dead letter and lets go of it. e must be
 // out of every structure already.
 func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 	q.stats.DeadLettered++
+	continued := false
+	if kq := q.keys[e.key]; e.key != "" && kq != nil {
+		continued = kq.hasAfter(e.place)
+	}
 	q.pending = append(q.pending, DeadLetter[T]{
 		Subscription: q.cfg.Name,
 		Message:      *e.msg,
@@ -687,23 +807,24 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 		Attempts:     e.attempt,
 		LastError:    e.lastErr,
 		At:           now,
+		KeyContinued: continued,
 		origin:       q.scope,
 		place:        e.place,
+		ttl:          e.ttl,
 	})
-	q.recycleLocked(e)
+	q.finishLocked(now, e)
 }
 
-func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay time.Duration) {
+func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration) {
 	e := q.newEntryLocked(m)
 	q.stats.Published++
 	if delay > 0 {
 		e.visibleAt = now.Add(delay)
-		e.state = stateDelayed
-		q.delayed.push(e)
-	} else {
-		q.ready.push(e, true)
 	}
-	q.wakeLocked()
+	if ttl > 0 {
+		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+	}
+	q.placeLocked(now, e, true)
 }
 
 func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
@@ -716,13 +837,37 @@ func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 		e = new(entry[T])
 	}
 	q.nextSeq++
-	*e = entry[T]{msg: m, place: q.nextSeq, lseq: q.nextSeq, prio: int(m.Priority) + 1, index: -1}
+	*e = entry[T]{msg: m, place: q.nextSeq, lseq: q.nextSeq, prio: int(m.Priority) + 1, index: -1, ttlIndex: -1, key: m.Key}
 	q.held[e.lseq] = e
 	return e
 }
 
-// recycleLocked forgets e (acked, dead-lettered or dropped): its leases
-// become unknown, there is room for another message.
+// finishLocked lets go of e for good (acked, dead-lettered or dropped): it
+// leaves the TTL heap and its key (the key's next message gets its turn),
+// its leases become unknown, and there is room for another message. e must
+// be out of the ready lanes, the delayed heap and the in-flight table.
+func (q *Queue[T]) finishLocked(now time.Time, e *entry[T]) {
+	if e.ttlIndex >= 0 {
+		q.ttl.remove(e.ttlIndex)
+	}
+	if kq := q.keys[e.key]; e.key != "" && kq != nil {
+		if kq.head == e {
+			kq.head = kq.next()
+			if kq.head != nil {
+				q.heldBack--
+				q.showLocked(now, kq.head, false)
+			}
+		} else if kq.drop(e) {
+			q.heldBack--
+		}
+		if kq.head == nil && kq.len() == 0 {
+			delete(q.keys, e.key)
+		}
+	}
+	q.recycleLocked(e)
+}
+
+// recycleLocked forgets e and reuses its memory.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
 	delete(q.held, e.lseq)
 	*e = entry[T]{}
@@ -749,6 +894,26 @@ func errText(err error) string {
 		return "failed"
 	}
 	return err.Error()
+}
+
+// Purge drops every message the queue holds — visible, delayed, held back
+// and in flight (SQS PurgeQueue) — counting them in Stats.Dropped, and
+// returns how many. Leases of purged messages become unknown
+// (ErrLeaseNotFound).
+func (q *Queue[T]) Purge() (int, error) {
+	if _, err := q.lock(); err != nil {
+		return 0, err
+	}
+	defer q.unlock()
+	n := len(q.held)
+	q.stats.Dropped += uint64(n)
+	q.resetLocked()
+	if q.room != nil {
+		close(q.room)
+		q.room = nil
+	}
+	q.wakeLocked()
+	return n, nil
 }
 
 // Settle applies everything due at the clock's now: expired leases come

@@ -1,6 +1,10 @@
 package queue
 
-import "time"
+import (
+	"cmp"
+	"slices"
+	"time"
+)
 
 // entryState says which structure holds an entry.
 type entryState uint8
@@ -10,6 +14,7 @@ const (
 	stateReady                     // in ready: visible now
 	stateDelayed                   // in delayed: visible at visibleAt
 	stateLeased                    // in the in-flight table
+	stateHeld                      // held back behind an earlier message of its ordering key
 )
 
 // entry is one subscription's hold on one message. The envelope is shared
@@ -26,6 +31,10 @@ type entry[T any] struct {
 	lastErr   string
 	visibleAt time.Time // when delayed
 	index     int       // position in a heap, or -1 in a lane's FIFO
+	key       string    // ordering key, "" for none
+	ttl       time.Duration
+	expiresAt time.Time // zero: never
+	ttlIndex  int       // position in the TTL heap, or -1
 }
 
 // ready holds the visible entries: one lane per priority, highest first.
@@ -142,10 +151,12 @@ func (l *lane[T]) compact() {
 }
 
 // entryHeap is a min-heap of entries that keeps each entry's index, so any
-// entry is removed in O(log n). less orders it.
+// entry is removed in O(log n). less orders it; the TTL heap keeps its
+// index in ttlIndex, the others in index.
 type entryHeap[T any] struct {
 	s    []*entry[T]
 	less func(a, b *entry[T]) bool
+	ttl  bool
 }
 
 func byPlace[T any](a, b *entry[T]) bool { return a.place < b.place }
@@ -157,14 +168,28 @@ func byVisibleAt[T any](a, b *entry[T]) bool {
 	return a.place < b.place
 }
 
+func byExpiry[T any](a, b *entry[T]) bool {
+	if !a.expiresAt.Equal(b.expiresAt) {
+		return a.expiresAt.Before(b.expiresAt)
+	}
+	return a.place < b.place
+}
+
+func (h *entryHeap[T]) pos(e *entry[T]) *int {
+	if h.ttl {
+		return &e.ttlIndex
+	}
+	return &e.index
+}
+
 func (h *entryHeap[T]) len() int { return len(h.s) }
 
 func (h *entryHeap[T]) top() *entry[T] { return h.s[0] }
 
 func (h *entryHeap[T]) push(e *entry[T]) {
-	e.index = len(h.s)
+	*h.pos(e) = len(h.s)
 	h.s = append(h.s, e)
-	h.up(e.index)
+	h.up(len(h.s) - 1)
 }
 
 func (h *entryHeap[T]) remove(i int) *entry[T] {
@@ -178,14 +203,14 @@ func (h *entryHeap[T]) remove(i int) *entry[T] {
 	if i != last && !h.down(i) {
 		h.up(i)
 	}
-	e.index = -1
+	*h.pos(e) = -1
 	return e
 }
 
 func (h *entryHeap[T]) swap(i, j int) {
 	h.s[i], h.s[j] = h.s[j], h.s[i]
-	h.s[i].index = i
-	h.s[j].index = j
+	*h.pos(h.s[i]) = i
+	*h.pos(h.s[j]) = j
 }
 
 func (h *entryHeap[T]) up(j int) {
@@ -216,4 +241,62 @@ func (h *entryHeap[T]) down(i0 int) bool {
 		i = j
 	}
 	return i > i0
+}
+
+// keyQueue holds one ordering key's messages: the head, the one message
+// of the key that may be delivered (it is ready, delayed or in flight), and
+// the others waiting behind it in place order.
+type keyQueue[T any] struct {
+	head    *entry[T]
+	waiting []*entry[T] // waiting[start:], by place
+	start   int
+}
+
+func (k *keyQueue[T]) len() int { return len(k.waiting) - k.start }
+
+// hold queues e behind the head, in place order (a redriven message can
+// have an older place than those already waiting).
+func (k *keyQueue[T]) hold(e *entry[T]) {
+	e.state = stateHeld
+	live := k.waiting[k.start:]
+	if len(live) == 0 || live[len(live)-1].place < e.place {
+		k.waiting = append(k.waiting, e)
+		return
+	}
+	i, _ := slices.BinarySearchFunc(live, e.place, func(x *entry[T], p uint64) int { return cmp.Compare(x.place, p) })
+	k.waiting = slices.Insert(k.waiting, k.start+i, e)
+}
+
+// next removes and returns the first waiting entry, or nil.
+func (k *keyQueue[T]) next() *entry[T] {
+	if k.len() == 0 {
+		return nil
+	}
+	e := k.waiting[k.start]
+	k.waiting[k.start] = nil
+	k.start++
+	if k.start == len(k.waiting) {
+		k.waiting, k.start = k.waiting[:0], 0
+	} else if k.start >= 64 && k.start*2 >= len(k.waiting) {
+		n := copy(k.waiting, k.waiting[k.start:])
+		clear(k.waiting[n:])
+		k.waiting, k.start = k.waiting[:n], 0
+	}
+	return e
+}
+
+// drop removes a waiting entry and reports whether it was there.
+func (k *keyQueue[T]) drop(e *entry[T]) bool {
+	i := slices.Index(k.waiting[k.start:], e)
+	if i < 0 {
+		return false
+	}
+	k.waiting = slices.Delete(k.waiting, k.start+i, k.start+i+1)
+	return true
+}
+
+// hasAfter reports whether a message with a later place is waiting.
+func (k *keyQueue[T]) hasAfter(place uint64) bool {
+	live := k.waiting[k.start:]
+	return len(live) > 0 && live[len(live)-1].place > place
 }
