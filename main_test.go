@@ -1,9 +1,19 @@
 package leasebus_test
 
 import (
+	"context"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errCanceled = context.Canceled
+
+// canceled returns a context that is already done.
+func canceled() context.Context {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c
+}

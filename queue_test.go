@@ -34,7 +34,7 @@ func payloads[T any](ds []queue.Delivery[T]) []T {
 func balanced(t *testing.T, st queue.Stats) {
 	t.Helper()
 	in := st.Published + st.Redriven
-	out := st.Acked + st.DeadLettered + st.Dropped + uint64(st.Visible+st.Delayed+st.InFlight)
+	out := st.Acked + st.DeadLettered + st.Dropped + uint64(st.Visible+st.Delayed+st.InFlight+st.HeldBack)
 	assert.Equal(t, in, out, "published+redriven must equal acked+dead+dropped+held: %+v", st)
 }
 

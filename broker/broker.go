@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -35,26 +37,34 @@ var (
 // pulled. T is the payload type (use any for mixed payloads). It is safe
 // for concurrent use. Create one with New and Close it when done.
 type Broker[T any] struct {
-	clock clock.Clock
-	defs  subConfig // subscription defaults
-	dead  deadLetters[T]
-	ids   *idPool
+	clock       clock.Clock
+	defs        subConfig // subscription defaults
+	dead        deadLetters[T]
+	ids         *idPool
+	dedupWindow time.Duration
+	dedupLimit  int
 
-	mu     sync.RWMutex // guards everything below
-	closed bool
-	topics map[string]*topic[T]
+	mu       sync.RWMutex // guards everything below
+	closed   bool
+	topics   map[string]*topicEntry[T]
+	patterns map[string][]*Subscription[T] // wildcard subscriptions by pattern
+	trie     trie[T]                       // the same, by segment
 }
 
-type topic[T any] struct {
-	name string
-	subs []*Subscription[T] // copy-on-write under Broker.mu: Publish reads a snapshot lock-free
+type topicEntry[T any] struct {
+	name  string
+	exact []*Subscription[T] // subscribed to this topic by name
+	// subs is exact plus the matching wildcard subscriptions. It is
+	// copy-on-write under Broker.mu: Publish reads a snapshot lock-free.
+	subs  []*Subscription[T]
+	dedup dedup[T]
 }
 
 // New returns a broker with no topics. Options set the clock, the
 // dead-letter store's bound and every subscription's defaults. An invalid
 // option is an error matching queue.ErrInvalidArgument.
 func New[T any](opts ...Option) (*Broker[T], error) {
-	cfg := config{deadLetterLimit: DefaultDeadLetterLimit}
+	cfg := config{deadLetterLimit: DefaultDeadLetterLimit, dedupWindow: DefaultDedupWindow, dedupLimit: DefaultDedupLimit}
 	for i, o := range opts {
 		if o == nil {
 			return nil, queue.Invalid("New: option %d is nil", i)
@@ -75,7 +85,15 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 			return nil, filterMismatch[T](cfg.sub.filter)
 		}
 	}
-	b := &Broker[T]{clock: cfg.clock, defs: cfg.sub, ids: newIDPool(), topics: make(map[string]*topic[T])}
+	b := &Broker[T]{
+		clock:       cfg.clock,
+		defs:        cfg.sub,
+		ids:         newIDPool(),
+		dedupWindow: cfg.dedupWindow,
+		dedupLimit:  cfg.dedupLimit,
+		topics:      make(map[string]*topicEntry[T]),
+		patterns:    make(map[string][]*Subscription[T]),
+	}
 	b.dead.limit = cfg.deadLetterLimit
 	return b, nil
 }
@@ -102,14 +120,17 @@ func (b *Broker[T]) CreateTopic(name string) error {
 		return fmt.Errorf("create topic %q: %w", name, queue.ErrClosed)
 	}
 	if _, ok := b.topics[name]; !ok {
-		b.topics[name] = &topic[T]{name: name}
+		t := &topicEntry[T]{name: name}
+		b.topics[name] = t
+		b.rebuildLocked(t)
 	}
 	return nil
 }
 
 // DeleteTopic deletes a topic and closes its subscriptions: their blocked
 // Polls return queue.ErrClosed, and their messages are discarded. Dead
-// letters they made stay in the store.
+// letters they made stay in the store. Wildcard subscriptions that matched
+// the topic stay open (they keep what they hold).
 func (b *Broker[T]) DeleteTopic(name string) error {
 	b.mu.Lock()
 	if b.closed {
@@ -122,7 +143,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return fmt.Errorf("delete topic %q: %w", name, ErrTopicNotFound)
 	}
 	delete(b.topics, name)
-	subs := t.subs
+	subs := t.exact
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.q.Close()
@@ -145,7 +166,8 @@ func (b *Broker[T]) Topics() []string {
 	return names
 }
 
-// Subscriptions returns the names of a topic's subscriptions, sorted.
+// Subscriptions returns the names of the subscriptions made to topic by
+// name (not those by wildcard pattern), sorted.
 func (b *Broker[T]) Subscriptions(topic string) ([]string, error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -153,8 +175,8 @@ func (b *Broker[T]) Subscriptions(topic string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(t.subs))
-	for _, s := range t.subs {
+	names := make([]string, 0, len(t.exact))
+	for _, s := range t.exact {
 		names = append(names, s.name)
 	}
 	slices.Sort(names)
@@ -168,9 +190,22 @@ func (b *Broker[T]) Subscriptions(topic string) ([]string, error) {
 // subscription (see Subscription). A second Subscribe with the same
 // (topic, name) returns ErrAlreadySubscribed; a missing topic,
 // ErrTopicNotFound.
+//
+// topic may be a wildcard pattern over dot-separated topic names (NATS
+// style): '*' matches one segment and '>' (or '#') one or more trailing
+// segments, so "orders.*" gets "orders.created" and "orders.>" gets
+// "orders.eu.created" too. A pattern needs no topic to exist, and matches
+// topics created later. Each message reaches a wildcard subscription once,
+// through its own topic; Unsubscribe and Subscription take the pattern.
 func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Subscription[T], error) {
 	if err := validName("subscription", name); err != nil {
 		return nil, err
+	}
+	pattern := isPattern(topic)
+	if pattern {
+		if err := validPattern(topic); err != nil {
+			return nil, err
+		}
 	}
 	cfg := b.defs
 	for i, o := range opts {
@@ -194,24 +229,67 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	qc.Name = name
 	qc.Clock = b.clock
 
+	dlTopic := cfg.deadLetters
+
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	t, err := b.topicLocked("subscribe", topic)
-	if err != nil {
-		return nil, err
+	var t *topicEntry[T]
+	if pattern {
+		if b.closed {
+			return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, queue.ErrClosed)
+		}
+	} else {
+		var err error
+		if t, err = b.topicLocked("subscribe", topic); err != nil {
+			return nil, err
+		}
 	}
-	if slices.ContainsFunc(t.subs, func(s *Subscription[T]) bool { return s.name == name }) {
+	if b.findLocked(topic, name) != nil {
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, ErrAlreadySubscribed)
 	}
-	q, err := queue.New(qc, func(dl queue.DeadLetter[T]) { b.dead.add(topic, dl) })
+	q, err := queue.New(qc, func(dl queue.DeadLetter[T]) { b.deadLetter(topic, dlTopic, dl) })
 	if err != nil {
 		return nil, err
 	}
 	s := &Subscription[T]{q: q, topic: topic, name: name, filter: filter}
-	subs := make([]*Subscription[T], len(t.subs), len(t.subs)+1)
-	copy(subs, t.subs)
-	t.subs = append(subs, s)
+	if pattern {
+		b.patterns[topic] = append(b.patterns[topic], s)
+		b.trie.insert(strings.Split(topic, "."), s)
+		for _, t := range b.topics {
+			b.rebuildLocked(t)
+		}
+		return s, nil
+	}
+	t.exact = append(slices.Clip(t.exact), s)
+	b.rebuildLocked(t)
 	return s, nil
+}
+
+// rebuildLocked recomputes a topic's subscription snapshot: its own
+// subscriptions, then the wildcard ones the trie matches. The new slice
+// replaces the old, which Publish calls may still be reading.
+func (b *Broker[T]) rebuildLocked(t *topicEntry[T]) {
+	subs := slices.Clone(t.exact)
+	if len(b.patterns) > 0 {
+		subs = b.trie.match(strings.Split(t.name, "."), subs)
+	}
+	t.subs = subs
+}
+
+// findLocked returns the subscription name on topic (or pattern), or nil.
+func (b *Broker[T]) findLocked(topic, name string) *Subscription[T] {
+	var subs []*Subscription[T]
+	if isPattern(topic) {
+		subs = b.patterns[topic]
+	} else if t := b.topics[topic]; t != nil {
+		subs = t.exact
+	}
+	for _, s := range subs {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 // Subscription returns the existing subscription name on topic, for
@@ -220,14 +298,15 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 func (b *Broker[T]) Subscription(topic, name string) (*Subscription[T], error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	t, err := b.topicLocked("subscription", topic)
-	if err != nil {
-		return nil, err
-	}
-	for _, s := range t.subs {
-		if s.name == name {
-			return s, nil
+	if !isPattern(topic) {
+		if _, err := b.topicLocked("subscription", topic); err != nil {
+			return nil, err
 		}
+	} else if b.closed {
+		return nil, fmt.Errorf("subscription %q on %q: %w", name, topic, queue.ErrClosed)
+	}
+	if s := b.findLocked(topic, name); s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("subscription %q on %q: %w", name, topic, ErrSubscriptionNotFound)
 }
@@ -237,18 +316,41 @@ func (b *Broker[T]) Subscription(topic, name string) (*Subscription[T], error) {
 // from inside a consumer of that subscription.
 func (b *Broker[T]) Unsubscribe(topic, name string) error {
 	b.mu.Lock()
-	t, err := b.topicLocked("unsubscribe", topic)
-	if err != nil {
-		b.mu.Unlock()
-		return err
+	pattern := isPattern(topic)
+	var t *topicEntry[T]
+	if pattern {
+		if b.closed {
+			b.mu.Unlock()
+			return fmt.Errorf("unsubscribe %q from %q: %w", name, topic, queue.ErrClosed)
+		}
+	} else {
+		var err error
+		if t, err = b.topicLocked("unsubscribe", topic); err != nil {
+			b.mu.Unlock()
+			return err
+		}
 	}
-	i := slices.IndexFunc(t.subs, func(s *Subscription[T]) bool { return s.name == name })
-	if i < 0 {
+	s := b.findLocked(topic, name)
+	if s == nil {
 		b.mu.Unlock()
 		return fmt.Errorf("unsubscribe %q from %q: %w", name, topic, ErrSubscriptionNotFound)
 	}
-	s := t.subs[i]
-	t.subs = slices.Concat(t.subs[:i], t.subs[i+1:]) // a new slice: snapshots stay valid
+	without := func(l []*Subscription[T]) []*Subscription[T] {
+		return slices.DeleteFunc(slices.Clone(l), func(x *Subscription[T]) bool { return x == s })
+	}
+	if pattern {
+		b.patterns[topic] = without(b.patterns[topic])
+		if len(b.patterns[topic]) == 0 {
+			delete(b.patterns, topic)
+		}
+		b.trie.remove(strings.Split(topic, "."), s)
+		for _, t := range b.topics {
+			b.rebuildLocked(t)
+		}
+	} else {
+		t.exact = without(t.exact)
+		b.rebuildLocked(t)
+	}
 	b.mu.Unlock()
 	return s.q.Close()
 }
@@ -273,6 +375,13 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 			return queue.Message[T]{}, err
 		}
 	}
+	m, _, err := b.publish(ctx, topic, payload, &pc)
+	return m, err
+}
+
+// publish is Publish after the options are checked; it also returns how
+// many subscriptions accepted the message.
+func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *publishConfig) (queue.Message[T], int, error) {
 	b.mu.RLock()
 	t, err := b.topicLocked("publish", topic)
 	var subs []*Subscription[T]
@@ -281,26 +390,77 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 	}
 	b.mu.RUnlock()
 	if err != nil {
-		return queue.Message[T]{}, err
+		return queue.Message[T]{}, 0, err
 	}
 	m := &queue.Message[T]{
 		ID:          b.ids.newID(),
 		Topic:       topic,
+		Key:         pc.key,
 		Payload:     payload,
 		Priority:    pc.priority,
 		Headers:     queue.NewHeaders(pc.headers),
 		PublishedAt: b.clock.Now(),
 	}
+	if pc.dedupID != "" {
+		if orig, dup := t.dedup.reserve(pc.dedupID, *m, b.dedupWindow, b.dedupLimit); dup {
+			return orig, 0, nil
+		}
+	}
+	var offer []queue.OfferOption
+	if pc.ttl > 0 {
+		offer = []queue.OfferOption{queue.WithTTL(pc.ttl)}
+	}
+	accepted := 0
 	var errs []error
 	for _, s := range subs {
 		if s.filter != nil && !s.filter(*m) {
 			continue
 		}
-		if err := s.q.Offer(ctx, m, pc.delay); err != nil && !errors.Is(err, queue.ErrClosed) {
-			errs = append(errs, err) // a subscription closed meanwhile is simply gone
+		switch err := s.q.Offer(ctx, m, pc.delay, offer...); {
+		case err == nil:
+			accepted++
+		case errors.Is(err, queue.ErrClosed): // a subscription closed meanwhile is simply gone
+		default:
+			errs = append(errs, err)
 		}
 	}
-	return *m, errors.Join(errs...)
+	err = errors.Join(errs...)
+	if err != nil && pc.dedupID != "" {
+		t.dedup.forget(pc.dedupID, *m)
+	}
+	return *m, accepted, err
+}
+
+// Headers added to a dead letter published to a dead-letter topic
+// (WithDeadLetterTopic).
+const (
+	HeaderDeadLetterReason       = "leasebus-dead-letter-reason"       // queue.Reason.String()
+	HeaderDeadLetterAttempts     = "leasebus-dead-letter-attempts"     // decimal
+	HeaderDeadLetterLastError    = "leasebus-dead-letter-last-error"   // may be empty
+	HeaderDeadLetterSubscription = "leasebus-dead-letter-subscription" // the source subscription
+	HeaderDeadLetterTopic        = "leasebus-dead-letter-topic"        // the source topic (or pattern)
+	HeaderDeadLetterMessageID    = "leasebus-dead-letter-message-id"   // the original message ID
+	HeaderDeadLetterAt           = "leasebus-dead-letter-at"           // RFC 3339 with nanoseconds
+)
+
+// deadLetter routes a subscription's dead letter: to its dead-letter topic
+// if it has one with a subscription to take it, else to the store.
+func (b *Broker[T]) deadLetter(srcTopic, dlTopic string, dl queue.DeadLetter[T]) {
+	if dlTopic != "" {
+		h := dl.Message.Headers.Map()
+		h[HeaderDeadLetterReason] = dl.Reason.String()
+		h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
+		h[HeaderDeadLetterLastError] = dl.LastError
+		h[HeaderDeadLetterSubscription] = dl.Subscription
+		h[HeaderDeadLetterTopic] = srcTopic
+		h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
+		h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
+		pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
+		if _, n, err := b.publish(context.Background(), dlTopic, dl.Message.Payload, &pc); err == nil && n > 0 {
+			return
+		}
+	}
+	b.dead.add(srcTopic, dl)
 }
 
 // DeadLetters returns the dead letters the broker holds, oldest first,
@@ -372,13 +532,13 @@ func (b *Broker[T]) Close() error {
 		return nil
 	}
 	b.closed = true
-	topics := b.topics
-	b.topics = map[string]*topic[T]{}
+	subs := b.allLocked()
+	b.topics = map[string]*topicEntry[T]{}
+	b.patterns = map[string][]*Subscription[T]{}
+	b.trie = trie[T]{}
 	b.mu.Unlock()
-	for _, t := range topics {
-		for _, s := range t.subs {
-			s.q.Close()
-		}
+	for _, s := range subs {
+		s.q.Close()
 	}
 	return nil
 }
@@ -386,17 +546,26 @@ func (b *Broker[T]) Close() error {
 // settleAll applies everything due on every subscription.
 func (b *Broker[T]) settleAll() {
 	b.mu.RLock()
-	var subs []*Subscription[T]
-	for _, t := range b.topics {
-		subs = append(subs, t.subs...)
-	}
+	subs := b.allLocked()
 	b.mu.RUnlock()
 	for _, s := range subs {
 		s.q.Settle()
 	}
 }
 
-func (b *Broker[T]) topicLocked(op, name string) (*topic[T], error) {
+// allLocked returns every subscription, by name and by pattern.
+func (b *Broker[T]) allLocked() []*Subscription[T] {
+	var subs []*Subscription[T]
+	for _, t := range b.topics {
+		subs = append(subs, t.exact...)
+	}
+	for _, ps := range b.patterns {
+		subs = append(subs, ps...)
+	}
+	return subs
+}
+
+func (b *Broker[T]) topicLocked(op, name string) (*topicEntry[T], error) {
 	if b.closed {
 		return nil, fmt.Errorf("%s %q: %w", op, name, queue.ErrClosed)
 	}

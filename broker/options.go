@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -27,16 +28,27 @@ type SubscribeOption interface {
 	applySub(*subConfig)
 }
 
+// DefaultDedupWindow is how long a publish dedup ID is remembered unless
+// WithDedupWindow says otherwise (SQS FIFO's five minutes).
+const DefaultDedupWindow = 5 * time.Minute
+
+// DefaultDedupLimit bounds the dedup IDs remembered per topic unless
+// WithDedupLimit says otherwise.
+const DefaultDedupLimit = 100_000
+
 type config struct {
 	clock           clock.Clock
 	deadLetterLimit int
+	dedupWindow     time.Duration
+	dedupLimit      int
 	sub             subConfig // defaults for every subscription; sub.err holds the first invalid option
 }
 
 type subConfig struct {
-	queue  queue.Config
-	filter any // func(queue.Message[T]) bool, checked against T in Subscribe
-	err    error
+	queue       queue.Config
+	filter      any    // func(queue.Message[T]) bool, checked against T in Subscribe
+	deadLetters string // topic to publish dead letters to; "" for the broker's store
+	err         error
 }
 
 type brokerOption func(*config)
@@ -77,6 +89,65 @@ func WithDeadLetterLimit(n int) Option {
 			return
 		}
 		cfg.deadLetterLimit = n
+	})
+}
+
+// WithDedupWindow sets how long a publish dedup ID (WithDedupID) is
+// remembered, from its first publish (default DefaultDedupWindow, five
+// minutes). d must be > 0.
+func WithDedupWindow(d time.Duration) Option {
+	return brokerOption(func(cfg *config) {
+		if d <= 0 {
+			cfg.sub.fail(queue.Invalid("WithDedupWindow: %v, must be > 0", d))
+			return
+		}
+		cfg.dedupWindow = d
+	})
+}
+
+// WithDedupLimit bounds the dedup IDs remembered per topic (default
+// DefaultDedupLimit, 100,000), so memory stays bounded whatever the
+// publish rate: past it the oldest ID is forgotten early. n must be >= 1.
+func WithDedupLimit(n int) Option {
+	return brokerOption(func(cfg *config) {
+		if n < 1 {
+			cfg.sub.fail(queue.Invalid("WithDedupLimit: %d, must be >= 1", n))
+			return
+		}
+		cfg.dedupLimit = n
+	})
+}
+
+// WithMessageTTL sets a subscription's default time to live for its
+// messages, from publish: a message not acked by then is dead-lettered
+// with reason queue.ReasonExpired instead of being delivered (one in
+// flight may still be acked). A publish's own WithTTL overrides it.
+// Default: none. d must be > 0.
+func WithMessageTTL(d time.Duration) SubscribeOption {
+	return subOption(func(c *subConfig) {
+		if d <= 0 {
+			c.fail(queue.Invalid("WithMessageTTL: %v, must be > 0", d))
+			return
+		}
+		c.queue.TTL = d
+	})
+}
+
+// WithDeadLetterTopic routes a subscription's dead letters to a topic
+// (Cloud Pub/Sub style) instead of the broker's store, so they can be
+// polled, acked and republished with the same API. Each is published with
+// its payload, priority, key and headers, plus read-only headers naming
+// the reason, attempts, last error, source subscription, source topic,
+// original message ID and time (see the Header constants). When the topic
+// does not exist or has no subscriptions when a message dies, the dead
+// letter goes to the broker's store instead, so nothing is lost silently.
+func WithDeadLetterTopic(topic string) SubscribeOption {
+	return subOption(func(c *subConfig) {
+		if err := validTopic(topic); err != nil {
+			c.fail(fmt.Errorf("WithDeadLetterTopic: %w", err))
+			return
+		}
+		c.deadLetters = topic
 	})
 }
 
@@ -175,8 +246,9 @@ func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 type PublishOption struct {
 	kind     publishKind
 	priority queue.Priority
-	delay    time.Duration
+	delay    time.Duration // the delay, or the TTL
 	headers  map[string]string
+	text     string // the key, or the dedup ID
 }
 
 type publishKind uint8
@@ -186,12 +258,18 @@ const (
 	optPriority
 	optHeaders
 	optDelay
+	optKey
+	optTTL
+	optDedup
 )
 
 type publishConfig struct {
 	priority queue.Priority
 	headers  map[string]string
 	delay    time.Duration
+	key      string
+	ttl      time.Duration
+	dedupID  string
 }
 
 func (c *publishConfig) apply(o PublishOption) error {
@@ -208,6 +286,18 @@ func (c *publishConfig) apply(o PublishOption) error {
 			return queue.Invalid("WithDelay: %v, must be >= 0", o.delay)
 		}
 		c.delay = o.delay
+	case optKey:
+		c.key = o.text
+	case optTTL:
+		if o.delay <= 0 {
+			return queue.Invalid("WithTTL: %v, must be > 0", o.delay)
+		}
+		c.ttl = o.delay
+	case optDedup:
+		if o.text == "" {
+			return queue.Invalid("WithDedupID: empty id")
+		}
+		c.dedupID = o.text
 	default:
 		return queue.Invalid("zero PublishOption: make options with the With functions")
 	}
@@ -230,4 +320,32 @@ func WithHeaders(h map[string]string) PublishOption {
 // once). d must be >= 0.
 func WithDelay(d time.Duration) PublishOption {
 	return PublishOption{kind: optDelay, delay: d}
+}
+
+// WithKey sets the message's ordering key (SQS FIFO message group). On each
+// subscription, messages with the same key are delivered in publish order
+// and one at a time: while one is leased or waiting out a retry delay, the
+// later ones are held back (Stats.HeldBack); other keys flow freely. A
+// dead-lettered message lets its key go on. "" means no key.
+func WithKey(key string) PublishOption {
+	return PublishOption{kind: optKey, text: key}
+}
+
+// WithTTL gives the message a time to live from publish, overriding each
+// subscription's WithMessageTTL: a message not acked by PublishedAt + d is
+// dead-lettered with reason queue.ReasonExpired instead of being delivered
+// (one in flight may still be acked, and expires if it comes back). d must
+// be > 0.
+func WithTTL(d time.Duration) PublishOption {
+	return PublishOption{kind: optTTL, delay: d}
+}
+
+// WithDedupID makes the publish idempotent (SQS FIFO deduplication ID,
+// JetStream Nats-Msg-Id): a second publish with the same id on the same
+// topic within the dedup window (WithDedupWindow, from the first publish)
+// is accepted and dropped, and returns the original message. A publish
+// that returns an error records nothing, so it can be retried. id must not
+// be empty.
+func WithDedupID(id string) PublishOption {
+	return PublishOption{kind: optDedup, text: id}
 }

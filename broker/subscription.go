@@ -23,7 +23,7 @@ type Subscription[T any] struct {
 	filter func(queue.Message[T]) bool // nil: accept all
 }
 
-// Topic returns the topic the subscription is on.
+// Topic returns the topic (or wildcard pattern) the subscription is on.
 func (s *Subscription[T]) Topic() string { return s.topic }
 
 // Name returns the subscription's name.
@@ -39,6 +39,12 @@ func (s *Subscription[T]) Config() queue.Config { return s.q.Config() }
 // (1 on first delivery) and its Deadline. n < 1 is an invalid argument.
 func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
 	return s.q.Poll(ctx, n)
+}
+
+// PollWithVisibility is Poll with this call's own visibility timeout in
+// place of the subscription's (SQS ReceiveMessage's VisibilityTimeout).
+func (s *Subscription[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error) {
+	return s.q.PollWithVisibility(ctx, n, visibility)
 }
 
 // PollInto is Poll into the caller's buffer: up to len(dst) deliveries,
@@ -86,6 +92,10 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 // Release hands the message back unprocessed: visible at once, the
 // attempt not spent.
 func (s *Subscription[T]) Release(id lease.ID) error { return s.q.Release(id) }
+
+// Purge drops every message the subscription holds, in flight included
+// (SQS PurgeQueue), counting them as Stats.Dropped, and returns how many.
+func (s *Subscription[T]) Purge() (int, error) { return s.q.Purge() }
 
 // Stats returns a snapshot of the subscription's queue.
 func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }

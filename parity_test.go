@@ -1,0 +1,269 @@
+package leasebus_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/queue"
+)
+
+func publishKeyed(t *testing.T, b *broker.Broker[string], topic, key string, payloads ...string) {
+	t.Helper()
+	for _, p := range payloads {
+		_, err := b.Publish(ctx, topic, p, broker.WithKey(key))
+		require.NoError(t, err)
+	}
+}
+
+func TestOrderingKeysOneInFlightPerKey(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithRetry(queue.RetryPolicy{Initial: time.Second}))
+	publishKeyed(t, b, "t", "a", "a1", "a2", "a3")
+	publishKeyed(t, b, "t", "b", "b1", "b2")
+	brokertest.Publish(t, b, "t", "free")
+
+	first := s.TryPoll(10)
+	assert.Equal(t, []string{"a1", "b1", "free"}, payloads(first), "one head per key; unkeyed flow")
+	st := s.Stats()
+	assert.Equal(t, 3, st.HeldBack)
+	balanced(t, st)
+
+	// a1 fails: a2 stays held while a1 waits out its backoff.
+	require.NoError(t, s.Fail(first[0].LeaseID, errors.New("x")))
+	require.NoError(t, s.Ack(first[1].LeaseID)) // b1 done: b2 goes
+	assert.Equal(t, []string{"b2"}, payloads(s.TryPoll(10)))
+	mock.Add(time.Second)
+	a1 := s.TryPoll(10)
+	assert.Equal(t, []string{"a1"}, payloads(a1))
+	assert.Equal(t, 2, a1[0].Attempt)
+
+	// An expired lease keeps the key blocked until the message is redelivered and acked.
+	mock.Add(vis)
+	a1 = s.TryPoll(10)
+	assert.Equal(t, []string{"a1", "b2", "free"}, payloads(a1), "all three expired; places kept")
+	require.NoError(t, s.Ack(a1[0].LeaseID))
+	assert.Equal(t, []string{"a2"}, payloads(s.TryPoll(10)))
+}
+
+func TestOrderingKeyGoesOnAfterDeadLetter(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(1))
+	publishKeyed(t, b, "t", "k", "k1", "k2")
+	d := s.TryPoll(10)
+	require.Equal(t, []string{"k1"}, payloads(d))
+	require.NoError(t, s.Fail(d[0].LeaseID, errors.New("poison")))
+	dls := b.DeadLetters()
+	require.Len(t, dls, 1)
+	assert.True(t, dls[0].KeyContinued, "the dead letter records that k2 went on without it")
+	assert.Equal(t, "k", dls[0].Message.Key)
+	d = s.TryPoll(10)
+	assert.Equal(t, []string{"k2"}, payloads(d))
+	require.NoError(t, s.Fail(d[0].LeaseID, errors.New("poison")))
+	assert.False(t, b.DeadLetters()[1].KeyContinued)
+
+	// Redrive keeps the key and the place.
+	n, err := b.Redrive(func(queue.DeadLetter[string]) bool { return true })
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	assert.Equal(t, []string{"k1"}, payloads(s.TryPoll(10)))
+	assert.Equal(t, 1, s.Stats().HeldBack)
+}
+
+func TestTTL(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMessageTTL(time.Minute))
+	_, err := b.Publish(ctx, "t", "short", broker.WithTTL(5*time.Second))
+	require.NoError(t, err)
+	brokertest.Publish(t, b, "t", "default")
+
+	mock.Add(5*time.Second - time.Nanosecond)
+	assert.Equal(t, 2, s.Stats().Visible)
+	mock.Add(time.Nanosecond) // now == PublishedAt + TTL
+	dls := b.DeadLetters()
+	require.Len(t, dls, 1, "expired while waiting")
+	assert.Equal(t, "short", dls[0].Message.Payload)
+	assert.Equal(t, queue.ReasonExpired, dls[0].Reason)
+	assert.Equal(t, 0, dls[0].Attempts)
+
+	d, err := s.PollWithVisibility(ctx, 1, 2*time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, []string{"default"}, payloads(d))
+	mock.Add(time.Minute) // past the TTL, but in flight: may still be acked
+	require.NoError(t, s.Ack(d[0].LeaseID))
+	balanced(t, s.Stats())
+
+	brokertest.Publish(t, b, "t", "comes back")
+	mock.Add(time.Minute - vis)
+	d = s.TryPoll(1)
+	require.Len(t, d, 1)
+	mock.Add(vis) // lease expires after the TTL: dead-lettered, not redelivered
+	assert.Empty(t, s.TryPoll(1))
+	dls = b.DeadLetters()
+	require.Len(t, dls, 2)
+	assert.Equal(t, queue.ReasonExpired, dls[1].Reason)
+	assert.Equal(t, 1, dls[1].Attempts)
+
+	// Redrive counts the TTL again from the redrive.
+	n, err := b.Redrive(func(dl queue.DeadLetter[string]) bool { return dl.Message.Payload == "comes back" })
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	mock.Add(time.Minute - time.Nanosecond)
+	assert.Equal(t, 1, s.Stats().Visible)
+	mock.Add(time.Nanosecond)
+	assert.Equal(t, 0, s.Stats().Visible)
+	balanced(t, s.Stats())
+
+	_, err = b.Publish(ctx, "t", "x", broker.WithTTL(0))
+	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
+}
+
+func TestWildcardSubscriptions(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	require.NoError(t, b.CreateTopic("orders.eu.created"))
+	one, err := b.Subscribe("orders.*.created", "one-segment")
+	require.NoError(t, err)
+	rest, err := b.Subscribe("orders.>", "rest")
+	require.NoError(t, err)
+	hash, err := b.Subscribe("#", "everything")
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("orders.us.created")) // created after the subscriptions
+	require.NoError(t, b.CreateTopic("orders.us.paid"))
+	require.NoError(t, b.CreateTopic("orders"))
+
+	for _, topic := range []string{"orders.eu.created", "orders.us.created", "orders.us.paid", "orders"} {
+		brokertest.Publish(t, b, topic, topic)
+	}
+	assert.Equal(t, []string{"orders.eu.created", "orders.us.created"}, payloads(one.TryPoll(10)))
+	assert.Equal(t, []string{"orders.eu.created", "orders.us.created", "orders.us.paid"}, payloads(rest.TryPoll(10)), "'>' needs at least one segment")
+	got := hash.TryPoll(10)
+	assert.Len(t, got, 4)
+	assert.Equal(t, "orders.us.paid", got[2].Topic, "a delivery names its real topic")
+
+	same, err := b.Subscription("orders.>", "rest")
+	require.NoError(t, err)
+	assert.Same(t, rest, same)
+	require.NoError(t, b.DeleteTopic("orders.eu.created"))
+	_, err = rest.Poll(canceled(), 1)
+	assert.ErrorIs(t, err, errCanceled, "a pattern subscription outlives a deleted topic")
+	require.NoError(t, b.Unsubscribe("orders.>", "rest"))
+	brokertest.Publish(t, b, "orders.us.paid", "after")
+	_, err = rest.Poll(ctx, 1)
+	assert.ErrorIs(t, err, queue.ErrClosed)
+	assert.Len(t, hash.TryPoll(10), 1)
+
+	for _, p := range []string{"a.>.b", "a.b*", "*.", ">x"} {
+		_, err := b.Subscribe(p, "bad")
+		assert.ErrorIs(t, err, queue.ErrInvalidArgument, p)
+	}
+}
+
+func TestDeadLetterTopic(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	require.NoError(t, b.CreateTopic("dlq"))
+	s := brokertest.Subscribe(t, b, "jobs", "worker", broker.WithMaxAttempts(1), broker.WithDeadLetterTopic("dlq"))
+	_, err := b.Publish(ctx, "jobs", "no subscriber yet")
+	require.NoError(t, err)
+	d := s.TryPoll(1)[0]
+	require.NoError(t, s.Fail(d.LeaseID, errors.New("first")))
+	assert.Len(t, b.DeadLetters(), 1, "a dead-letter topic nobody reads falls back to the store")
+
+	dlq := brokertest.Subscribe(t, b, "dlq", "ops")
+	_, err = b.Publish(ctx, "jobs", "poison", broker.WithHeaders(map[string]string{"tenant": "acme"}), broker.WithPriority(queue.PriorityHigh))
+	require.NoError(t, err)
+	d = s.TryPoll(1)[0]
+	require.NoError(t, s.Fail(d.LeaseID, errors.New("bad input")))
+	assert.Len(t, b.DeadLetters(), 1, "routed to the topic, not the store")
+
+	got := dlq.TryPoll(1)
+	require.Len(t, got, 1)
+	dl := got[0]
+	assert.Equal(t, "poison", dl.Payload)
+	assert.Equal(t, queue.PriorityHigh, dl.Priority)
+	assert.Equal(t, "acme", dl.Headers.Get("tenant"))
+	assert.Equal(t, "max-attempts", dl.Headers.Get(broker.HeaderDeadLetterReason))
+	assert.Equal(t, "1", dl.Headers.Get(broker.HeaderDeadLetterAttempts))
+	assert.Equal(t, "bad input", dl.Headers.Get(broker.HeaderDeadLetterLastError))
+	assert.Equal(t, "worker", dl.Headers.Get(broker.HeaderDeadLetterSubscription))
+	assert.Equal(t, "jobs", dl.Headers.Get(broker.HeaderDeadLetterTopic))
+	assert.Equal(t, d.ID.String(), dl.Headers.Get(broker.HeaderDeadLetterMessageID))
+	require.NoError(t, dlq.Ack(dl.LeaseID))
+
+	_, err = b.Subscribe("jobs", "bad", broker.WithDeadLetterTopic("a.*"))
+	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
+}
+
+func TestPublishDedup(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithDedupWindow(time.Minute))
+	s := brokertest.Subscribe(t, b, "t", "s")
+	first, err := b.Publish(ctx, "t", "charge #1", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+	mock.Add(time.Minute - time.Nanosecond)
+	again, err := b.Publish(ctx, "t", "charge #1 (retry)", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+	assert.Equal(t, first, again, "a duplicate returns the original message")
+	assert.Equal(t, uint64(1), s.Stats().Published)
+
+	mock.Add(time.Nanosecond) // the window is fixed from the first publish
+	later, err := b.Publish(ctx, "t", "charge #1 (much later)", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+	assert.NotEqual(t, first.ID, later.ID)
+	assert.Equal(t, uint64(2), s.Stats().Published)
+
+	require.NoError(t, b.CreateTopic("other"))
+	brokertest.Subscribe(t, b, "other", "s")
+	_, err = b.Publish(ctx, "other", "x", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+	_, err = b.Publish(ctx, "t", "x", broker.WithDedupID(""))
+	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
+}
+
+func TestPublishDedupFailedPublishRecordsNothing(t *testing.T) {
+	b, _ := brokertest.New[int](t, broker.WithDedupLimit(2))
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))
+	brokertest.Publish(t, b, "t", 0)
+	_, err := b.Publish(ctx, "t", 1, broker.WithDedupID("x"))
+	require.ErrorIs(t, err, queue.ErrQueueFull)
+	d := s.TryPoll(1)
+	require.NoError(t, s.Ack(d[0].LeaseID))
+	m, err := b.Publish(ctx, "t", 1, broker.WithDedupID("x"))
+	require.NoError(t, err, "the retry is not taken for a duplicate")
+	assert.Equal(t, []int{1}, payloads(s.TryPoll(1)))
+	_ = m
+
+	// The limit bounds memory: the oldest ids are forgotten early.
+	for _, id := range []string{"y", "z", "x"} {
+		_, err := b.Publish(ctx, "t", 9, broker.WithDedupID(id))
+		if err != nil {
+			require.ErrorIs(t, err, queue.ErrQueueFull)
+		}
+	}
+}
+
+func TestPollWithVisibilityAndPurge(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	s := brokertest.Subscribe(t, b, "t", "s")
+	brokertest.Publish(t, b, "t", "a", "b", "c")
+	d, err := s.PollWithVisibility(ctx, 1, time.Hour)
+	require.NoError(t, err)
+	assert.Equal(t, brokertest.Epoch.Add(time.Hour), d[0].Deadline)
+	mock.Add(vis)
+	assert.Equal(t, 1, s.Stats().InFlight, "this poll's lease outlives the subscription's timeout")
+	_, err = s.PollWithVisibility(ctx, 1, 0)
+	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
+
+	n, err := s.Purge()
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	st := s.Stats()
+	assert.Equal(t, uint64(3), st.Dropped)
+	balanced(t, st)
+	assert.ErrorIs(t, s.Ack(d[0].LeaseID), queue.ErrLeaseNotFound, "purged")
+	brokertest.Publish(t, b, "t", "after")
+	assert.Equal(t, []string{"after"}, payloads(s.TryPoll(10)))
+}
