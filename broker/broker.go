@@ -456,7 +456,12 @@ func (b *Broker[T]) deadLetter(srcTopic, dlTopic string, dl queue.DeadLetter[T])
 		h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
 		h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
 		pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
-		if _, n, err := b.publish(context.Background(), dlTopic, dl.Message.Payload, &pc); err == nil && n > 0 {
+		// A done context: a full OverflowBlock subscription on the
+		// dead-letter topic refuses at once rather than stall the consumer
+		// whose call dead-lettered the message.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err == nil && n > 0 {
 			return
 		}
 	}
