@@ -1,0 +1,230 @@
+// Command workerpool is leasebus's main example: a webhook delivery service
+// embedded in one process. It shows fan-out (an audit subscription sees
+// every webhook), priorities (payment webhooks first), a flaky endpoint
+// retried with backoff, a poison webhook dead-lettered and then redriven
+// once "fixed", lease extension keeping slow deliveries alive past the
+// visibility timeout, and graceful shutdown on Ctrl-C. It prints a live
+// progress line and a summary, and finishes by itself in a few seconds.
+//
+//	go run ./examples/workerpool
+//	go run ./examples/workerpool -webhooks 2000 -workers 16
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"os/signal"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/poller"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// webhook is one HTTP callback to deliver.
+type webhook struct {
+	N     int
+	URL   string
+	Event string
+}
+
+// config sizes a run.
+type config struct {
+	Webhooks   int           // how many to publish
+	Workers    int           // concurrent deliveries
+	Visibility time.Duration // lease per delivery
+	Work       time.Duration // time one delivery takes
+	Slow       time.Duration // time a slow delivery takes (> Visibility)
+	FlakyPct   int           // % of webhooks whose first attempt fails
+}
+
+// summary is what a run did.
+type summary struct {
+	Published, Delivered, Retried, DeadLettered, Redriven, Extended, Audited int
+	Elapsed                                                                  time.Duration
+}
+
+func main() {
+	cfg := config{Visibility: 400 * time.Millisecond, Work: 5 * time.Millisecond, Slow: time.Second, FlakyPct: 10}
+	flag.IntVar(&cfg.Webhooks, "webhooks", 400, "webhooks to deliver")
+	flag.IntVar(&cfg.Workers, "workers", 8, "concurrent deliveries")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	s, err := run(ctx, cfg, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "workerpool:", err)
+		os.Exit(1)
+	}
+	printSummary(os.Stdout, s)
+}
+
+// endpoint stands in for the remote servers: a few are flaky on the first
+// attempt, one is broken until it is fixed, and some are slow.
+type endpoint struct {
+	cfg   config
+	fixed atomic.Bool // the poison webhook's endpoint has been repaired
+}
+
+var errBadGateway = errors.New("502 Bad Gateway")
+
+func (e *endpoint) deliver(ctx context.Context, d queue.Delivery[webhook]) error {
+	w := d.Payload
+	if w.URL == "https://partner.invalid/hook" && !e.fixed.Load() {
+		// No retry will fix a bad URL: dead-letter it at once.
+		return poller.GiveUp(fmt.Errorf("webhook %d: no such host %q", w.N, w.URL))
+	}
+	if d.Attempt == 1 && hash(w.N)%100 < uint32(e.cfg.FlakyPct) {
+		return fmt.Errorf("webhook %d: %w", w.N, errBadGateway) // retried after backoff
+	}
+	work := e.cfg.Work
+	if w.N%100 == 50 {
+		work = e.cfg.Slow // longer than the lease: the pool extends it
+	}
+	select {
+	case <-time.After(work):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func hash(n int) uint32 {
+	h := fnv.New32a()
+	fmt.Fprint(h, n)
+	return h.Sum32()
+}
+
+// run publishes cfg.Webhooks webhooks and delivers them with a pool until
+// every one is delivered (the poison one after its redrive), or ctx ends.
+func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
+	start := time.Now()
+	b, err := broker.New[webhook](
+		broker.WithVisibilityTimeout(cfg.Visibility),
+		broker.WithMaxAttempts(5),
+		broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.2}),
+	)
+	if err != nil {
+		return summary{}, err
+	}
+	defer b.Close()
+	if err := b.CreateTopic("webhooks"); err != nil {
+		return summary{}, err
+	}
+	deliver, err := b.Subscribe("webhooks", "deliver")
+	if err != nil {
+		return summary{}, err
+	}
+	audit, err := b.Subscribe("webhooks", "audit") // fan-out: sees every webhook too
+	if err != nil {
+		return summary{}, err
+	}
+
+	var s summary
+	for i := range cfg.Webhooks {
+		w := webhook{N: i, URL: fmt.Sprintf("https://customer-%d.example/hook", i%37), Event: "order.updated"}
+		prio := queue.PriorityNormal
+		if i%10 == 0 {
+			w.Event, prio = "payment.succeeded", queue.PriorityHigh
+		}
+		if i == cfg.Webhooks/2 {
+			w.URL = "https://partner.invalid/hook"
+		}
+		if _, err := b.Publish(ctx, "webhooks", w, broker.WithPriority(prio)); err != nil {
+			return s, err
+		}
+		s.Published++
+	}
+
+	ep := &endpoint{cfg: cfg}
+	var delivered, retried, dead, extended atomic.Int64
+	settled := make(chan struct{}, 1)
+	observe := func(ev poller.Event[webhook]) {
+		switch ev.Outcome {
+		case poller.OutcomeAcked:
+			delivered.Add(1)
+		case poller.OutcomeRetried:
+			retried.Add(1)
+		case poller.OutcomeDeadLettered:
+			dead.Add(1)
+		case poller.OutcomeExtended:
+			extended.Add(1)
+		}
+		select {
+		case settled <- struct{}{}:
+		default:
+		}
+	}
+	pool, err := poller.New(deliver, ep.deliver,
+		poller.WithWorkers(cfg.Workers),
+		poller.WithBatch(cfg.Workers),
+		poller.WithObserver(observe),
+		poller.WithDrainTimeout(5*time.Second),
+	)
+	if err != nil {
+		return s, err
+	}
+	poolCtx, stopPool := context.WithCancel(ctx)
+	defer stopPool()
+	done := make(chan error, 1)
+	go func() { done <- pool.Run(poolCtx) }()
+
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	report := func() {
+		fmt.Fprintf(progress, "\rdelivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d ",
+			delivered.Load(), cfg.Webhooks, retried.Load(), dead.Load(), extended.Load(), pool.Stats().InFlight)
+	}
+	redriven := false
+wait:
+	for {
+		select {
+		case <-settled:
+		case <-tick.C:
+			report()
+		case <-ctx.Done(): // Ctrl-C: fall through to the drain
+			break wait
+		}
+		if !redriven && delivered.Load()+dead.Load() == int64(cfg.Webhooks) {
+			// Every webhook was delivered or gave up: fix the endpoint and
+			// redrive the dead letters.
+			ep.fixed.Store(true)
+			n, err := b.Redrive(func(dl queue.DeadLetter[webhook]) bool { return dl.Subscription == "deliver" })
+			if err != nil {
+				return s, err
+			}
+			s.Redriven, redriven = n, true
+		}
+		if redriven && delivered.Load() == int64(cfg.Webhooks) {
+			break
+		}
+	}
+	stopPool() // graceful: running deliveries finish, unstarted leases are released
+	if err := <-done; err != nil {
+		return s, err
+	}
+	report()
+	fmt.Fprintln(progress)
+
+	s.Audited = audit.Stats().Visible
+	s.Delivered, s.Retried = int(delivered.Load()), int(retried.Load())
+	s.DeadLettered, s.Extended = int(dead.Load()), int(extended.Load())
+	s.Elapsed = time.Since(start)
+	return s, ctx.Err()
+}
+
+func printSummary(w io.Writer, s summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "published\tdelivered\tretried\tdead-lettered\tredriven\textended\taudited\tthroughput\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f/s\t\n", s.Published, s.Delivered, s.Retried, s.DeadLettered,
+		s.Redriven, s.Extended, s.Audited, float64(s.Delivered)/s.Elapsed.Seconds())
+	tw.Flush()
+}

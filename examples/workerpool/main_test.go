@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestWorkerPoolDeliversEverything(t *testing.T) {
+	cfg := config{Webhooks: 120, Workers: 4, Visibility: 200 * time.Millisecond, Work: time.Millisecond, Slow: 500 * time.Millisecond, FlakyPct: 10}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := run(ctx, cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := 0
+	for i := range cfg.Webhooks {
+		if hash(i)%100 < uint32(cfg.FlakyPct) { // the poison one too, after its redrive
+			flaky++
+		}
+	}
+	want := summary{Published: 120, Delivered: 120, Retried: flaky, DeadLettered: 1, Redriven: 1, Audited: 120}
+	got := s
+	got.Extended, got.Elapsed = 0, 0
+	if got != want {
+		t.Errorf("summary = %+v, want %+v", got, want)
+	}
+	if s.Extended == 0 {
+		t.Error("the slow delivery's lease was never extended")
+	}
+	var out strings.Builder
+	printSummary(&out, s)
+	if !strings.Contains(out.String(), "dead-lettered") || !strings.Contains(out.String(), " 120 ") {
+		t.Errorf("summary table:\n%s", out.String())
+	}
+}
+
+func TestWorkerPoolStopsOnCancel(t *testing.T) {
+	cfg := config{Webhooks: 50, Workers: 2, Visibility: time.Second, Work: time.Hour, Slow: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Ctrl-C before anything is delivered: run drains and says why
+	if _, err := run(ctx, cfg, io.Discard); err != context.Canceled {
+		t.Fatalf("run = %v, want context.Canceled", err)
+	}
+}

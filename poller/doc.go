@@ -1,0 +1,99 @@
+// Package poller runs a pool of workers over a pull-based source: it
+// polls deliveries, runs a handler on each, settles every lease by the
+// handler's result, keeps the leases it holds alive while their handlers
+// run, and drains gracefully when asked to stop.
+//
+// The source is a small interface, Source, that a *broker.Subscription
+// and a *queue.Queue satisfy, and that another backend (a remote one
+// handing out its own lease IDs) can satisfy too. The poller imports
+// neither the broker nor any backend.
+//
+//	p, err := poller.New(sub, func(ctx context.Context, d queue.Delivery[Order]) error {
+//		return ship(ctx, d.Payload)
+//	}, poller.WithWorkers(8))
+//	...
+//	err = p.Run(ctx) // until ctx is done; then drains
+//
+// # Results
+//
+// A handler's result settles its lease:
+//
+//   - nil: Ack.
+//   - an error made by RetryAfter(d, err): Nack(id, d), redelivered after d.
+//   - an error made by GiveUp(err): Reject(id, err) if the source
+//     implements Rejecter (dead-lettered at once), else Fail(id, err).
+//   - any other error: Fail(id, err): the source's retry policy picks the
+//     delay, and the dead letter keeps the last error.
+//   - a panic: recovered, counted, and settled as Fail with a *PanicError.
+//
+// An error from the settling call itself (say queue.ErrLeaseExpired,
+// because the lease lapsed and the message went to another consumer) is
+// counted in Stats.Errors, logged and reported to the observer; it never
+// stops the poller. Wrap the handler with Idempotent to ack duplicates
+// without running it twice.
+//
+// # Concurrency and flow control
+//
+// At most WithWorkers handlers run at once (default 1). The poller never
+// holds more than WithMaxOutstanding leases (default: the number of
+// workers), and one Poll asks for at most WithBatch messages (default:
+// the number of workers) and never for more than there is room for. By
+// default, then, the poller leases a message only when a worker is free
+// to start it, so nothing waits in a local buffer while its lease runs
+// out. A MaxOutstanding above the worker count prefetches: the extra
+// messages wait for a worker with their leases extended, and a drain
+// releases them unspent.
+//
+// # Lease extension
+//
+// While the poller holds a lease, waiting or running, it extends it
+// before it lapses: when the clock reaches the deadline less a margin (a
+// fifth of the lease by default), by the lease's original length. One
+// goroutine with one timer, set for the earliest lease due, does all the
+// extending (and the handler timeouts). Extension stops at a limit
+// (WithExtension; one hour after receipt by default, as Cloud Pub/Sub's
+// MaxExtension): the lease then lapses, so that a handler stuck for good
+// lets its message go, to be redelivered with its attempt count raised.
+// A late Ack from that handler still succeeds if the message has not been
+// delivered again, and otherwise changes nothing.
+//
+// # Drain
+//
+// When Run's context is done the poller stops polling, releases every
+// message leased but not started (Release: visible again at once, no
+// attempt spent), and lets the running handlers finish, still extending
+// their leases. Their contexts are not cancelled until the drain timeout
+// (WithDrainTimeout, 30s by default) passes; then they are, with cause
+// ErrDrainTimeout. Run returns once every handler has returned and every
+// lease is settled; no goroutine outlives it.
+//
+// # Ordering
+//
+// With one worker and a batch of one (the defaults), messages are handled
+// one at a time in the order the source delivers them, which for a
+// subscription is priority, then publish order (prefetching keeps that
+// order: the one worker takes the buffer first in, first out). Order is
+// still only the source's: a message that fails waits out its retry delay
+// there, and later messages overtake it. With more workers, handlers run
+// concurrently and finish in any order: the source still hands messages
+// out in order, but nothing orders their starts or their effects. When
+// order matters per key, publish with ordering keys (broker.WithKey): a
+// subscription keeps at most one message of a key in flight, so any
+// number of workers handles each key in order.
+//
+// # Time
+//
+// Every timer — lease extension, handler timeout, drain timeout, backoff
+// after a failed Poll — runs on the poller's clock, and only through
+// clock.Now, clock.Timer and Timer.Stop, so a test can drive the poller
+// with clock.NewMock. The clock must be the source's: lease deadlines are
+// read on it. By default the poller takes the source's clock when the
+// source reports one (a *broker.Subscription does), else the real clock.
+//
+// # Observing
+//
+// Stats counts what the poller did. WithObserver receives every outcome
+// (acked, retried, dead-lettered, released, extended, extension stopped)
+// with its delivery and errors, outside any lock; WithLogger logs source
+// errors and panics.
+package poller

@@ -1,0 +1,251 @@
+package poller
+
+import (
+	"container/heap"
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// item is one lease the poller holds, from Poll until it is settled or
+// released. The fields above mu's line never change after newItem; the
+// others are guarded by run.mu.
+type item[T any] struct {
+	d      queue.Delivery[T]
+	length time.Duration // the lease's original length: each extension's
+	margin time.Duration // how long before the deadline to extend
+	limit  time.Time     // no extension past it
+
+	// guarded by run.mu
+	tracked   bool      // held: not yet settled or released
+	deadline  time.Time // the lease's deadline as last set
+	extendAt  time.Time // when to extend next; zero: never again
+	timeoutAt time.Time // when the handler's context times out; zero: no timeout pending
+	cancel    context.CancelCauseFunc
+	index     int // in run.due; -1 when not there
+}
+
+// newItem returns the item of d, received at now, with its extension
+// schedule.
+func (r *run[T]) newItem(d queue.Delivery[T], now time.Time) *item[T] {
+	it := &item[T]{d: d, deadline: d.Deadline, index: -1}
+	cfg := &r.p.cfg
+	length := d.Deadline.Sub(now)
+	if cfg.maxExtension == NoExtension || length <= 0 {
+		return it // no extension: off, or a deadline unknown or past
+	}
+	margin := cfg.margin
+	if margin == 0 {
+		margin = max(length/5, min(length/2, time.Second))
+	}
+	if margin >= length {
+		margin = length / 2
+	}
+	it.length, it.margin, it.limit = length, margin, now.Add(cfg.maxExtension)
+	it.extendAt = d.Deadline.Add(-margin)
+	return it
+}
+
+// next is when something is due for it: an extension or a timeout.
+func (it *item[T]) next() time.Time {
+	switch {
+	case it.timeoutAt.IsZero():
+		return it.extendAt
+	case it.extendAt.IsZero() || it.timeoutAt.Before(it.extendAt):
+		return it.timeoutAt
+	}
+	return it.extendAt
+}
+
+// track starts holding it.
+func (r *run[T]) track(it *item[T]) {
+	r.p.inFlight.Add(1)
+	r.mu.Lock()
+	it.tracked = true
+	r.scheduleLocked(it)
+	r.mu.Unlock()
+}
+
+// setTimeout arranges for cancel(context.DeadlineExceeded) at deadline.
+func (r *run[T]) setTimeout(it *item[T], deadline time.Time, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	it.timeoutAt, it.cancel = deadline, cancel
+	r.scheduleLocked(it)
+	r.mu.Unlock()
+}
+
+// untrack stops holding it: no more extensions or timeouts. It returns the
+// lease's deadline as last set.
+func (r *run[T]) untrack(it *item[T]) time.Time {
+	r.mu.Lock()
+	it.tracked = false
+	it.extendAt, it.timeoutAt, it.cancel = time.Time{}, time.Time{}, nil
+	r.scheduleLocked(it)
+	deadline := it.deadline
+	r.mu.Unlock()
+	r.p.inFlight.Add(-1)
+	return deadline
+}
+
+// scheduleLocked puts it in, moves it within or takes it out of the due
+// heap after its times changed, and wakes extendLoop if it now has to
+// wake earlier.
+func (r *run[T]) scheduleLocked(it *item[T]) {
+	next := it.next()
+	switch {
+	case next.IsZero():
+		if it.index >= 0 {
+			heap.Remove(&r.due, it.index)
+		}
+		return
+	case it.index >= 0:
+		heap.Fix(&r.due, it.index)
+	default:
+		heap.Push(&r.due, it)
+	}
+	if r.armed.IsZero() || next.Before(r.armed) {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// extendLoop extends leases and times out handlers as they come due, with
+// one timer for the earliest, until stop is closed.
+func (r *run[T]) extendLoop(stop <-chan struct{}) {
+	clk := r.p.cfg.clock
+	for {
+		r.mu.Lock()
+		var next time.Time
+		if len(r.due) > 0 {
+			next = r.due[0].next()
+		}
+		r.armed = next
+		r.mu.Unlock()
+
+		var t *clock.Timer
+		var fire <-chan time.Time
+		if !next.IsZero() {
+			d := next.Sub(clk.Now())
+			if d <= 0 {
+				r.runDue()
+				continue
+			}
+			t = clk.Timer(d) // armed outside the lock: a mock clock's Timer may run other timers
+			fire = t.C
+		}
+		select {
+		case <-fire:
+		case <-r.kick:
+		case <-stop:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		r.runDue()
+	}
+}
+
+// runDue cancels the handlers whose time is up and extends the leases due
+// for it.
+func (r *run[T]) runDue() {
+	now := r.p.cfg.clock.Now()
+	var timeouts []context.CancelCauseFunc
+	var extend []*item[T]
+	r.mu.Lock()
+	for len(r.due) > 0 && !r.due[0].next().After(now) {
+		it := r.due[0]
+		if !it.timeoutAt.IsZero() && !it.timeoutAt.After(now) {
+			timeouts = append(timeouts, it.cancel)
+			it.timeoutAt, it.cancel = time.Time{}, nil
+		}
+		if !it.extendAt.IsZero() && !it.extendAt.After(now) {
+			extend = append(extend, it)
+			it.extendAt = time.Time{}
+		}
+		r.scheduleLocked(it)
+	}
+	r.mu.Unlock()
+	for _, cancel := range timeouts {
+		cancel(context.DeadlineExceeded)
+	}
+	for _, it := range extend {
+		r.extend(it)
+	}
+}
+
+// extend extends its lease by its length, up to its limit, or stops
+// extending it if the limit is reached.
+func (r *run[T]) extend(it *item[T]) {
+	p := r.p
+	now := p.cfg.clock.Now()
+	r.mu.Lock()
+	tracked, deadline := it.tracked, it.deadline
+	r.mu.Unlock()
+	if !tracked {
+		return
+	}
+	to := now.Add(it.length)
+	if to.After(it.limit) {
+		to = it.limit
+	}
+	if !to.After(deadline) || !to.After(now) {
+		r.emit(OutcomeExtensionStopped, it, deadline, ErrExtensionLimit, nil)
+		return
+	}
+	err := p.src.Extend(it.d.LeaseID, to.Sub(now))
+	r.mu.Lock()
+	tracked = it.tracked
+	if err == nil && tracked {
+		it.deadline = to
+		it.extendAt = to.Add(-it.margin)
+		r.scheduleLocked(it)
+	}
+	r.mu.Unlock()
+	switch {
+	case err == nil:
+		p.extended.Add(1)
+		r.emit(OutcomeExtended, it, to, nil, nil)
+	case tracked:
+		p.errs.Add(1)
+		p.logf(slog.LevelWarn, "poller: extending lease failed", "lease", it.d.LeaseID, "message", it.d.ID, "err", err)
+		r.emit(OutcomeExtensionStopped, it, deadline, nil, err)
+	}
+	// An Extend that failed because the lease was settled meanwhile
+	// changed nothing, and nobody needs to hear of it.
+}
+
+// itemHeap is a min-heap of items by next(); each item knows its index.
+type itemHeap[T any] []*item[T]
+
+func (h itemHeap[T]) Len() int           { return len(h) }
+func (h itemHeap[T]) Less(i, j int) bool { return h[i].next().Before(h[j].next()) }
+func (h itemHeap[T]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *itemHeap[T]) Push(x any) {
+	it := x.(*item[T])
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+
+func (h *itemHeap[T]) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	old[len(old)-1] = nil
+	it.index = -1
+	*h = old[:len(old)-1]
+	return it
+}

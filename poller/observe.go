@@ -1,0 +1,92 @@
+package poller
+
+import (
+	"fmt"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Outcome is what became of a message held by the poller, or of its lease,
+// as an observer sees it (see WithObserver).
+type Outcome uint8
+
+// The outcomes. Each message the poller receives ends with exactly one of
+// OutcomeAcked, OutcomeRetried, OutcomeDeadLettered and OutcomeReleased;
+// OutcomeExtended and OutcomeExtensionStopped may come before.
+const (
+	_ Outcome = iota
+	// OutcomeAcked: the handler returned nil; the poller acked the lease.
+	OutcomeAcked
+	// OutcomeRetried: the handler failed (an error, RetryAfter, a panic,
+	// or GiveUp on a source without Reject); the poller nacked or failed
+	// the lease. The source retries the message, or dead-letters it if
+	// that was its last attempt.
+	OutcomeRetried
+	// OutcomeDeadLettered: the handler gave up (GiveUp); the poller
+	// rejected the lease.
+	OutcomeDeadLettered
+	// OutcomeReleased: the message was leased but never started (a
+	// drain); the poller released the lease, so no attempt was spent.
+	OutcomeReleased
+	// OutcomeExtended: the poller extended the lease; the event's
+	// Delivery.Deadline is the new deadline.
+	OutcomeExtended
+	// OutcomeExtensionStopped: the poller will not extend the lease again
+	// (the extension limit was reached, or Extend failed); it lapses at
+	// Delivery.Deadline unless settled before.
+	OutcomeExtensionStopped
+)
+
+// String returns "acked", "retried", "dead-lettered", "released",
+// "extended" or "extension-stopped".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAcked:
+		return "acked"
+	case OutcomeRetried:
+		return "retried"
+	case OutcomeDeadLettered:
+		return "dead-lettered"
+	case OutcomeReleased:
+		return "released"
+	case OutcomeExtended:
+		return "extended"
+	case OutcomeExtensionStopped:
+		return "extension-stopped"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Event is one outcome of one delivery, as an observer receives it.
+type Event[T any] struct {
+	Outcome Outcome
+	// Delivery is the delivery as polled, except that Deadline is the
+	// lease's deadline as the poller last set it (after any extension).
+	Delivery queue.Delivery[T]
+	// Err is the handler's error (OutcomeRetried, OutcomeDeadLettered; a
+	// *PanicError after a panic) or why extension stopped
+	// (ErrExtensionLimit); nil otherwise.
+	Err error
+	// SourceErr is the error of the source call that carried the outcome
+	// (Ack, Nack, Fail, Reject, Release or Extend), nil if it succeeded.
+	// When it is set the call changed nothing at the source: for example
+	// queue.ErrLeaseExpired when the lease had lapsed and the message was
+	// delivered again.
+	SourceErr error
+}
+
+// Stats counts what a Poller did, over all its runs. The counters only
+// grow; InFlight and Running describe now.
+type Stats struct {
+	Polled       uint64 // deliveries received from the source
+	Acked        uint64 // handlers that returned nil, their Ack accepted
+	Retried      uint64 // handler failures whose Nack or Fail was accepted
+	DeadLettered uint64 // GiveUps whose Reject was accepted
+	Extended     uint64 // lease extensions accepted
+	Released     uint64 // leases handed back unstarted, the Release accepted
+	Panics       uint64 // handler panics recovered (each also settled as a failure)
+	Errors       uint64 // source calls that failed: Poll (not for ctx or close), Ack, Nack, Fail, Reject, Extend, Release
+
+	InFlight int // leases held now: running or waiting for a worker
+	Running  int // handlers running now
+}

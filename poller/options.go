@@ -1,0 +1,181 @@
+package poller
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Defaults of the options' zero values.
+const (
+	// DefaultDrainTimeout is how long a drain lets running handlers finish
+	// before it cancels their contexts (see WithDrainTimeout).
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultMaxExtension is how long after its receipt a lease is extended
+	// at most (see WithExtension), as Cloud Pub/Sub's MaxExtension.
+	DefaultMaxExtension = time.Hour
+)
+
+// NoExtension, as WithExtension's limit, turns automatic lease extension off:
+// a lease lasts the source's visibility timeout and no longer.
+const NoExtension time.Duration = -1
+
+// Option configures a Poller in New. Option types are not generic: a caller
+// never writes a type argument. An invalid value makes New return an error
+// matching queue.ErrInvalidArgument.
+type Option func(*config)
+
+type config struct {
+	workers        int
+	batch          int
+	maxOutstanding int
+	handlerTimeout time.Duration
+	drainTimeout   time.Duration
+	margin         time.Duration // 0: a fifth of the lease, see WithExtension
+	maxExtension   time.Duration // NoExtension: off
+	clock          clock.Clock
+	logger         *slog.Logger
+	observer       any // func(Event[T]), checked against T in New
+	err            error
+}
+
+func (c *config) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// WithWorkers sets how many handlers may run at once (default 1). n must
+// be >= 0; 0 means the default.
+func WithWorkers(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.fail(queue.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
+			return
+		}
+		c.workers = n
+	}
+}
+
+// WithBatch sets the most messages one Poll asks for (default: the number
+// of workers). A Poll never asks for more than there is room for (see
+// WithMaxOutstanding). n must be >= 0; 0 means the default.
+func WithBatch(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.fail(queue.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
+			return
+		}
+		c.batch = n
+	}
+}
+
+// WithMaxOutstanding bounds the leases the poller holds at once, running
+// or waiting for a worker (default: the number of workers, so that nothing
+// is leased before a worker is free to start it). A larger n prefetches:
+// up to n - workers messages wait in a local buffer, their leases
+// extended like those of running handlers, and a drain releases them
+// unspent. n must be 0 (the default) or at least the number of workers.
+func WithMaxOutstanding(n int) Option {
+	return func(c *config) {
+		if n < 0 {
+			c.fail(queue.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
+			return
+		}
+		c.maxOutstanding = n
+	}
+}
+
+// WithHandlerTimeout gives every handler call a context whose deadline is
+// d after the call starts, measured on the poller's clock (default 0: no
+// deadline). When it passes, the context is cancelled and its Err is
+// context.DeadlineExceeded. d must be >= 0.
+func WithHandlerTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail(queue.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
+			return
+		}
+		c.handlerTimeout = d
+	}
+}
+
+// WithExtension tunes automatic lease extension. A held lease is extended
+// when the clock reaches its deadline less margin, each time by the lease's
+// original length (its Deadline less the time it was received), but never
+// past limit after its receipt; after that it is left to lapse, so that a
+// stuck handler lets its message go to another consumer.
+//
+// margin 0 means a fifth of the lease length, but at least the lesser of
+// one second and half the lease; a margin not shorter than the lease
+// counts as half of it. limit 0 means DefaultMaxExtension (1h);
+// NoExtension turns extension off. Other negative values are invalid.
+func WithExtension(margin, limit time.Duration) Option {
+	return func(c *config) {
+		if margin < 0 {
+			c.fail(queue.Invalid("WithExtension: margin %v, must be >= 0", margin))
+			return
+		}
+		if limit < 0 && limit != NoExtension {
+			c.fail(queue.Invalid("WithExtension: limit %v, must be >= 0 or NoExtension", limit))
+			return
+		}
+		c.margin, c.maxExtension = margin, limit
+	}
+}
+
+// WithDrainTimeout sets how long a drain, once Run's context is done, lets
+// running handlers finish before it cancels their contexts (default
+// DefaultDrainTimeout, 30s), measured on the poller's clock. d must be
+// >= 0; 0 means the default.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail(queue.Invalid("WithDrainTimeout: %v, must be >= 0", d))
+			return
+		}
+		c.drainTimeout = d
+	}
+}
+
+// WithClock sets the clock behind every timer of the poller: lease
+// extension, handler timeouts, drain timeout and error backoff. It must be
+// the clock of the source, since lease deadlines come from there. The
+// default is the source's own clock when the source reports one through a
+// Config() queue.Config method (a *broker.Subscription or *queue.Queue
+// does), else the real clock. nil is invalid.
+func WithClock(clk clock.Clock) Option {
+	return func(c *config) {
+		if clk == nil {
+			c.fail(queue.Invalid("WithClock: nil clock"))
+			return
+		}
+		c.clock = clk
+	}
+}
+
+// WithLogger makes the poller log what goes wrong: source errors at Warn,
+// handler panics (with their stack) at Error, a drain that times out at
+// Warn. nil, the default, logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.logger = l }
+}
+
+// WithObserver makes the poller call f with every outcome of every message
+// it holds (see Event). f runs on the poller's goroutines, with no lock
+// held, possibly concurrently with itself: it must be safe for concurrent
+// use, and a slow f slows the poller. T is inferred from f and must be the
+// poller's payload type: New reports a mismatch as an invalid argument.
+// nil, the default, observes nothing.
+func WithObserver[T any](f func(Event[T])) Option {
+	return func(c *config) {
+		if f == nil {
+			c.observer = nil
+			return
+		}
+		c.observer = f
+	}
+}
