@@ -33,10 +33,13 @@ const (
 	// context ends (an ErrQueueFull error that also matches ctx.Err()) or
 	// the subscription closes (ErrClosed).
 	OverflowBlock
-	// OverflowDropOldest makes room by dropping the oldest waiting message
-	// of the lowest priority present, counted in Stats.Dropped. When every
-	// held message is in flight there is nothing to drop: the new message
-	// is dropped instead, and counted the same way.
+	// OverflowDropOldest makes room by dropping the oldest visible message
+	// of the lowest priority present, counted in Stats.Dropped. When no
+	// message is visible (all are delayed, held back behind their ordering
+	// key, or in flight) there is nothing it may drop: the new message is
+	// dropped instead, and counted the same way. (Dropping a held-back
+	// message would break its key's order; finding the oldest delayed one
+	// would cost a scan.)
 	OverflowDropOldest
 )
 

@@ -178,8 +178,10 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		default: // OverflowDeadLetter
 			q.stats.Published++
 			q.stats.DeadLettered++
+			q.nextSeq++ // its place, had it fitted: a redrive puts it there
 			q.pending = append(q.pending, DeadLetter[T]{
-				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now, origin: q.scope, ttl: ttl,
+				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now,
+				origin: q.scope, place: q.nextSeq, ttl: ttl,
 			})
 			q.unlock()
 			return nil
@@ -207,11 +209,12 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 	}
 	m := dl.Message
 	e := q.newEntryLocked(&m)
+	ttl := q.cfg.TTL // a stranger queues as if just published here
 	if dl.origin == q.scope {
-		e.place = dl.place
+		e.place, ttl = dl.place, dl.ttl
 	}
-	if dl.ttl > 0 {
-		e.ttl, e.expiresAt = dl.ttl, now.Add(dl.ttl)
+	if ttl > 0 {
+		e.ttl, e.expiresAt = ttl, now.Add(ttl)
 	}
 	q.stats.Redriven++
 	q.placeLocked(now, e, false)
