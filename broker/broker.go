@@ -444,9 +444,12 @@ const (
 )
 
 // deadLetter routes a subscription's dead letter: to its dead-letter topic
-// if it has one with a subscription to take it, else to the store.
+// if it has one with a subscription to take it, else to the store. A
+// message that already came through a dead-letter topic goes to the store
+// when it dies again, so routing cannot loop (a subscription whose
+// dead-letter topic feeds itself, directly or through a pattern).
 func (b *Broker[T]) deadLetter(srcTopic, dlTopic string, dl queue.DeadLetter[T]) {
-	if dlTopic != "" {
+	if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); dlTopic != "" && !again {
 		h := dl.Message.Headers.Map()
 		h[HeaderDeadLetterReason] = dl.Reason.String()
 		h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)

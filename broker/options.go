@@ -140,7 +140,9 @@ func WithMessageTTL(d time.Duration) SubscribeOption {
 // the reason, attempts, last error, source subscription, source topic,
 // original message ID and time (see the Header constants). When the topic
 // does not exist or has no subscriptions when a message dies, the dead
-// letter goes to the broker's store instead, so nothing is lost silently.
+// letter goes to the broker's store instead, so nothing is lost silently;
+// so does a dead letter that dies again after coming through a
+// dead-letter topic, so routing cannot loop.
 func WithDeadLetterTopic(topic string) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if err := validTopic(topic); err != nil {

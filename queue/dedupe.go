@@ -22,9 +22,11 @@ var ErrInProgress = errors.New("queue: message already being processed")
 // after Capacity newer successes is processed again, so size it to cover
 // the redelivery window, or make the effect idempotent in your own store.
 type Deduper struct {
+	capacity int
+
 	mu      sync.Mutex // guards everything below
 	done    map[uuid.UUID]struct{}
-	ring    []uuid.UUID // recorded IDs, oldest at next once full
+	ring    []uuid.UUID // recorded IDs, oldest at next once full; grows up to capacity
 	next    int
 	running map[uuid.UUID]struct{}
 }
@@ -36,9 +38,9 @@ func NewDeduper(capacity int) (*Deduper, error) {
 		return nil, invalid("NewDeduper: capacity = %d, must be >= 1", capacity)
 	}
 	return &Deduper{
-		done:    make(map[uuid.UUID]struct{}, capacity),
-		ring:    make([]uuid.UUID, 0, capacity),
-		running: make(map[uuid.UUID]struct{}),
+		capacity: capacity,
+		done:     make(map[uuid.UUID]struct{}, min(capacity, 1024)),
+		running:  make(map[uuid.UUID]struct{}),
 	}, nil
 }
 
@@ -93,7 +95,7 @@ func (d *Deduper) Len() int {
 }
 
 func (d *Deduper) recordLocked(id uuid.UUID) {
-	if len(d.ring) < cap(d.ring) {
+	if len(d.ring) < d.capacity {
 		d.ring = append(d.ring, id)
 	} else {
 		delete(d.done, d.ring[d.next])

@@ -43,7 +43,7 @@ type DeadLetter[T any] struct {
 	Message      Message[T]
 	Reason       Reason
 	Attempts     int    // deliveries that spent an attempt
-	LastError    string // the last failure reported (Fail), "lease expired", or ""
+	LastError    string // the cause given to Fail or Reject, "nacked", "lease expired", or "" (overflow, TTL before any delivery)
 	At           time.Time
 	// KeyContinued is true for a message with an ordering key when later
 	// messages of that key were waiting behind it: they went on without it.

@@ -71,17 +71,26 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 		mult = DefaultRetryMultiplier
 	}
 	attempt = max(attempt, 1)
-	d := float64(initial) * math.Pow(mult, float64(attempt-1))
-	if d > float64(maxd) || math.IsInf(d, 0) || math.IsNaN(d) {
-		d = float64(maxd)
+	// In float64, then back: a product that reaches Max (or overflows, or
+	// rounds up to 2^63 for Max near math.MaxInt64) is Max.
+	delay := maxd
+	if d := float64(initial) * math.Pow(mult, float64(attempt-1)); d < float64(maxd) {
+		delay = time.Duration(d)
 	}
 	if p.Jitter > 0 {
 		r := rand.Float64
 		if p.Rand != nil {
 			r = p.Rand
 		}
-		f := min(max(r(), 0), 1)
-		d -= d * p.Jitter * f
+		f := r()
+		if !(f > 0) { // also NaN
+			f = 0
+		}
+		if cut := float64(delay) * p.Jitter * min(f, 1); cut < float64(delay) {
+			delay -= time.Duration(cut)
+		} else {
+			delay = 0
+		}
 	}
-	return time.Duration(d)
+	return max(delay, 0)
 }
