@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The benchmarks: one per workload family, one sub-benchmark per
+// implementation (BenchmarkW2/leasebus). One iteration is one whole run of
+// the workload on a fresh system, its setup untimed; run them with
+// -benchtime=1x and -count N (cmd/benchtable does). Per-message metrics:
+// ns/msg, allocs/msg and B/msg (allocated during the timed part), msgs
+// (messages or deliveries per run); W4 adds p50-ns, p90-ns, p99-ns; Mem
+// reports held-B/msg.
+
+func BenchmarkW1(b *testing.B)     { benchImpls(b, W1) }
+func BenchmarkW2(b *testing.B)     { benchImpls(b, W2) }
+func BenchmarkW3(b *testing.B)     { benchImpls(b, W3) }
+func BenchmarkW4(b *testing.B)     { benchImpls(b, W4) }
+func BenchmarkExpiry(b *testing.B) { benchImpls(b, Exp) }
+func BenchmarkMem(b *testing.B)    { benchImpls(b, Mem) }
+
+func BenchmarkDepth(b *testing.B) {
+	for _, w := range []Workload{D1e3, D1e5, D1e6} {
+		b.Run(w.Bench[len("Depth/"):], func(b *testing.B) { benchImpls(b, w) })
+	}
+}
+
+func BenchmarkSubs(b *testing.B) {
+	for _, w := range []Workload{S1, S10, S100} {
+		b.Run(w.Bench[len("Subs/"):], func(b *testing.B) { benchImpls(b, w) })
+	}
+}
+
+// runs counts the runs of every impl/workload with a limit (Impl.Runs).
+var runs sync.Map
+
+func benchImpls(b *testing.B, w Workload) {
+	for _, impl := range Impls {
+		b.Run(impl.Name, func(b *testing.B) {
+			short := isShort()
+			if why := impl.Skip(w, short); why != "" {
+				b.Skip("n/a: " + why)
+			}
+			n := impl.Messages(w, short)
+			if n == 0 {
+				b.Skip("full mode only")
+			}
+			if most := impl.Runs(w, short); most > 0 {
+				c, _ := runs.LoadOrStore(impl.Name+"/"+w.Bench, new(atomic.Int32))
+				if int(c.(*atomic.Int32).Add(1)) > most {
+					b.Skipf("runs at most %d times per process", most)
+				}
+			}
+			if w.Kind == Memory {
+				benchMem(b, impl, n)
+				return
+			}
+			benchRun(b, impl, w, n)
+		})
+	}
+}
+
+func benchRun(b *testing.B, impl Impl, w Workload, n int) {
+	pool()
+	var before, after runtime.MemStats
+	var mallocs, bytes uint64
+	var samples []time.Duration
+	deliveries := 0
+	b.StopTimer()
+	for range b.N {
+		ph := phaseFor(w, n, nil)
+		s, err := runOnce(impl, ph, func(work func() error) error {
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			b.StartTimer()
+			err := work()
+			b.StopTimer()
+			runtime.ReadMemStats(&after)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		mallocs += after.Mallocs - before.Mallocs
+		bytes += after.TotalAlloc - before.TotalAlloc
+		samples = append(samples, s...)
+		deliveries += ph.deliveries
+	}
+	d := float64(deliveries)
+	b.ReportMetric(float64(mallocs)/d, "allocs/msg")
+	b.ReportMetric(float64(bytes)/d, "B/msg")
+	b.ReportMetric(float64(deliveries/b.N), "msgs")
+	if w.Kind == Latency {
+		sorted := sortedCopy(samples)
+		var sum time.Duration
+		for _, s := range sorted {
+			sum += s
+		}
+		b.ReportMetric(float64(sum.Nanoseconds())/float64(len(sorted)), "ns/msg")
+		b.ReportMetric(float64(percentile(sorted, 50).Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(percentile(sorted, 90).Nanoseconds()), "p90-ns")
+		b.ReportMetric(float64(percentile(sorted, 99).Nanoseconds()), "p99-ns")
+		return
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/d, "ns/msg")
+}
+
+func benchMem(b *testing.B, impl Impl, n int) {
+	var sum int64
+	var how string
+	b.StopTimer()
+	for range b.N {
+		held, h, err := heldBytes(impl, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += held
+		how = h
+	}
+	b.ReportMetric(float64(sum)/float64(b.N*n), "held-B/msg")
+	b.ReportMetric(float64(n), "msgs")
+	b.Log(how)
+}
