@@ -163,12 +163,12 @@ func TestTableAgainstModel(t *testing.T) {
 		if tb.Len() != len(model) {
 			t.Fatalf("step %d: Len = %d, model %d", step, tb.Len(), len(model))
 		}
-		for i := 1; i < len(tb.heap); i++ {
-			if tb.less(i, (i-1)/2) {
+		for i := 1; i < len(tb.heap.s); i++ {
+			if tb.heap.less(i, (i-1)/2) {
 				t.Fatalf("step %d: heap invariant broken at %d", step, i)
 			}
-			if tb.heap[i].index != i {
-				t.Fatalf("step %d: index of item %d is %d", step, i, tb.heap[i].index)
+			if tb.heap.s[i].index != i {
+				t.Fatalf("step %d: index of item %d is %d", step, i, tb.heap.s[i].index)
 			}
 		}
 	}

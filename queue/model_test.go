@@ -1529,7 +1529,7 @@ func (h *harness) check() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	counts := map[entryState]int{}
-	for _, e := range q.held {
+	for _, e := range q.heldEntries() {
 		counts[e.state]++
 	}
 	keys := map[string]bool{}
@@ -1543,8 +1543,8 @@ func (h *harness) check() {
 		}
 	}
 	switch {
-	case len(q.held) != len(h.m.held):
-		h.fail("queue holds %d entries, model %d", len(q.held), len(h.m.held))
+	case q.nheld != len(h.m.held) || len(q.heldEntries()) != q.nheld:
+		h.fail("queue holds %d entries, model %d", q.nheld, len(h.m.held))
 	case counts[stateReady] != want.Visible || counts[stateDelayed] != want.Delayed || counts[stateLeased] != want.InFlight || counts[stateHeld] != want.HeldBack:
 		h.fail("entry states %v disagree with %+v", counts, want)
 	case q.heldBack != want.HeldBack || q.ready.len() != want.Visible || q.delayed.len() != want.Delayed || q.inflight.Len() != want.InFlight:

@@ -20,8 +20,8 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
-// maxFree bounds the recycled entries a queue keeps for reuse.
-const maxFree = 1024
+// chunk is how many entries the arena allocates at once.
+const chunk = 1024
 
 // errExpiredText is what a dead letter records when its last lease expired.
 const errExpiredText = "lease expired"
@@ -36,15 +36,18 @@ type Queue[T any] struct {
 
 	mu       sync.Mutex // guards everything below
 	closed   bool
-	held     map[uint64]*entry[T] // every entry held, by lseq
+	arena    [][]entry[T] // every entry, held or free, by slot, in chunks (pointers stay valid)
+	slots    uint32       // slots in the arena
+	free     []uint32     // free slots
+	nheld    int          // entries held
+	maxGen   uint32       // the highest generation handed out: a new chunk starts above it
 	ready    ready[T]
 	delayed  entryHeap[T] // by (visibleAt, place)
 	ttl      entryHeap[T] // waiting entries that have a TTL, by expiresAt
-	inflight lease.Table[*entry[T]]
+	inflight lease.Heap[*entry[T]]
 	keys     map[string]*keyQueue[T] // ordering keys with a message held
 	heldBack int                     // entries held back behind their key's head
-	nextSeq  uint64                  // the last place / lseq handed out
-	free     []*entry[T]             // recycled entries
+	nextSeq  uint64                  // the last place handed out
 	stats    Stats                   // the counters; Stats fills in the gauges
 	pending  []DeadLetter[T]         // dead letters to hand to onDead after unlocking
 
@@ -72,9 +75,16 @@ func New[T any](cfg Config, onDead func(DeadLetter[T])) (*Queue[T], error) {
 	return q, nil
 }
 
-// resetLocked empties every structure.
+// resetLocked empties every structure. Freed slots keep their
+// generation, so a lease issued before can never name a later entry.
 func (q *Queue[T]) resetLocked() {
-	q.held = make(map[uint64]*entry[T])
+	q.free = q.free[:0]
+	for slot := q.slots; slot > 0; slot-- {
+		e := q.entryAt(slot - 1)
+		*e = entry[T]{slot: e.slot, gen: e.gen}
+		q.free = append(q.free, slot-1)
+	}
+	q.nheld = 0
 	q.ready = ready[T]{}
 	for i := range q.ready.lanes {
 		q.ready.lanes[i].back.less = byPlace[T]
@@ -84,8 +94,10 @@ func (q *Queue[T]) resetLocked() {
 	q.inflight.Clear()
 	q.keys = nil
 	q.heldBack = 0
-	q.free = nil
 }
+
+// entryAt returns the entry in a slot, which must be below q.slots.
+func (q *Queue[T]) entryAt(slot uint32) *entry[T] { return &q.arena[slot/chunk][slot%chunk] }
 
 // OfferOption adjusts one Offer.
 type OfferOption struct {
@@ -137,7 +149,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		if err != nil {
 			return err
 		}
-		if len(q.held) < q.cfg.MaxQueue {
+		if q.nheld < q.cfg.MaxQueue {
 			q.insertLocked(now, m, delay, ttl)
 			q.unlock()
 			return nil
@@ -204,7 +216,7 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 		return err
 	}
 	defer q.unlock()
-	if len(q.held) >= q.cfg.MaxQueue {
+	if q.nheld >= q.cfg.MaxQueue {
 		return fmt.Errorf("redrive to subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
 	}
 	m := dl.Message
@@ -439,7 +451,7 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 		return err
 	}
 	if e.state == stateLeased {
-		q.inflight.Remove(id)
+		q.inflight.Remove(&e.lz)
 	} else { // expired, waiting, not yet delivered again
 		q.unplaceLocked(e)
 	}
@@ -507,14 +519,15 @@ func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
 		return err
 	}
 	defer q.unlock()
-	if _, err := q.liveLocked("extend", id); err != nil {
+	e, err := q.liveLocked("extend", id)
+	if err != nil {
 		return err
 	}
 	deadline := now.Add(timeout)
-	if l, _, _ := q.inflight.Get(id); deadline.Before(l.Deadline) {
+	if deadline.Before(e.lz.Lease.Deadline) {
 		q.wakeLocked() // a waiting Poll's timer may now be too late
 	}
-	q.inflight.SetDeadline(id, deadline)
+	q.inflight.SetDeadline(&e.lz, deadline)
 	return nil
 }
 
@@ -530,7 +543,7 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 	if err != nil {
 		return err
 	}
-	q.inflight.Remove(id)
+	q.inflight.Remove(&e.lz)
 	e.leaseOpen = false
 	f(now, e)
 	q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
@@ -614,10 +627,11 @@ func (q *Queue[T]) unlock() {
 // a mock clock moves.
 func (q *Queue[T]) settleLocked(now time.Time) {
 	for {
-		_, e, ok := q.inflight.PopExpired(now)
+		it, ok := q.inflight.PopExpired(now)
 		if !ok {
 			break
 		}
+		e := it.Value
 		e.lastErr = errExpiredText
 		if q.exhausted(e) {
 			q.deadLetterLocked(now, e, ReasonMaxAttempts)
@@ -663,8 +677,9 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		e.attempt++
 		e.leaseOpen = true
 		e.state = stateLeased
-		l := lease.Lease{ID: lease.NewID(q.scope, e.lseq, e.delivery), Attempt: e.attempt, Deadline: deadline}
-		q.inflight.Add(l, e)
+		l := lease.Lease{ID: lease.NewID(q.scope, e.seq(), e.delivery), Attempt: e.attempt, Deadline: deadline}
+		e.lz.Lease, e.lz.Value = l, e
+		q.inflight.Push(&e.lz)
 		q.stats.Delivered++
 		if e.attempt > 1 {
 			q.stats.Redelivered++
@@ -682,8 +697,8 @@ func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
 	if q.delayed.len() > 0 {
 		next, ok = q.delayed.top().visibleAt, true
 	}
-	if l, has := q.inflight.Next(); has && (!ok || l.Deadline.Before(next)) {
-		next, ok = l.Deadline, true
+	if it, has := q.inflight.Peek(); has && (!ok || it.Lease.Deadline.Before(next)) {
+		next, ok = it.Lease.Deadline, true
 	}
 	return next, ok
 }
@@ -694,7 +709,7 @@ func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
 	if id.Scope() != q.scope {
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
 	}
-	e := q.held[id.Seq()]
+	e := q.lookupSeqLocked(id.Seq())
 	if e == nil || id.Delivery() == 0 || id.Delivery() > e.delivery {
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
 	}
@@ -702,6 +717,19 @@ func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
 	}
 	return e, nil
+}
+
+// lookupSeqLocked returns the held entry a lease's seq names (its slot
+// and generation), or nil.
+func (q *Queue[T]) lookupSeqLocked(seq uint64) *entry[T] {
+	slot, gen := uint32(seq>>32), uint32(seq)
+	if seq>>32 >= uint64(q.slots) {
+		return nil
+	}
+	if e := q.entryAt(slot); e.msg != nil && e.gen == gen {
+		return e
+	}
+	return nil
 }
 
 // liveLocked is lookupLocked that also needs the lease not to have expired.
@@ -831,17 +859,27 @@ func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Du
 }
 
 func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
-	var e *entry[T]
+	var slot uint32
 	if n := len(q.free); n > 0 {
-		e = q.free[n-1]
-		q.free[n-1] = nil
+		slot = q.free[n-1]
 		q.free = q.free[:n-1]
 	} else {
-		e = new(entry[T])
+		if q.slots%chunk == 0 {
+			c := make([]entry[T], chunk)
+			for i := range c {
+				c[i].gen = q.maxGen // above every generation handed out before
+			}
+			q.arena = append(q.arena, c)
+		}
+		slot = q.slots
+		q.slots++
 	}
+	e := q.entryAt(slot)
+	gen := e.gen + 1
+	q.maxGen = max(q.maxGen, gen)
 	q.nextSeq++
-	*e = entry[T]{msg: m, place: q.nextSeq, lseq: q.nextSeq, prio: int(m.Priority) + 1, index: -1, ttlIndex: -1, key: m.Key}
-	q.held[e.lseq] = e
+	*e = entry[T]{msg: m, place: q.nextSeq, slot: slot, gen: gen, prio: int(m.Priority) + 1, index: -1, ttlIndex: -1, key: m.Key}
+	q.nheld++
 	return e
 }
 
@@ -870,13 +908,12 @@ func (q *Queue[T]) finishLocked(now time.Time, e *entry[T]) {
 	q.recycleLocked(e)
 }
 
-// recycleLocked forgets e and reuses its memory.
+// recycleLocked forgets e and frees its slot. The slot keeps its
+// generation, so e's leases become unknown.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
-	delete(q.held, e.lseq)
-	*e = entry[T]{}
-	if len(q.free) < maxFree {
-		q.free = append(q.free, e)
-	}
+	*e = entry[T]{slot: e.slot, gen: e.gen}
+	q.free = append(q.free, e.slot)
+	q.nheld--
 	if q.room != nil {
 		close(q.room)
 		q.room = nil
@@ -908,7 +945,7 @@ func (q *Queue[T]) Purge() (int, error) {
 		return 0, err
 	}
 	defer q.unlock()
-	n := len(q.held)
+	n := q.nheld
 	q.stats.Dropped += uint64(n)
 	q.resetLocked()
 	if q.room != nil {

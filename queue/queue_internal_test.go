@@ -269,9 +269,9 @@ func TestStateReturnsToEmpty(t *testing.T) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.held) != 0 || q.ready.len() != 0 || q.delayed.len() != 0 || q.inflight.Len() != 0 || len(q.pending) != 0 {
+	if q.nheld != 0 || len(q.heldEntries()) != 0 || q.ready.len() != 0 || q.delayed.len() != 0 || q.inflight.Len() != 0 || len(q.pending) != 0 {
 		t.Errorf("leftovers: held %d ready %d delayed %d inflight %d pending %d",
-			len(q.held), q.ready.len(), q.delayed.len(), q.inflight.Len(), len(q.pending))
+			q.nheld, q.ready.len(), q.delayed.len(), q.inflight.Len(), len(q.pending))
 	}
 	for p := range q.ready.lanes {
 		if l := &q.ready.lanes[p]; len(l.fifo) != 0 || l.head != 0 || l.back.len() != 0 {
@@ -282,4 +282,15 @@ func TestStateReturnsToEmpty(t *testing.T) {
 	if s.Published+s.Redriven != s.Acked+s.DeadLettered+s.Dropped {
 		t.Errorf("stats do not balance: %+v", s)
 	}
+}
+
+// heldEntries returns every entry the queue holds. q.mu must be held.
+func (q *Queue[T]) heldEntries() []*entry[T] {
+	var out []*entry[T]
+	for slot := range q.slots {
+		if e := q.entryAt(slot); e.msg != nil {
+			out = append(out, e)
+		}
+	}
+	return out
 }

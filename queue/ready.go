@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/leasebus/leasebus/lease"
 )
 
 // entryState says which structure holds an entry.
@@ -20,9 +22,10 @@ const (
 // entry is one subscription's hold on one message. The envelope is shared
 // by every subscription; the entry is this queue's own.
 type entry[T any] struct {
-	msg       *Message[T] // shared, never written after publish
+	msg       *Message[T] // shared, never written after publish; nil when the slot is free
 	place     uint64      // publish sequence in this queue: FIFO order within a priority
-	lseq      uint64      // identity of this hold: the seq of its lease IDs
+	slot      uint32      // where it lives in the arena
+	gen       uint32      // which use of the slot: with slot, the seq of its lease IDs
 	delivery  uint32      // deliveries so far (the delivery number of the last lease)
 	attempt   int         // attempts spent (Release gives one back)
 	state     entryState
@@ -33,9 +36,13 @@ type entry[T any] struct {
 	index     int       // position in a heap, or -1 in a lane's FIFO
 	key       string    // ordering key, "" for none
 	ttl       time.Duration
-	expiresAt time.Time // zero: never
-	ttlIndex  int       // position in the TTL heap, or -1
+	expiresAt time.Time             // zero: never
+	ttlIndex  int                   // position in the TTL heap, or -1
+	lz        lease.Item[*entry[T]] // its lease while in flight
 }
+
+// seq is the seq of this hold's lease IDs: its slot and generation.
+func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
 
 // ready holds the visible entries: one lane per priority, highest first.
 // A lane is a FIFO of fresh messages (they arrive in place order, so no
