@@ -1,0 +1,76 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/jetstream"
+	"github.com/leasebus/leasebus/poller/sourcetest"
+)
+
+// jsHarness runs the conformance suite on an embedded server, in real
+// time.
+type jsHarness struct {
+	bus  *jetstream.Bus
+	unit time.Duration
+}
+
+func (h *jsHarness) Capabilities() sourcetest.Capabilities {
+	return sourcetest.Capabilities{
+		Unit: h.unit,
+		// StaleAck holds within one handle: it remembers the latest
+		// delivery of each message it holds.
+		StaleAck: true,
+		// Not: FakeClock (the server keeps time), Priorities (a stream
+		// is FIFO), ArbitraryExtend (InProgress resets to AckWait),
+		// LateAck (the server may have redelivered to another handle),
+		// ReleaseKeepsAttempt (a Nak counts as a delivery).
+	}
+}
+
+func (h *jsHarness) CreateTopic(_ context.Context, topic string) error {
+	return h.bus.CreateTopic(topic)
+}
+
+func (h *jsHarness) Publish(ctx context.Context, topic, payload string) error {
+	_, err := jetstream.Publish(ctx, h.bus, topic, payload)
+	return err
+}
+
+func (h *jsHarness) Subscribe(ctx context.Context, topic, name string, o sourcetest.SubscribeOptions) (sourcetest.Subscription, error) {
+	return jetstream.Subscribe[string](ctx, h.bus, topic, name,
+		jetstream.WithVisibilityTimeout(o.VisibilityTimeout),
+		jetstream.WithMaxAttempts(o.MaxAttempts),
+		jetstream.WithRetry(o.Retry()),
+		jetstream.WithPollSlice(50*time.Millisecond))
+}
+
+func (h *jsHarness) DeadLetters(ctx context.Context, sub sourcetest.Subscription, n int) ([]sourcetest.DeadLetter, error) {
+	s, ok := sub.(*jetstream.Subscription[string])
+	if !ok {
+		return nil, fmt.Errorf("not a jetstream subscription: %T", sub)
+	}
+	dls, err := jetstream.FetchDeadLetters[string](ctx, h.bus, s.Topic(), s.Name(), n)
+	out := make([]sourcetest.DeadLetter, 0, len(dls))
+	for _, dl := range dls {
+		out = append(out, sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+	}
+	return out, err
+}
+
+func (h *jsHarness) Advance(time.Duration) error { return sourcetest.ErrCannotAdvance }
+
+func (h *jsHarness) AwaitParked(context.Context, sourcetest.Subscription, int) error {
+	return sourcetest.ErrCannotAdvance
+}
+
+func (h *jsHarness) Close() error { return nil }
+
+func TestConformance(t *testing.T) {
+	srv := startServer(t, t.TempDir(), -1)
+	nc := connect(t, srv.srv.ClientURL())
+	bus := open(t, nc, jetstream.WithMemoryStorage())
+	sourcetest.Run(t, &jsHarness{bus: bus, unit: 150 * time.Millisecond})
+}

@@ -1,0 +1,73 @@
+// Package jetstream runs leasebus subscriptions on NATS JetStream: the same
+// worker code (package poller, or a hand-written Poll/Ack loop) on a
+// server that outlives the process and spreads the work over many.
+//
+// A Subscription[T] satisfies poller.Source[T] and poller.Rejecter, and
+// passes the backend conformance suite (package poller/sourcetest), with
+// the differences below declared as capabilities it lacks.
+//
+// # Mapping
+//
+//   - Bus (Open): one stream (default "LEASEBUS") with interest retention
+//     holds every topic, so each subscription of a topic gets every
+//     message and a message is removed once every subscription settled
+//     it; a second stream ("LEASEBUS_DLQ", limits retention) holds the
+//     dead letters.
+//   - topic T: the subject PREFIX.topic.T (default prefix "leasebus").
+//   - subscription S of T: the durable pull consumer "T_S", filtered on
+//     T's subject, explicit ack, AckWait = the visibility timeout,
+//     MaxDeliver = the maximum attempts, MaxAckPending = the in-flight
+//     cap, DeliverPolicy new (it sees what is published after it exists).
+//     Several Subscription handles on one durable compete for its
+//     messages.
+//   - Poll(ctx, n): Fetch of up to n with a bounded wait (the poll slice,
+//     200ms by default), in a loop that checks ctx and Close between
+//     fetches, until at least one message arrives.
+//   - lease ID: lease.NewID(scope, stream sequence, NumDelivered), scope a
+//     hash of the stream and consumer names; each handle keeps a map of
+//     the leases it holds.
+//   - Attempt: NumDelivered.
+//   - Ack: a double ack (the server confirms it). Not held (unknown, or
+//     acked before): an error matching queue.ErrLeaseNotFound; a lease
+//     whose message this handle has seen delivered again:
+//     queue.ErrLeaseExpired.
+//   - Nack(id, d): NakWithDelay(d) (Nak for 0). Fail(id, err):
+//     NakWithDelay(RetryPolicy.Delay(attempt)).
+//   - Extend: InProgress, which resets the server's timer to the full
+//     AckWait whatever timeout is asked for.
+//   - Release: Nak without delay; JetStream counts it as a delivery.
+//   - Reject, and Nack or Fail on the last allowed attempt: the message is
+//     copied to PREFIX.dlq.T.S with its reason, attempts, last error,
+//     subscription, topic and stream sequence in headers, then terminated
+//     (Term).
+//   - A last lease that expires (or is released): the server publishes
+//     the $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES advisory; one handle
+//     of the subscription (a queue group) takes the payload from the lease
+//     it holds or from the stream by sequence, and copies it to the
+//     dead-letter subject (last error "lease expired").
+//   - Dead-letter copies carry a Nats-Msg-Id made of the consumer and the
+//     stream sequence, so a copy made twice (a retry, or both paths) is
+//     stored once within the dead-letter stream's duplicate window.
+//   - FetchDeadLetters reads a subscription's dead letters back as
+//     queue.DeadLetter values.
+//
+// # Differences from the in-memory broker
+//
+//   - Time is the server's: there is no injectable clock, and deadlines
+//     (Delivery.Deadline) are the client's estimate, receipt + AckWait.
+//   - Extend always extends by the visibility timeout.
+//   - Release spends an attempt.
+//   - No priorities, ordering keys, filters, TTL, overflow policies or
+//     redrive (JetStream has its own limits and republishing for those).
+//   - A late Ack (after the deadline) is sent, and may succeed, but the
+//     message may already be with another handle: do not count on it.
+//   - ErrLeaseExpired for a superseded lease is known only to the handle
+//     that saw the redelivery; another handle's lease reads as not found.
+//   - Dead-lettering of an expired last lease depends on the advisory: if
+//     no handle of the subscription is connected when the server sends it,
+//     the message is not delivered again but no dead letter is written.
+//   - Publish to a topic with no subscription stores nothing (interest
+//     retention), as in the broker.
+//   - Durable: the streams and consumers survive a server restart (file
+//     storage, the default).
+package jetstream

@@ -1,0 +1,81 @@
+package jetstream_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/leasebus/leasebus/jetstream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// The nats client's and server's process-wide helpers.
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats-server/v2/server.(*Server).logRejectedTLSConns"),
+	)
+}
+
+// hangGuard bounds every wait, so that a bug fails a test rather than
+// hanging it. It is never a timing assertion.
+const hangGuard = 30 * time.Second
+
+// embedded is a nats-server with JetStream, in process, storing in dir.
+type embedded struct {
+	srv  *server.Server
+	dir  string
+	port int
+}
+
+// startServer starts an embedded server with JetStream on dir and port (-1:
+// a random one), and shuts it down when the test ends.
+func startServer(tb testing.TB, dir string, port int) *embedded {
+	tb.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		tb.Fatalf("nats server: %v", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(hangGuard) {
+		s.Shutdown()
+		tb.Fatal("nats server not ready")
+	}
+	e := &embedded{srv: s, dir: dir, port: s.Addr().(*net.TCPAddr).Port}
+	tb.Cleanup(e.stop)
+	return e
+}
+
+func (e *embedded) stop() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}
+
+// connect connects to e, reconnecting for ever, and closes the
+// connection when the test ends.
+func connect(tb testing.TB, url string) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// open opens a bus on nc.
+func open(tb testing.TB, nc *nats.Conn, opts ...jetstream.Option) *jetstream.Bus {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	b, err := jetstream.Open(ctx, nc, opts...)
+	if err != nil {
+		tb.Fatalf("open: %v", err)
+	}
+	return b
+}

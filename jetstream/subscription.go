@@ -1,0 +1,677 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/poller"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Defaults of the subscribe options.
+const (
+	DefaultVisibilityTimeout = 30 * time.Second
+	DefaultMaxAttempts       = 5
+	DefaultMaxInFlight       = 1000
+	DefaultPollSlice         = 200 * time.Millisecond
+	DefaultSettleTimeout     = 5 * time.Second
+)
+
+// errExpiredText is what a dead letter records when its last lease
+// expired (as in the in-memory broker).
+const errExpiredText = "lease expired"
+
+// SubscribeOption configures Subscribe.
+type SubscribeOption func(*subConfig)
+
+type subConfig struct {
+	vis           time.Duration
+	maxAttempts   int
+	retry         queue.RetryPolicy
+	maxInFlight   int
+	pollSlice     time.Duration
+	settleTimeout time.Duration
+	codec         any
+	err           error
+}
+
+func (c *subConfig) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func newSubConfig(opts []SubscribeOption) (subConfig, error) {
+	c := subConfig{
+		vis: DefaultVisibilityTimeout, maxAttempts: DefaultMaxAttempts, maxInFlight: DefaultMaxInFlight,
+		pollSlice: DefaultPollSlice, settleTimeout: DefaultSettleTimeout,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c, c.err
+}
+
+// WithVisibilityTimeout sets the lease each delivery gets: the consumer's
+// AckWait (default 30s).
+func WithVisibilityTimeout(d time.Duration) SubscribeOption {
+	return func(c *subConfig) {
+		if d <= 0 {
+			c.fail(queue.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
+		}
+		c.vis = d
+	}
+}
+
+// WithMaxAttempts sets how many deliveries a message gets before it is
+// dead-lettered: the consumer's MaxDeliver (default 5;
+// queue.UnlimitedAttempts for no limit).
+func WithMaxAttempts(n int) SubscribeOption {
+	return func(c *subConfig) {
+		if n < 1 && n != queue.UnlimitedAttempts {
+			c.fail(queue.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
+		}
+		c.maxAttempts = n
+	}
+}
+
+// WithRetry sets the backoff of Fail (default: the zero queue.RetryPolicy,
+// 1s doubling to 1m).
+func WithRetry(p queue.RetryPolicy) SubscribeOption {
+	return func(c *subConfig) {
+		if err := p.Validate(); err != nil {
+			c.fail(err)
+		}
+		c.retry = p
+	}
+}
+
+// WithMaxInFlight caps the leases held at once across every handle of the
+// subscription: the consumer's MaxAckPending (default 1000).
+func WithMaxInFlight(n int) SubscribeOption {
+	return func(c *subConfig) {
+		if n < 1 {
+			c.fail(queue.Invalid("WithMaxInFlight: %d, must be >= 1", n))
+		}
+		c.maxInFlight = n
+	}
+}
+
+// WithPollSlice sets how long one pull request waits on the server before
+// Poll checks its context and Close again (default 200ms): the most a
+// cancelled Poll takes to return.
+func WithPollSlice(d time.Duration) SubscribeOption {
+	return func(c *subConfig) {
+		if d <= 0 {
+			c.fail(queue.Invalid("WithPollSlice: %v, must be > 0", d))
+		}
+		c.pollSlice = d
+	}
+}
+
+// WithSettleTimeout bounds the round trips of Ack and of dead-lettering
+// (default 5s).
+func WithSettleTimeout(d time.Duration) SubscribeOption {
+	return func(c *subConfig) {
+		if d <= 0 {
+			c.fail(queue.Invalid("WithSettleTimeout: %v, must be > 0", d))
+		}
+		c.settleTimeout = d
+	}
+}
+
+// WithCodec decodes payloads with c instead of DefaultCodec.
+func WithCodec[T any](c Codec[T]) SubscribeOption {
+	return func(s *subConfig) { s.codec = c }
+}
+
+// Subscription is one handle on a durable pull consumer: the subscription
+// name of a topic. Several handles (in one process or many) on the same
+// subscription compete for its messages. It satisfies poller.Source[T] and
+// poller.Rejecter. Its methods are safe for concurrent use.
+type Subscription[T any] struct {
+	bus     *Bus
+	topic   string
+	name    string
+	durable string
+	cons    js.Consumer
+	codec   Codec[T]
+	cfg     subConfig
+	scope   uint64 // the scope of the lease ids this handle mints
+
+	closed    chan struct{} // closed by Close
+	closeOnce sync.Once
+	adv       *nats.Subscription // max-deliveries advisories
+	advCh     chan *nats.Msg
+	wg        sync.WaitGroup // the advisory goroutine
+
+	mu     sync.Mutex            // guards everything below
+	held   map[lease.ID]*heldMsg // the leases this handle holds
+	latest map[uint64]uint32     // stream seq → the latest delivery this handle saw, until settled
+}
+
+// heldMsg is one lease held: the message and its lease.
+type heldMsg struct {
+	msg      js.Msg
+	seq      uint64
+	attempt  int
+	deadline time.Time
+}
+
+var (
+	_ poller.Source[string] = (*Subscription[string])(nil)
+	_ poller.Rejecter       = (*Subscription[string])(nil)
+)
+
+// Subscribe opens (creating or updating) the subscription name of topic:
+// a durable pull consumer of the topic's subject, named "TOPIC_NAME", with
+// explicit acks, AckWait = the visibility timeout, MaxDeliver = the
+// maximum attempts and MaxAckPending = the in-flight cap. A new
+// subscription receives the messages published after it is created. It
+// also listens (in a queue group, so one handle of the subscription
+// handles each) for the server's max-deliveries advisories, to
+// dead-letter messages whose last lease expired.
+func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...SubscribeOption) (*Subscription[T], error) {
+	if err := validToken("topic", topic); err != nil {
+		return nil, err
+	}
+	if err := validToken("subscription", name); err != nil {
+		return nil, err
+	}
+	cfg, err := newSubConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	codec, ok := codecFor[T](cfg.codec)
+	if !ok {
+		return nil, queue.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
+	}
+	durable := topic + "_" + name
+	maxDeliver := cfg.maxAttempts
+	if maxDeliver == queue.UnlimitedAttempts {
+		maxDeliver = -1
+	}
+	cons, err := b.stream.CreateOrUpdateConsumer(ctx, js.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: b.Subject(topic),
+		AckPolicy:     js.AckExplicitPolicy,
+		AckWait:       cfg.vis,
+		MaxDeliver:    maxDeliver,
+		MaxAckPending: cfg.maxInFlight,
+		DeliverPolicy: js.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte(b.cfg.stream + "/" + durable))
+	scope := h.Sum64() | 1 // never 0
+	s := &Subscription[T]{
+		bus: b, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
+		closed: make(chan struct{}),
+		advCh:  make(chan *nats.Msg, 64),
+		held:   make(map[lease.ID]*heldMsg),
+		latest: make(map[uint64]uint32),
+	}
+	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + b.cfg.stream + "." + durable
+	s.adv, err = b.nc.ChanQueueSubscribe(subj, durable, s.advCh)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
+	}
+	if err := b.nc.Flush(); err != nil {
+		s.adv.Unsubscribe()
+		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
+	}
+	s.wg.Add(1)
+	go s.advisories()
+	return s, nil
+}
+
+// Topic returns the subscription's topic.
+func (s *Subscription[T]) Topic() string { return s.topic }
+
+// Name returns the subscription's name.
+func (s *Subscription[T]) Name() string { return s.name }
+
+// Consumer returns the durable consumer behind the subscription.
+func (s *Subscription[T]) Consumer() js.Consumer { return s.cons }
+
+func (s *Subscription[T]) isClosed() bool {
+	select {
+	case <-s.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Subscription[T]) errClosed(op string) error {
+	return fmt.Errorf("%s on %s/%s: %w", op, s.topic, s.name, queue.ErrClosed)
+}
+
+// Poll leases up to n messages, waiting until at least one arrives, ctx
+// is done (its error is returned) or the handle is closed (an error
+// matching queue.ErrClosed). It pulls with requests that wait at most the
+// poll slice on the server, checking ctx and Close between them, so a
+// pull is never abandoned with messages on their way. A message whose
+// payload cannot be decoded is dead-lettered (ReasonRejected) and not
+// returned.
+func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
+	if n < 1 {
+		return nil, queue.Invalid("Poll: n = %d, must be >= 1", n)
+	}
+	for {
+		if s.isClosed() {
+			return nil, s.errClosed("poll")
+		}
+		wait, err := slice(ctx, s.cfg.pollSlice)
+		if err != nil {
+			return nil, err
+		}
+		batch, err := s.cons.Fetch(n, js.FetchMaxWait(wait))
+		if err != nil {
+			return nil, fmt.Errorf("poll %s/%s: %w", s.topic, s.name, err)
+		}
+		var out []queue.Delivery[T]
+		for m := range batch.Messages() {
+			if d, ok := s.lease(m); ok {
+				out = append(out, d)
+			}
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, js.ErrNoMessages) {
+			return nil, fmt.Errorf("poll %s/%s: %w", s.topic, s.name, err)
+		}
+	}
+}
+
+// lease records a fetched message as held and returns its delivery.
+func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
+	now := time.Now()
+	md, err := m.Metadata()
+	if err != nil {
+		m.Term() // not a JetStream message: nothing to redeliver
+		return queue.Delivery[T]{}, false
+	}
+	seq, dc := md.Sequence.Stream, uint32(md.NumDelivered)
+	payload, err := s.codec.Decode(m.Data())
+	hm := &heldMsg{msg: m, seq: seq, attempt: int(dc), deadline: now.Add(s.cfg.vis)}
+	if err != nil {
+		s.deadLetter(hm, queue.ReasonRejected, "decode: "+err.Error())
+		return queue.Delivery[T]{}, false
+	}
+	id := lease.NewID(s.scope, seq, dc)
+	s.mu.Lock()
+	if prev, ok := s.latest[seq]; ok {
+		delete(s.held, lease.NewID(s.scope, seq, prev)) // superseded
+	}
+	s.latest[seq] = dc
+	s.held[id] = hm
+	s.sweepLocked(now)
+	s.mu.Unlock()
+	h := m.Headers()
+	mid, _ := uuid.Parse(h.Get(HeaderID))
+	return queue.Delivery[T]{
+		Message: queue.Message[T]{
+			ID: mid, Topic: s.topic, Payload: payload, Headers: userHeaders(h), PublishedAt: md.Timestamp,
+		},
+		LeaseID:  id,
+		Attempt:  int(dc),
+		Deadline: hm.deadline,
+	}, true
+}
+
+// sweepLocked forgets leases whose deadline passed more than a visibility
+// timeout ago: their messages went back to the server long since.
+func (s *Subscription[T]) sweepLocked(now time.Time) {
+	for id, h := range s.held {
+		if now.Sub(h.deadline) > s.cfg.vis {
+			delete(s.held, id)
+			if s.latest[h.seq] == id.Delivery() {
+				delete(s.latest, h.seq)
+			}
+		}
+	}
+}
+
+// unknownLocked is the error for a lease this handle does not hold.
+func (s *Subscription[T]) unknownLocked(op string, id lease.ID) error {
+	if id.Scope() == s.scope {
+		if d, ok := s.latest[id.Seq()]; ok && d > id.Delivery() {
+			return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
+		}
+	}
+	return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
+}
+
+// take removes a held lease for settling. live requires now < deadline
+// (else ErrLeaseExpired, and the lease stays held).
+func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, error) {
+	if s.isClosed() {
+		return nil, s.errClosed(op)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[id]
+	if !ok {
+		return nil, s.unknownLocked(op, id)
+	}
+	if live && !time.Now().Before(h.deadline) {
+		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
+	}
+	delete(s.held, id)
+	return h, nil
+}
+
+// forget drops the record of seq once its message is settled for good.
+func (s *Subscription[T]) forget(id lease.ID) {
+	s.mu.Lock()
+	if s.latest[id.Seq()] == id.Delivery() {
+		delete(s.latest, id.Seq())
+	}
+	s.mu.Unlock()
+}
+
+// putBack holds a lease again after a settling call failed, unless the
+// message was delivered again meanwhile.
+func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
+	s.mu.Lock()
+	if s.latest[id.Seq()] == id.Delivery() {
+		s.held[id] = h
+	}
+	s.mu.Unlock()
+}
+
+// Ack acks the message and waits for the server to confirm it (a double
+// ack, bounded by the settle timeout), so a nil error means the message
+// will not be delivered again. It works after the deadline too, as long as
+// this handle has not seen the message delivered again — but the server
+// may by then have handed it to another handle, and a confirmed late ack
+// then still stands; an Ack whose message this handle saw delivered again
+// returns ErrLeaseExpired. A lease not held (never issued, already acked)
+// returns ErrLeaseNotFound.
+func (s *Subscription[T]) Ack(id lease.ID) error {
+	h, err := s.take("ack", id, false)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
+	defer cancel()
+	if err := h.msg.DoubleAck(ctx); err != nil {
+		s.putBack(id, h)
+		return fmt.Errorf("ack %v: %w", id, err)
+	}
+	s.forget(id)
+	return nil
+}
+
+// Nack fails the attempt: the message is delivered again after delay
+// (NakWithDelay). On the last allowed attempt it is dead-lettered
+// (ReasonMaxAttempts) and terminated. It needs a live lease.
+func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error {
+	if delay < 0 {
+		return queue.Invalid("Nack: delay %v, must be >= 0", delay)
+	}
+	return s.fail("nack", id, delay, "nacked")
+}
+
+// Fail fails the attempt with cause: the message is delivered again after
+// the retry policy's delay for this attempt; on the last allowed attempt
+// it is dead-lettered with cause as its LastError, and terminated. It
+// needs a live lease.
+func (s *Subscription[T]) Fail(id lease.ID, cause error) error {
+	text := "failed"
+	if cause != nil {
+		text = cause.Error()
+	}
+	h, err := s.peekAttempt(id)
+	if err != nil {
+		return s.fail("fail", id, 0, text) // reports the error
+	}
+	return s.fail("fail", id, s.cfg.retry.Delay(h), text)
+}
+
+// peekAttempt returns the attempt of a held lease.
+func (s *Subscription[T]) peekAttempt(id lease.ID) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.held[id]
+	if !ok {
+		return 0, queue.ErrLeaseNotFound
+	}
+	return h.attempt, nil
+}
+
+func (s *Subscription[T]) fail(op string, id lease.ID, delay time.Duration, cause string) error {
+	h, err := s.take(op, id, true)
+	if err != nil {
+		return err
+	}
+	if s.cfg.maxAttempts != queue.UnlimitedAttempts && h.attempt >= s.cfg.maxAttempts {
+		if err := s.deadLetter(h, queue.ReasonMaxAttempts, cause); err != nil {
+			s.putBack(id, h)
+			return fmt.Errorf("%s %v: %w", op, id, err)
+		}
+		s.forget(id)
+		return nil
+	}
+	if delay > 0 {
+		err = h.msg.NakWithDelay(delay)
+	} else {
+		err = h.msg.Nak()
+	}
+	if err != nil {
+		s.putBack(id, h)
+		return fmt.Errorf("%s %v: %w", op, id, err)
+	}
+	return nil
+}
+
+// Reject dead-letters the message at once (ReasonRejected, cause as its
+// LastError) and terminates it. It needs a live lease.
+func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
+	h, err := s.take("reject", id, true)
+	if err != nil {
+		return err
+	}
+	text := "rejected"
+	if cause != nil {
+		text = cause.Error()
+	}
+	if err := s.deadLetter(h, queue.ReasonRejected, text); err != nil {
+		s.putBack(id, h)
+		return fmt.Errorf("reject %v: %w", id, err)
+	}
+	s.forget(id)
+	return nil
+}
+
+// Extend keeps the lease: JetStream's InProgress, which resets the
+// server's ack timer to the full AckWait. JetStream cannot set another
+// length, so whatever timeout (> 0) is asked for, the new deadline is now
+// + the visibility timeout. It needs a live lease.
+func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
+	if timeout <= 0 {
+		return queue.Invalid("Extend: timeout %v, must be > 0", timeout)
+	}
+	if s.isClosed() {
+		return s.errClosed("extend")
+	}
+	s.mu.Lock()
+	h, ok := s.held[id]
+	if !ok {
+		err := s.unknownLocked("extend", id)
+		s.mu.Unlock()
+		return err
+	}
+	now := time.Now()
+	if !now.Before(h.deadline) {
+		s.mu.Unlock()
+		return fmt.Errorf("extend %v: %w", id, queue.ErrLeaseExpired)
+	}
+	h.deadline = now.Add(s.cfg.vis)
+	s.mu.Unlock()
+	if err := h.msg.InProgress(); err != nil {
+		return fmt.Errorf("extend %v: %w", id, err)
+	}
+	return nil
+}
+
+// Release hands the message back for redelivery at once (Nak). Unlike the
+// in-memory broker, JetStream counts it as a delivery: the next Attempt is
+// one higher, and a Release on the last allowed attempt ends in the
+// max-deliveries advisory and a dead letter. It needs a live lease.
+func (s *Subscription[T]) Release(id lease.ID) error {
+	h, err := s.take("release", id, true)
+	if err != nil {
+		return err
+	}
+	if err := h.msg.Nak(); err != nil {
+		s.putBack(id, h)
+		return fmt.Errorf("release %v: %w", id, err)
+	}
+	return nil
+}
+
+// deadLetter copies the message to the dead-letter subject, with why in
+// its headers, then terminates it. The copy carries a Nats-Msg-Id made of
+// the consumer and stream sequence, so a second copy (a retry after a lost
+// reply, or the advisory path racing this one) is dropped by the
+// dead-letter stream's duplicate window.
+func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
+	defer cancel()
+	var published time.Time
+	if md, err := h.msg.Metadata(); err == nil {
+		published = md.Timestamp
+	}
+	if err := s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), published, reason, h.attempt, lastErr); err != nil {
+		return err
+	}
+	if err := h.msg.TermWithReason(reason.String()); err != nil {
+		return fmt.Errorf("term after dead-lettering: %w", err)
+	}
+	return nil
+}
+
+func (s *Subscription[T]) publishDeadLetter(ctx context.Context, seq uint64, data []byte, hdr nats.Header, published time.Time, reason queue.Reason, attempts int, lastErr string) error {
+	m := nats.NewMsg(s.bus.DeadLetterSubject(s.topic, s.name))
+	m.Data = data
+	for k, vs := range hdr {
+		if !isReserved(k) {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(HeaderReason, reason.String())
+	m.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
+	m.Header.Set(HeaderLastError, lastErr)
+	m.Header.Set(HeaderSubscription, s.name)
+	m.Header.Set(HeaderTopic, s.topic)
+	m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+	if !published.IsZero() {
+		m.Header.Set(HeaderPublishedAt, published.Format(time.RFC3339Nano))
+	}
+	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("dl.%s.%s.%d", s.bus.cfg.stream, s.durable, seq))
+	if _, err := s.bus.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dead-letter %s/%s seq %d: %w", s.topic, s.name, seq, err)
+	}
+	return nil
+}
+
+// maxDeliveries is the payload of the server's max-deliveries advisory.
+type maxDeliveries struct {
+	StreamSeq  uint64 `json:"stream_seq"`
+	Deliveries uint64 `json:"deliveries"`
+}
+
+// advisories dead-letters the messages the server gave up on after their
+// last lease expired (or was released). It runs until Close.
+func (s *Subscription[T]) advisories() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case m := <-s.advCh:
+			var a maxDeliveries
+			if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
+				continue
+			}
+			s.onMaxDeliveries(a)
+		}
+	}
+}
+
+func (s *Subscription[T]) onMaxDeliveries(a maxDeliveries) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
+	defer cancel()
+	// The payload: from the lease this handle holds, else from the stream.
+	var (
+		data      []byte
+		hdr       nats.Header
+		published time.Time
+	)
+	s.mu.Lock()
+	if d, ok := s.latest[a.StreamSeq]; ok {
+		id := lease.NewID(s.scope, a.StreamSeq, d)
+		if h, ok := s.held[id]; ok {
+			data, hdr = h.msg.Data(), h.msg.Headers()
+			if md, err := h.msg.Metadata(); err == nil {
+				published = md.Timestamp
+			}
+			delete(s.held, id)
+		}
+		delete(s.latest, a.StreamSeq)
+	}
+	s.mu.Unlock()
+	if data == nil {
+		raw, err := s.bus.stream.GetMsg(ctx, a.StreamSeq)
+		if err != nil {
+			// The message is gone from the stream: record the dead
+			// letter without its payload rather than lose it silently.
+			hdr = nats.Header{HeaderLastError: []string{"payload unavailable: " + err.Error()}}
+		} else {
+			data, hdr, published = raw.Data, raw.Header, raw.Time
+		}
+	}
+	// Best effort: on failure the advisory is not redelivered; the
+	// message stays in the stream, and is not delivered again.
+	_ = s.publishDeadLetter(ctx, a.StreamSeq, data, hdr, published, queue.ReasonMaxAttempts, int(a.Deliveries), errExpiredText)
+}
+
+// Close closes this handle: Polls return errors matching queue.ErrClosed
+// (a blocked one within the poll slice), and so do later calls. The
+// subscription (the durable consumer) stays, with its messages; leases
+// this handle held lapse after the visibility timeout and their messages
+// are delivered again. Close is idempotent.
+func (s *Subscription[T]) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.adv.Unsubscribe()
+		s.wg.Wait()
+	})
+	return nil
+}
+
+// Delete closes the handle and deletes the subscription (its durable
+// consumer) from the server; its messages are gone with it.
+func (s *Subscription[T]) Delete(ctx context.Context) error {
+	s.Close()
+	if err := s.bus.stream.DeleteConsumer(ctx, s.durable); err != nil {
+		return fmt.Errorf("delete %s/%s: %w", s.topic, s.name, err)
+	}
+	return nil
+}

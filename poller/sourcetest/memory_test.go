@@ -1,0 +1,112 @@
+package sourcetest_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.uber.org/goleak"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/poller"
+	"github.com/leasebus/leasebus/poller/sourcetest"
+	"github.com/leasebus/leasebus/queue"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memHarness runs the suite against the in-memory broker on a mock clock.
+type memHarness struct {
+	b    *broker.Broker[string]
+	mock *clock.Mock
+}
+
+// memSub is a broker subscription that closes by unsubscribing.
+type memSub struct {
+	*broker.Subscription[string]
+	b *broker.Broker[string]
+}
+
+func (s memSub) Close() error { return s.b.Unsubscribe(s.Topic(), s.Name()) }
+
+var (
+	_ poller.Source[string]        = memSub{}
+	_ poller.Rejecter              = memSub{}
+	_ sourcetest.PriorityPublisher = (*memHarness)(nil)
+)
+
+func (h *memHarness) Capabilities() sourcetest.Capabilities {
+	return sourcetest.Capabilities{
+		Unit:                time.Second,
+		FakeClock:           true,
+		Priorities:          true,
+		StaleAck:            true,
+		ArbitraryExtend:     true,
+		LateAck:             true,
+		ReleaseKeepsAttempt: true,
+	}
+}
+
+func (h *memHarness) CreateTopic(_ context.Context, topic string) error {
+	return h.b.CreateTopic(topic)
+}
+
+func (h *memHarness) Publish(ctx context.Context, topic, payload string) error {
+	_, err := h.b.Publish(ctx, topic, payload)
+	return err
+}
+
+func (h *memHarness) PublishPriority(ctx context.Context, topic, payload string, p queue.Priority) error {
+	_, err := h.b.Publish(ctx, topic, payload, broker.WithPriority(p))
+	return err
+}
+
+func (h *memHarness) Subscribe(_ context.Context, topic, name string, o sourcetest.SubscribeOptions) (sourcetest.Subscription, error) {
+	s, err := h.b.Subscribe(topic, name,
+		broker.WithVisibilityTimeout(o.VisibilityTimeout),
+		broker.WithMaxAttempts(o.MaxAttempts),
+		broker.WithRetry(o.Retry()))
+	if err != nil {
+		return nil, err
+	}
+	return memSub{s, h.b}, nil
+}
+
+// DeadLetters reads the broker's store: on a mock clock every dead letter
+// due is there at once (expiry is settled lazily, on the call).
+func (h *memHarness) DeadLetters(_ context.Context, sub sourcetest.Subscription, _ int) ([]sourcetest.DeadLetter, error) {
+	s, ok := sub.(memSub)
+	if !ok {
+		return nil, fmt.Errorf("not a memSub: %T", sub)
+	}
+	var out []sourcetest.DeadLetter
+	for _, dl := range h.b.DeadLetters() {
+		if dl.Message.Topic == s.Topic() && dl.Subscription == s.Name() {
+			out = append(out, sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+		}
+	}
+	return out, nil
+}
+
+func (h *memHarness) Advance(d time.Duration) error {
+	h.mock.Add(d)
+	return nil
+}
+
+func (h *memHarness) AwaitParked(ctx context.Context, sub sourcetest.Subscription, n int) error {
+	s, ok := sub.(memSub)
+	if !ok {
+		return fmt.Errorf("not a memSub: %T", sub)
+	}
+	return s.AwaitParked(ctx, n)
+}
+
+func (h *memHarness) Close() error { return h.b.Close() }
+
+func TestInMemoryBroker(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	sourcetest.Run(t, &memHarness{b: b, mock: mock})
+}
