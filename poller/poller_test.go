@@ -879,3 +879,29 @@ func (s *fakeSource) Poll(ctx context.Context, n int) ([]queue.Delivery[string],
 }
 
 func (s *fakeSource) Ack(id lease.ID) error { s.acked <- id; return nil }
+
+func TestIdempotentWithNilArgumentsIsAnInvalidHandler(t *testing.T) {
+	ded, err := queue.NewDeduper(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New[string]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.CreateTopic("t")
+	sub, err := b.Subscribe("t", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := func(context.Context, queue.Delivery[string]) error { return nil }
+	for name, h := range map[string]poller.Handler[string]{
+		"nil deduper": poller.Idempotent[string](nil, ok),
+		"nil handler": poller.Idempotent[string](ded, nil),
+	} {
+		if _, err := poller.New(sub, h); !errors.Is(err, queue.ErrInvalidArgument) {
+			t.Errorf("%s: New = %v, want ErrInvalidArgument", name, err)
+		}
+	}
+}

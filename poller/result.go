@@ -100,10 +100,11 @@ var errGoexit = errors.New("poller: handler called runtime.Goexit")
 // lost, for example because the lease lapsed) returns nil at once. A
 // message being processed by another worker right now makes it return
 // queue.ErrInProgress, which fails the attempt: by the next delivery the
-// first one has finished. It panics if d or h is nil.
+// first one has finished. If d or h is nil it returns nil, which New
+// reports as an invalid argument (a nil handler).
 func Idempotent[T any](d *queue.Deduper, h Handler[T]) Handler[T] {
 	if d == nil || h == nil {
-		panic("poller: Idempotent with a nil Deduper or Handler")
+		return nil
 	}
 	return func(ctx context.Context, dl queue.Delivery[T]) error {
 		_, err := d.Do(dl.ID, func() error { return h(ctx, dl) })
