@@ -590,3 +590,38 @@ func TestRunsInSynctest(t *testing.T) {
 }
 
 func lease0() lease.ID { return lease.ID{} }
+
+// TestAwaitParkedAfterPublishWaitsForThePollerToParkAgain: a publish wakes
+// the parked poller, which stops counting at once, so AwaitParked right
+// after it returns only once the poller has taken the message and parked
+// again.
+func TestAwaitParkedAfterPublishWaitsForThePollerToParkAgain(t *testing.T) {
+	b, _ := brokertest.New[int](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	got := make(chan int, 100)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			ds, err := s.Poll(ctx, 1)
+			if err != nil {
+				return
+			}
+			got <- ds[0].Payload
+		}
+	}()
+	for i := range 50 {
+		brokertest.AwaitParked(t, s, 1)
+		brokertest.Publish(t, b, "t", i)
+		assert.Equal(t, 0, s.Parked(), "the publish woke the poller")
+		brokertest.AwaitParked(t, s, 1)
+		select {
+		case v := <-got:
+			require.Equal(t, i, v)
+		default:
+			t.Fatalf("AwaitParked returned before the poller took message %d", i)
+		}
+	}
+	require.NoError(t, b.Close())
+	<-done
+}

@@ -355,7 +355,11 @@ func (q *Queue[T]) wait(ctx context.Context, wake chan struct{}, next time.Time,
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
-	q.setParkedLocked(-1)
+	select {
+	case <-wake: // wakeLocked uncounted every parked poller when it closed wake
+	default:
+		q.setParkedLocked(-1)
+	}
 	q.mu.Unlock()
 	return ctx.Err()
 }
@@ -369,6 +373,8 @@ func (q *Queue[T]) setParkedLocked(delta int) {
 }
 
 // Parked returns how many Poll calls are waiting now, their timers armed.
+// A poller stops counting the moment a publish, nack or close wakes it; one
+// woken by its timer stops counting when it runs again.
 func (q *Queue[T]) Parked() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -921,11 +927,17 @@ func (q *Queue[T]) recycleLocked(e *entry[T]) {
 	q.wakeLocked() // MaxInFlight room, or a state change a poller must see
 }
 
-// wakeLocked wakes every waiting Poll so it looks again.
+// wakeLocked wakes every waiting Poll so it looks again. The parked ones
+// all wait on this channel, so none of them is parked any more: they stop
+// counting now, not when they get the lock back, so that AwaitParked right
+// after a publish waits for them to park again.
 func (q *Queue[T]) wakeLocked() {
 	if q.wake != nil {
 		close(q.wake)
 		q.wake = nil
+		if q.parked > 0 {
+			q.setParkedLocked(-q.parked)
+		}
 	}
 }
 
