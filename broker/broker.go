@@ -28,9 +28,13 @@ import (
 // errors.Is). Invalid arguments match queue.ErrInvalidArgument, and calls
 // after Close match queue.ErrClosed.
 var (
-	ErrTopicNotFound        = errors.New("broker: topic not found")
+	// ErrTopicNotFound: no topic has that name (Publish, Subscribe, DeleteTopic, …).
+	ErrTopicNotFound = errors.New("broker: topic not found")
+	// ErrSubscriptionNotFound: the topic (or pattern) has no subscription of that name.
 	ErrSubscriptionNotFound = errors.New("broker: subscription not found")
-	ErrAlreadySubscribed    = errors.New("broker: already subscribed")
+	// ErrAlreadySubscribed: Subscribe with a (topic, name) that exists; use
+	// Broker.Subscription to share it between competing consumers.
+	ErrAlreadySubscribed = errors.New("broker: already subscribed")
 )
 
 // Broker is an in-process publish/subscribe broker whose subscriptions are
