@@ -346,8 +346,9 @@ func WithTTL(d time.Duration) PublishOption {
 // JetStream Nats-Msg-Id): a second publish with the same id on the same
 // topic within the dedup window (WithDedupWindow, from the first publish)
 // is accepted and dropped, and returns the original message. A publish
-// that returns an error records nothing, so it can be retried. id must not
-// be empty.
+// that returns an error records nothing, so it can be retried. IDs are
+// remembered per topic: deleting a topic forgets them. id must not be
+// empty.
 func WithDedupID(id string) PublishOption {
 	return PublishOption{kind: optDedup, text: id}
 }
