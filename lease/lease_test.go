@@ -163,12 +163,13 @@ func TestTableAgainstModel(t *testing.T) {
 		if tb.Len() != len(model) {
 			t.Fatalf("step %d: Len = %d, model %d", step, tb.Len(), len(model))
 		}
-		for i := 1; i < len(tb.heap.s); i++ {
-			if tb.heap.less(i, (i-1)/2) {
+		items := tb.heap.all()
+		for i := 1; i < len(items); i++ {
+			if itemLess(items[i], items[(i-1)/2]) {
 				t.Fatalf("step %d: heap invariant broken at %d", step, i)
 			}
-			if tb.heap.s[i].index != i {
-				t.Fatalf("step %d: index of item %d is %d", step, i, tb.heap.s[i].index)
+			if items[i].index != i {
+				t.Fatalf("step %d: index of item %d is %d", step, i, items[i].index)
 			}
 		}
 	}

@@ -99,7 +99,7 @@ func (t *Table[V]) PopExpired(now time.Time) (Lease, V, bool) {
 // order. The table must not be changed during the iteration.
 func (t *Table[V]) All() iter.Seq2[Lease, V] {
 	return func(yield func(Lease, V) bool) {
-		for _, it := range t.heap.s {
+		for _, it := range t.heap.all() {
 			if !yield(it.Lease, it.Value) {
 				return
 			}

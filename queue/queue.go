@@ -87,10 +87,10 @@ func (q *Queue[T]) resetLocked() {
 	q.nheld = 0
 	q.ready = ready[T]{}
 	for i := range q.ready.lanes {
-		q.ready.lanes[i].back.less = byPlace[T]
+		q.ready.lanes[i].back = newEntryHeap(byPlace[T], false)
 	}
-	q.delayed = entryHeap[T]{less: byVisibleAt[T]}
-	q.ttl = entryHeap[T]{less: byExpiry[T], ttl: true}
+	q.delayed = newEntryHeap(byVisibleAt[T], false)
+	q.ttl = newEntryHeap(byExpiry[T], true)
 	q.inflight.Clear()
 	q.keys = nil
 	q.heldBack = 0

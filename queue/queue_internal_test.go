@@ -132,7 +132,7 @@ func TestReadyOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r ready[int]
 	for i := range r.lanes {
-		r.lanes[i].back.less = byPlace[int]
+		r.lanes[i].back = newEntryHeap(byPlace[int], false)
 	}
 	var model []*entry[int]
 	place := uint64(0)

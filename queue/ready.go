@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -158,12 +159,18 @@ func (l *lane[T]) compact() {
 }
 
 // entryHeap is a min-heap of entries that keeps each entry's index, so any
-// entry is removed in O(log n). less orders it; the TTL heap keeps its
-// index in ttlIndex, the others in index.
+// entry is removed in O(log n). The TTL heap keeps its index in ttlIndex,
+// the others in index.
 type entryHeap[T any] struct {
-	s    []*entry[T]
-	less func(a, b *entry[T]) bool
-	ttl  bool
+	h minheap.Heap[*entry[T]]
+}
+
+func newEntryHeap[T any](less func(a, b *entry[T]) bool, ttl bool) entryHeap[T] {
+	setIndex := func(e *entry[T], i int) { e.index = i }
+	if ttl {
+		setIndex = func(e *entry[T], i int) { e.ttlIndex = i }
+	}
+	return entryHeap[T]{h: minheap.Heap[*entry[T]]{Less: less, SetIndex: setIndex}}
 }
 
 func byPlace[T any](a, b *entry[T]) bool { return a.place < b.place }
@@ -182,73 +189,10 @@ func byExpiry[T any](a, b *entry[T]) bool {
 	return a.place < b.place
 }
 
-func (h *entryHeap[T]) pos(e *entry[T]) *int {
-	if h.ttl {
-		return &e.ttlIndex
-	}
-	return &e.index
-}
-
-func (h *entryHeap[T]) len() int { return len(h.s) }
-
-func (h *entryHeap[T]) top() *entry[T] { return h.s[0] }
-
-func (h *entryHeap[T]) push(e *entry[T]) {
-	*h.pos(e) = len(h.s)
-	h.s = append(h.s, e)
-	h.up(len(h.s) - 1)
-}
-
-func (h *entryHeap[T]) remove(i int) *entry[T] {
-	e := h.s[i]
-	last := len(h.s) - 1
-	if i != last {
-		h.swap(i, last)
-	}
-	h.s[last] = nil
-	h.s = h.s[:last]
-	if i != last && !h.down(i) {
-		h.up(i)
-	}
-	*h.pos(e) = -1
-	return e
-}
-
-func (h *entryHeap[T]) swap(i, j int) {
-	h.s[i], h.s[j] = h.s[j], h.s[i]
-	*h.pos(h.s[i]) = i
-	*h.pos(h.s[j]) = j
-}
-
-func (h *entryHeap[T]) up(j int) {
-	for j > 0 {
-		i := (j - 1) / 2
-		if !h.less(h.s[j], h.s[i]) {
-			break
-		}
-		h.swap(i, j)
-		j = i
-	}
-}
-
-func (h *entryHeap[T]) down(i0 int) bool {
-	i, n := i0, len(h.s)
-	for {
-		j := 2*i + 1
-		if j >= n {
-			break
-		}
-		if r := j + 1; r < n && h.less(h.s[r], h.s[j]) {
-			j = r
-		}
-		if !h.less(h.s[j], h.s[i]) {
-			break
-		}
-		h.swap(i, j)
-		i = j
-	}
-	return i > i0
-}
+func (h *entryHeap[T]) len() int               { return h.h.Len() }
+func (h *entryHeap[T]) top() *entry[T]         { return h.h.S[0] }
+func (h *entryHeap[T]) push(e *entry[T])       { h.h.Push(e) }
+func (h *entryHeap[T]) remove(i int) *entry[T] { return h.h.Remove(i) }
 
 // keyQueue holds one ordering key's messages: the head, the one message
 // of the key that may be delivered (it is ready, delayed or in flight), and
