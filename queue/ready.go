@@ -120,9 +120,15 @@ func (r *ready[T]) remove(e *entry[T]) {
 		l.back.remove(e.index)
 		return
 	}
-	// Only fresh entries live in a FIFO, and a fresh entry has no lease to
-	// settle, so no hot path comes here: a linear scan is enough.
-	for i := l.head; i < len(l.fifo); i++ {
+	// A FIFO entry leaves from the middle only when its TTL passes: with
+	// one TTL for all, messages expire in publish order, from the front.
+	if l.fifo[l.head] == e {
+		l.fifo[l.head] = nil
+		l.head++
+		l.compact()
+		return
+	}
+	for i := l.head + 1; i < len(l.fifo); i++ {
 		if l.fifo[i] == e {
 			copy(l.fifo[i:], l.fifo[i+1:])
 			l.fifo[len(l.fifo)-1] = nil
