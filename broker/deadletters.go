@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 
@@ -69,7 +70,7 @@ func (s *deadLetters[T]) take(id uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := s.items[s.head:]
-	i, ok := slices.BinarySearchFunc(live, id, func(it storedLetter[T], id uint64) int { return cmpU64(it.id, id) })
+	i, ok := slices.BinarySearchFunc(live, id, func(it storedLetter[T], id uint64) int { return cmp.Compare(it.id, id) })
 	if !ok {
 		return false
 	}
@@ -82,7 +83,7 @@ func (s *deadLetters[T]) putBack(it storedLetter[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := s.items[s.head:]
-	i, _ := slices.BinarySearchFunc(live, it.id, func(it storedLetter[T], id uint64) int { return cmpU64(it.id, id) })
+	i, _ := slices.BinarySearchFunc(live, it.id, func(it storedLetter[T], id uint64) int { return cmp.Compare(it.id, id) })
 	s.items = slices.Insert(s.items, s.head+i, it)
 	s.trimLocked()
 }
@@ -91,14 +92,4 @@ func (s *deadLetters[T]) stats() (held int, dropped uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.items) - s.head, s.dropped
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
