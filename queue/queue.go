@@ -8,6 +8,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ type Queue[T any] struct {
 	clock  clock.Clock
 	scope  uint64              // the scope of every lease ID this queue issues
 	onDead func(DeadLetter[T]) // receives dead letters, called outside the lock; may be nil
+	rec    Recorder[T]         // told of every change (durable mode); nil in memory
 
 	mu       sync.Mutex // guards everything below
 	closed   bool
@@ -50,6 +52,7 @@ type Queue[T any] struct {
 	nextSeq  uint64                  // the last place handed out
 	stats    Stats                   // the counters; Stats fills in the gauges
 	pending  []DeadLetter[T]         // dead letters to hand to onDead after unlocking
+	dirty    bool                    // something was recorded since the last unlock
 
 	wake   chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked int           // Polls waiting with their timer armed
@@ -101,7 +104,9 @@ func (q *Queue[T]) entryAt(slot uint32) *entry[T] { return &q.arena[slot/chunk][
 
 // OfferOption adjusts one Offer.
 type OfferOption struct {
-	ttl time.Duration
+	ttl      time.Duration
+	note     any
+	deferred bool // the caller commits the Recorder (WithDeferredCommit)
 }
 
 // WithTTL gives an offered message a time to live from its publish,
@@ -111,7 +116,11 @@ type OfferOption struct {
 func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
 
 // Config returns the queue's configuration with every default filled in.
-func (q *Queue[T]) Config() Config { return q.cfg }
+func (q *Queue[T]) Config() Config {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.cfg
+}
 
 // Offer adds m to the queue, visible after delay (0: at once). m is shared,
 // not copied: neither the caller nor the queue may change it afterwards.
@@ -126,12 +135,20 @@ func (q *Queue[T]) Config() Config { return q.cfg }
 // and a fan-out reads the clock once. A zero PublishedAt means the clock's
 // now.
 func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration, opts ...OfferOption) error {
-	ttl := q.cfg.TTL
+	var ttl time.Duration // 0: the queue's, read under the lock
+	var note any
+	deferred := false
 	for _, o := range opts {
-		if o.ttl <= 0 {
+		switch {
+		case o.deferred:
+			deferred = true
+		case o.note != nil:
+			note = o.note
+		case o.ttl <= 0:
 			return invalid("Offer: TTL = %v, must be > 0", o.ttl)
+		default:
+			ttl = o.ttl
 		}
-		ttl = o.ttl
 	}
 	switch {
 	case ctx == nil:
@@ -149,10 +166,12 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		if err != nil {
 			return err
 		}
+		if ttl == 0 {
+			ttl = q.cfg.TTL
+		}
 		if q.nheld < q.cfg.MaxQueue {
-			q.insertLocked(now, m, delay, ttl)
-			q.unlock()
-			return nil
+			q.insertLocked(now, m, delay, ttl, note)
+			return q.unlockOffer(deferred)
 		}
 		switch q.cfg.Overflow {
 		case OverflowReject:
@@ -162,14 +181,17 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		case OverflowDropOldest:
 			if e := q.ready.popOldestLowest(); e != nil {
 				q.stats.Dropped++
+				if q.rec != nil {
+					q.dirty = true
+					q.rec.Removed(e.msg)
+				}
 				q.finishLocked(now, e)
-				q.insertLocked(now, m, delay, ttl)
+				q.insertLocked(now, m, delay, ttl, note)
 			} else { // nothing visible to drop: the newcomer goes
 				q.stats.Published++
 				q.stats.Dropped++
 			}
-			q.unlock()
-			return nil
+			return q.unlockOffer(deferred)
 		case OverflowBlock:
 			if err := ctx.Err(); err != nil {
 				q.stats.Rejected++
@@ -191,14 +213,28 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			q.stats.Published++
 			q.stats.DeadLettered++
 			q.nextSeq++ // its place, had it fitted: a redrive puts it there
-			q.pending = append(q.pending, DeadLetter[T]{
+			dl := DeadLetter[T]{
 				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now,
 				origin: q.scope, place: q.nextSeq, ttl: ttl,
-			})
-			q.unlock()
-			return nil
+			}
+			q.pending = append(q.pending, dl)
+			if q.rec != nil {
+				q.dirty = true
+				q.rec.Offered(Entry[T]{Message: m, Place: dl.place, TTL: ttl}, note)
+				q.rec.DeadLettered(dl)
+			}
+			return q.unlockOffer(deferred)
 		}
 	}
+}
+
+// unlockOffer is unlock for Offer: with WithDeferredCommit it leaves the
+// Recorder's Commit to the caller.
+func (q *Queue[T]) unlockOffer(deferred bool) error {
+	if deferred {
+		q.dirty = false
+	}
+	return q.unlock()
 }
 
 // Redrive puts a dead letter back as a fresh message: attempts start again
@@ -215,9 +251,12 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 	if err != nil {
 		return err
 	}
-	defer q.unlock()
 	if q.nheld >= q.cfg.MaxQueue {
-		return fmt.Errorf("redrive to subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+		full := fmt.Errorf("redrive to subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+		if err := q.unlock(); err != nil {
+			return err
+		}
+		return full
 	}
 	m := dl.Message
 	e := q.newEntryLocked(&m)
@@ -229,8 +268,12 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 		e.ttl, e.expiresAt = ttl, now.Add(ttl)
 	}
 	q.stats.Redriven++
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: e.ttl, ExpiresAt: e.expiresAt}, nil)
+	}
 	q.placeLocked(now, e, false)
-	return nil
+	return q.unlock()
 }
 
 // Poll leases up to n visible messages (never more than MaxInFlight
@@ -241,7 +284,7 @@ func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
 	if n < 1 {
 		return nil, invalid("Poll: n = %d, must be >= 1", n)
 	}
-	return q.poll(ctx, nil, n, true, q.cfg.VisibilityTimeout)
+	return q.poll(ctx, nil, n, true, 0)
 }
 
 // PollWithVisibility is Poll with this call's own visibility timeout in
@@ -265,7 +308,7 @@ func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error)
 	if len(dst) == 0 {
 		return 0, invalid("PollInto: empty buffer")
 	}
-	ds, err := q.poll(ctx, dst[:0], len(dst), true, q.cfg.VisibilityTimeout)
+	ds, err := q.poll(ctx, dst[:0], len(dst), true, 0)
 	return len(ds), err
 }
 
@@ -276,7 +319,7 @@ func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
 	if n < 1 {
 		return nil
 	}
-	ds, _ := q.poll(context.Background(), nil, n, false, q.cfg.VisibilityTimeout)
+	ds, _ := q.poll(context.Background(), nil, n, false, 0)
 	return ds
 }
 
@@ -286,10 +329,12 @@ func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
 	if len(dst) == 0 {
 		return 0, invalid("TryPollInto: empty buffer")
 	}
-	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, q.cfg.VisibilityTimeout)
+	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, 0)
 	return len(ds), err
 }
 
+// poll leases up to n messages into dst for vis (0: the queue's visibility
+// timeout), waiting for one if block.
 func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool, vis time.Duration) ([]Delivery[T], error) {
 	if ctx == nil {
 		return dst, invalid("Poll: nil context")
@@ -304,8 +349,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 		}
 		if q.canLeaseLocked() || !block {
 			dst = q.leaseLocked(now, dst, n, vis)
-			q.unlock()
-			return dst, nil
+			return dst, q.unlock()
 		}
 		next, timed := q.nextEventLocked()
 		if q.wake == nil {
@@ -429,8 +473,8 @@ func (q *Queue[T]) Ack(id lease.ID) error {
 	if err != nil {
 		return err
 	}
-	defer q.unlock()
-	return q.ackLocked(now, id)
+	err = q.ackLocked(now, id)
+	return cmp.Or(q.unlock(), err)
 }
 
 // AckBatch acks every lease in ids under one lock. It returns nil when all
@@ -441,14 +485,13 @@ func (q *Queue[T]) AckBatch(ids []lease.ID) error {
 	if err != nil {
 		return err
 	}
-	defer q.unlock()
 	var errs []error
 	for _, id := range ids {
 		if err := q.ackLocked(now, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return cmp.Or(q.unlock(), errors.Join(errs...))
 }
 
 func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
@@ -462,6 +505,10 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 		q.unplaceLocked(e)
 	}
 	q.stats.Acked++
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Removed(e.msg)
+	}
 	q.finishLocked(now, e)
 	return nil
 }
@@ -477,6 +524,7 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 	return q.settle("nack", id, func(now time.Time, e *entry[T]) {
 		e.lastErr = "nacked"
 		q.retryLocked(now, e, delay)
+		q.recordRetry(e)
 	})
 }
 
@@ -489,6 +537,7 @@ func (q *Queue[T]) Fail(id lease.ID, cause error) error {
 	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
 		e.lastErr = errText(cause)
 		q.retryLocked(now, e, q.cfg.Retry.Delay(e.attempt))
+		q.recordRetry(e)
 	})
 }
 
@@ -509,7 +558,12 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 func (q *Queue[T]) Release(id lease.ID) error {
 	return q.settle("release", id, func(now time.Time, e *entry[T]) {
 		e.attempt--
+		m := e.msg
 		q.backLocked(now, e, 0)
+		if q.rec != nil && e.msg != nil { // not dead-lettered by its TTL
+			q.dirty = true
+			q.rec.Released(m)
+		}
 	})
 }
 
@@ -537,6 +591,15 @@ func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
 	return nil
 }
 
+// recordRetry records a failed entry that waits again; one that was
+// dead-lettered instead (its last attempt, or its TTL) is recorded as such.
+func (q *Queue[T]) recordRetry(e *entry[T]) {
+	if q.rec != nil && e.msg != nil {
+		q.dirty = true
+		q.rec.Retried(e.msg, e.visibleAt, e.lastErr)
+	}
+}
+
 // settle runs f on the entry of a live lease, after taking it out of the
 // in-flight table.
 func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry[T])) error {
@@ -544,16 +607,15 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 	if err != nil {
 		return err
 	}
-	defer q.unlock()
 	e, err := q.liveLocked(op, id)
 	if err != nil {
-		return err
+		return cmp.Or(q.unlock(), err)
 	}
 	q.inflight.Remove(&e.lz)
 	e.leaseOpen = false
 	f(now, e)
 	q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
-	return nil
+	return q.unlock()
 }
 
 // Stats returns a snapshot of the queue, after settling everything due.
@@ -611,20 +673,28 @@ func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
 	return now, nil
 }
 
-// unlock unlocks the queue and then hands pending dead letters to onDead.
-func (q *Queue[T]) unlock() {
-	if len(q.pending) == 0 {
+// unlock unlocks the queue, commits what was recorded (a durable queue) and
+// then hands pending dead letters to onDead. It returns the commit's error.
+func (q *Queue[T]) unlock() error {
+	dirty := q.dirty
+	q.dirty = false
+	if len(q.pending) == 0 && !dirty {
 		q.mu.Unlock()
-		return
+		return nil
 	}
 	dls := q.pending
 	q.pending = nil
 	q.mu.Unlock()
+	var err error
+	if dirty {
+		err = q.rec.Commit()
+	}
 	if q.onDead != nil {
 		for _, dl := range dls {
 			q.onDead(dl)
 		}
 	}
+	return err
 }
 
 // settleLocked applies everything due at now: expired leases come back (or
@@ -673,6 +743,10 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 	if dst == nil {
 		dst = make([]Delivery[T], 0, k)
 	}
+	if vis == 0 {
+		vis = q.cfg.VisibilityTimeout
+	}
+	start := len(dst)
 	deadline := now.Add(vis)
 	for range k {
 		e := q.ready.pop()
@@ -691,6 +765,10 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 			q.stats.Redelivered++
 		}
 		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline})
+	}
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Delivered(dst[start:])
 	}
 	return dst
 }
@@ -837,7 +915,7 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 	if kq := q.keys[e.key]; e.key != "" && kq != nil {
 		continued = kq.hasAfter(e.place)
 	}
-	q.pending = append(q.pending, DeadLetter[T]{
+	dl := DeadLetter[T]{
 		Subscription: q.cfg.Name,
 		Message:      *e.msg,
 		Reason:       reason,
@@ -848,11 +926,16 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 		origin:       q.scope,
 		place:        e.place,
 		ttl:          e.ttl,
-	})
+	}
+	q.pending = append(q.pending, dl)
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.DeadLettered(dl)
+	}
 	q.finishLocked(now, e)
 }
 
-func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration) {
+func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
 	e := q.newEntryLocked(m)
 	q.stats.Published++
 	if delay > 0 {
@@ -860,6 +943,10 @@ func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Du
 	}
 	if ttl > 0 {
 		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+	}
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Offered(Entry[T]{Message: m, Place: e.place, VisibleAt: e.visibleAt, TTL: ttl, ExpiresAt: e.expiresAt}, note)
 	}
 	q.placeLocked(now, e, true)
 }
@@ -956,7 +1043,6 @@ func (q *Queue[T]) Purge() (int, error) {
 	if _, err := q.lock(); err != nil {
 		return 0, err
 	}
-	defer q.unlock()
 	n := q.nheld
 	q.stats.Dropped += uint64(n)
 	q.resetLocked()
@@ -965,7 +1051,11 @@ func (q *Queue[T]) Purge() (int, error) {
 		q.room = nil
 	}
 	q.wakeLocked()
-	return n, nil
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Purged()
+	}
+	return n, q.unlock()
 }
 
 // Settle applies everything due at the clock's now: expired leases come
@@ -974,6 +1064,6 @@ func (q *Queue[T]) Purge() (int, error) {
 // broker's DeadLetters) and needs it current.
 func (q *Queue[T]) Settle() {
 	if _, err := q.lock(); err == nil {
-		q.unlock()
+		_ = q.unlock() // a store's error shows on the next call that records
 	}
 }

@@ -1,0 +1,192 @@
+package queue
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// This file is the queue's side of durability: the hooks a durable store
+// (broker.Open's journal) uses to log every change, and to rebuild a queue
+// after a restart. An in-memory queue has no Recorder and pays one nil check
+// per call.
+
+// Recorder is told of every change to a queue's messages, in order, while the
+// queue's lock is held, so that a store can log them and rebuild the queue
+// after a crash. Its methods other than Commit must not block on anything
+// but a short lock of its own, must not fail (a store that cannot log
+// reports it from Commit), and must not call back into the queue.
+//
+// Nothing is recorded for a lease expiring: a message delivered and never
+// settled counts, after a restart, as one whose lease expired (Entry.InFlight).
+// Extend and lease IDs are not recorded either; no lease survives a restart.
+type Recorder[T any] interface {
+	// Offered: a message was accepted (Attempts 0), or a dead letter came
+	// back by Redrive. note is the OfferOption WithNote's value, or nil.
+	Offered(e Entry[T], note any)
+	// Delivered: each message in ds was delivered once more (its attempt
+	// is spent).
+	Delivered(ds []Delivery[T])
+	// Retried: a delivered message waits again (Nack, Fail), visible at
+	// visibleAt (zero: now), its attempt spent.
+	Retried(m *Message[T], visibleAt time.Time, lastErr string)
+	// Released: a delivered message is visible again and its attempt is
+	// given back.
+	Released(m *Message[T])
+	// Removed: a message is gone (acked, or dropped by OverflowDropOldest).
+	Removed(m *Message[T])
+	// DeadLettered: a message left the queue as a dead letter.
+	DeadLettered(dl DeadLetter[T])
+	// Purged: every message the queue held is gone.
+	Purged()
+	// Commit is called, without the queue's lock, by every call that
+	// recorded something, before it returns: it returns once those records
+	// are as durable as the store promises. Its error is the call's.
+	Commit() error
+}
+
+// Entry is one message a queue holds (or dead-lettered), as a durable store
+// logs it and gives it back to Restore. Times are absolute, from the queue's
+// clock.
+type Entry[T any] struct {
+	Message   *Message[T]
+	Place     uint64 // its place in publish order within the queue
+	Attempts  int    // attempts spent
+	InFlight  bool   // delivered and not settled: after a restart, its lease has expired
+	VisibleAt time.Time
+	TTL       time.Duration // its time to live, counted again from a redrive
+	ExpiresAt time.Time     // zero: never
+	LastError string
+	// Dead marks a dead letter, with its Reason and when (DeadAt).
+	Dead   bool
+	Reason Reason
+	DeadAt time.Time
+}
+
+// WithNote hands v to the queue's Recorder with the offered message, so
+// that a fan-out can encode a message once for every subscription.
+func WithNote(v any) OfferOption { return OfferOption{note: v} }
+
+// WithDeferredCommit makes Offer leave the Recorder's Commit to its
+// caller, who calls it once after offering a message to many queues (a
+// fan-out waits for the disk once, not once per subscription).
+func WithDeferredCommit() OfferOption { return OfferOption{deferred: true} }
+
+// NewRecorded is New with a Recorder that is told of every change.
+func NewRecorded[T any](cfg Config, onDead func(DeadLetter[T]), rec Recorder[T]) (*Queue[T], error) {
+	q, err := New(cfg, onDead)
+	if err != nil {
+		return nil, err
+	}
+	q.rec = rec
+	return q, nil
+}
+
+// Place returns the dead letter's place in its subscription's order
+// (priority, then publish sequence), which a redrive keeps.
+func (dl DeadLetter[T]) Place() uint64 { return dl.place }
+
+// TTL returns the dead letter's time to live, counted again from a redrive
+// (0: none).
+func (dl DeadLetter[T]) TTL() time.Duration { return dl.ttl }
+
+// Restore puts back what a durable store logged, into a queue that has not
+// been used yet. Live entries take their places, attempts and times; an
+// entry that was in flight counts as an expired lease, so one on its last
+// attempt is dead-lettered at once (ReasonMaxAttempts, through onDead and
+// the Recorder, like any other). Restored messages count as Published.
+// Dead entries are not queued: they come back as DeadLetter values that a
+// later Redrive puts back in their place, in the order given.
+//
+// Restore ignores the MaxQueue bound (nothing recovered is dropped) and
+// returns ErrClosed on a closed queue.
+func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
+	now, err := q.lock()
+	if err != nil {
+		return nil, err
+	}
+	var dead []DeadLetter[T]
+	live := make([]Entry[T], 0, len(es))
+	for _, r := range es {
+		q.nextSeq = max(q.nextSeq, r.Place)
+		if r.Dead {
+			dead = append(dead, DeadLetter[T]{
+				Subscription: q.cfg.Name, Message: *r.Message, Reason: r.Reason, Attempts: r.Attempts,
+				LastError: r.LastError, At: r.DeadAt, origin: q.scope, place: r.Place, ttl: r.TTL,
+			})
+			continue
+		}
+		live = append(live, r)
+	}
+	slices.SortFunc(live, func(a, b Entry[T]) int { return cmp.Compare(a.Place, b.Place) })
+	for _, r := range live {
+		e := q.newEntryLocked(r.Message)
+		q.nextSeq-- // newEntryLocked took a place; the entry keeps its own
+		e.place = r.Place
+		e.attempt = r.Attempts
+		e.lastErr = r.LastError
+		e.ttl, e.expiresAt = r.TTL, r.ExpiresAt
+		q.stats.Published++
+		if r.InFlight {
+			e.lastErr = errExpiredText
+			if q.exhausted(e) {
+				q.deadLetterLocked(now, e, ReasonMaxAttempts)
+				continue
+			}
+		} else {
+			e.visibleAt = r.VisibleAt
+		}
+		q.placeLocked(now, e, true)
+	}
+	return dead, q.unlock()
+}
+
+// Freeze locks the queue and returns everything it holds; every other call
+// on the queue waits until thaw is called (exactly once). A durable store
+// uses it to write a consistent snapshot of many queues. A closed queue
+// returns no entries.
+func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
+	q.mu.Lock()
+	thaw = func() { _ = q.unlock() } // nothing recorded while frozen: no Commit to report
+	if q.closed {
+		return nil, thaw
+	}
+	es = make([]Entry[T], 0, q.nheld)
+	for slot := range q.slots {
+		e := q.entryAt(slot)
+		if e.msg == nil {
+			continue
+		}
+		r := Entry[T]{
+			Message: e.msg, Place: e.place, Attempts: e.attempt, InFlight: e.state == stateLeased,
+			VisibleAt: e.visibleAt, TTL: e.ttl, ExpiresAt: e.expiresAt, LastError: e.lastErr,
+		}
+		es = append(es, r)
+	}
+	return es, thaw
+}
+
+// Reconfigure changes the queue's configuration (all but Name and Clock,
+// which stay). It applies to what happens next: a lease already out keeps
+// its deadline and a message already held keeps its expiry. A durable
+// broker uses it when a subscription recovered from disk is declared again
+// with other options. An invalid cfg is an error matching
+// ErrInvalidArgument.
+func (q *Queue[T]) Reconfigure(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.withDefaults()
+	if _, err := q.lock(); err != nil {
+		return err
+	}
+	q.cfg.VisibilityTimeout = cfg.VisibilityTimeout
+	q.cfg.MaxAttempts = cfg.MaxAttempts
+	q.cfg.Retry = cfg.Retry
+	q.cfg.MaxQueue = cfg.MaxQueue
+	q.cfg.Overflow = cfg.Overflow
+	q.cfg.MaxInFlight = cfg.MaxInFlight
+	q.cfg.TTL = cfg.TTL
+	q.wakeLocked() // a poller held back by MaxInFlight may go on
+	return q.unlock()
+}
