@@ -1,0 +1,430 @@
+// Package journal is the append-only log under the durable broker: records
+// framed with their length and a CRC32C, in one segment file at a time, a
+// directory lock, group commit and compaction by snapshot. It knows nothing
+// of what a record means; package broker encodes and replays them.
+//
+// A directory holds LOCK and seg-NNNNNNNN.log. Only the newest segment is
+// live: a new one is made only by Rewrite, which writes a complete snapshot
+// to seg-(N+1).tmp, fsyncs it, renames it into place and fsyncs the
+// directory before the older segment is removed. So after a crash at any
+// point the newest .log holds the whole state, and Open deletes the rest.
+//
+// Frame: length of body (uint32 LE) | CRC32C of body (uint32 LE) | body.
+package journal
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Mode is when Commit fsyncs.
+type Mode uint8
+
+const (
+	// SyncAlways: Commit returns once the records are on disk (write and
+	// fdatasync). Callers that commit at the same time share one fsync: the
+	// first becomes the leader and flushes for all that appended before it
+	// started, the others wait (group commit with no window).
+	SyncAlways Mode = iota
+	// SyncNone: Commit returns once the records are written to the file
+	// (the page cache), which survives the process but not the machine.
+	SyncNone
+)
+
+// MaxRecord is the largest record body Append takes; a frame that claims
+// more is corrupt.
+const MaxRecord = 64 << 20
+
+// DefaultMinCompact is the segment size below which Due never reports
+// compaction due.
+const DefaultMinCompact = 4 << 20
+
+var (
+	// ErrLocked: another open journal (in this process or another) holds
+	// the directory.
+	ErrLocked = errors.New("journal: directory is locked by another open broker")
+	// ErrCorrupt: a record passed its checksum but could not be replayed.
+	ErrCorrupt = errors.New("journal: corrupt record")
+	// ErrClosed: the journal is closed.
+	ErrClosed = errors.New("journal: closed")
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Info describes what Open found.
+type Info struct {
+	Segment        int   // the live segment's number
+	Records        int   // records replayed
+	Bytes          int64 // the segment's size after any truncation
+	TruncatedBytes int64 // a torn or corrupt tail cut off the segment (0: none)
+}
+
+// Journal is an open journal directory. Append, Commit, Sync and Size are
+// safe for concurrent use.
+type Journal struct {
+	dir        string
+	mode       Mode
+	lock       *os.File
+	minCompact int64
+
+	mu       sync.Mutex
+	cond     sync.Cond // signalled when a flush ends
+	pend     []byte    // framed records not yet written
+	spare    []byte
+	appended int64 // bytes appended since Open (a logical position)
+	written  int64 // appended bytes in the file
+	synced   int64 // appended bytes on disk
+	flushing bool
+	err      error // sticky: the first write or fsync error
+	closed   bool
+	f        *os.File
+	seg      int
+	size     int64 // the live segment's size, pending bytes included
+	base     int64 // its size after the last Rewrite (or at Open)
+}
+
+// Open locks dir (creating it), replays the newest segment through replay,
+// record by record, and opens it for appending. A torn or corrupt tail (a
+// frame that runs past the end of the file or fails its checksum) ends the
+// replay and is cut off; Info.TruncatedBytes says how much. A record that
+// replay refuses is ErrCorrupt, and Open fails. A second Open of the same
+// directory, before Close, fails with ErrLocked.
+func Open(dir string, mode Mode, minCompact int64, replay func(body []byte) error) (*Journal, Info, error) {
+	if mode > SyncNone {
+		return nil, Info{}, fmt.Errorf("journal: unknown mode %d", mode)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, Info{}, err
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, Info{}, err
+	}
+	j := &Journal{dir: dir, mode: mode, lock: lock, minCompact: minCompact}
+	j.cond.L = &j.mu
+	info, err := j.recover(replay)
+	if err != nil {
+		lock.Close()
+		return nil, Info{}, err
+	}
+	return j, info, nil
+}
+
+func (j *Journal) segPath(n int) string {
+	return filepath.Join(j.dir, fmt.Sprintf("seg-%08d.log", n))
+}
+
+func (j *Journal) recover(replay func([]byte) error) (Info, error) {
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return Info{}, err
+	}
+	var segs []int
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasSuffix(name, ".tmp") { // an interrupted Rewrite
+			if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
+				return Info{}, err
+			}
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(name, "seg-%08d.log", &n); err == nil && name == filepath.Base(j.segPath(n)) {
+			segs = append(segs, n)
+		}
+	}
+	slices.Sort(segs)
+	j.seg = 1
+	if len(segs) > 0 {
+		j.seg = segs[len(segs)-1]
+	}
+	for _, n := range segs[:max(len(segs)-1, 0)] { // superseded by the newest snapshot
+		if err := os.Remove(j.segPath(n)); err != nil {
+			return Info{}, err
+		}
+	}
+	path := j.segPath(j.seg)
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Info{}, err
+	}
+	info := Info{Segment: j.seg}
+	off, err := Scan(data, func(body []byte) error {
+		info.Records++
+		return replay(body)
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("%s at offset %d: %w", path, off, err)
+	}
+	j.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return Info{}, err
+	}
+	if off < len(data) {
+		info.TruncatedBytes = int64(len(data) - off)
+		if err := j.f.Truncate(int64(off)); err != nil {
+			j.f.Close()
+			return Info{}, err
+		}
+		if err := fdatasync(j.f); err != nil {
+			j.f.Close()
+			return Info{}, err
+		}
+	}
+	info.Bytes = int64(off)
+	j.size, j.base = info.Bytes, info.Bytes
+	if err := syncDir(j.dir); err != nil {
+		j.f.Close()
+		return Info{}, err
+	}
+	return info, nil
+}
+
+// Scan calls fn with the body of every whole, checksummed frame in data, in
+// order, and returns the offset just past the last one: len(data) unless the
+// tail is torn or corrupt. An error from fn stops the scan; Scan returns it
+// wrapped in ErrCorrupt, with the offset of the frame fn refused.
+func Scan(data []byte, fn func(body []byte) error) (int, error) {
+	off := 0
+	for off+8 <= len(data) {
+		n := binary.LittleEndian.Uint32(data[off:])
+		sum := binary.LittleEndian.Uint32(data[off+4:])
+		if n == 0 || n > MaxRecord || uint64(off)+8+uint64(n) > uint64(len(data)) {
+			break // torn (or a zero-filled tail)
+		}
+		body := data[off+8 : off+8+int(n)]
+		if crc32.Checksum(body, castagnoli) != sum {
+			break
+		}
+		if err := fn(body); err != nil {
+			return off, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		off += 8 + int(n)
+	}
+	return off, nil
+}
+
+// AppendFrame appends body, framed, to dst.
+func AppendFrame(dst, body []byte) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(body)))
+	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(body, castagnoli))
+	return append(dst, body...)
+}
+
+// Append adds a record to the log. It does not write: the next Commit (or
+// Sync) does, for every record appended before it. It is cheap enough to
+// call under the caller's own locks, which is how the log's order follows
+// the order of the changes it records. A body larger than MaxRecord, or an
+// Append after Close or after a write error, is dropped, and the next
+// Commit reports why.
+func (j *Journal) Append(body []byte) {
+	j.mu.Lock()
+	switch {
+	case j.closed || j.err != nil:
+	case len(body) == 0 || len(body) > MaxRecord:
+		j.err = fmt.Errorf("journal: record of %d bytes (must be 1..%d)", len(body), MaxRecord)
+	default:
+		j.pend = AppendFrame(j.pend, body)
+		n := int64(8 + len(body))
+		j.appended += n
+		j.size += n
+	}
+	j.mu.Unlock()
+}
+
+// Fail makes err the journal's sticky error (unless it has one): a caller
+// that could not build a record it had to append reports it so.
+func (j *Journal) Fail(err error) {
+	j.mu.Lock()
+	if j.err == nil {
+		j.err = fmt.Errorf("journal: %w", err)
+	}
+	j.mu.Unlock()
+}
+
+// Commit returns once every record appended before the call is written, and
+// in SyncAlways mode on disk. A write or fsync error is sticky: this and
+// every later Commit return it, because what reached the disk is no longer
+// known (reopen the directory to recover what did).
+func (j *Journal) Commit() error { return j.commit(j.mode == SyncAlways) }
+
+// Sync is Commit that always fsyncs, whatever the mode.
+func (j *Journal) Sync() error { return j.commit(true) }
+
+func (j *Journal) commit(durable bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	target := j.appended
+	for {
+		done := j.written
+		if durable {
+			done = j.synced
+		}
+		switch {
+		case j.err != nil:
+			return j.err
+		case done >= target:
+			return nil
+		case j.closed:
+			return ErrClosed
+		case j.flushing:
+			j.cond.Wait()
+			continue
+		}
+		// Lead: write everything pending (others' records too), then fsync.
+		j.flushing = true
+		buf, end, f := j.pend, j.appended, j.f
+		j.pend = j.spare[:0]
+		j.mu.Unlock()
+		var err error
+		if len(buf) > 0 {
+			_, err = f.Write(buf) // one write(2): in the page cache once it returns
+		}
+		if err == nil && durable {
+			err = fdatasync(f)
+		}
+		j.mu.Lock()
+		j.flushing = false
+		if cap(buf) <= 1<<20 {
+			j.spare = buf[:0]
+		}
+		if err != nil {
+			j.err = fmt.Errorf("journal: %w", err)
+		} else {
+			j.written = max(j.written, end)
+			if durable {
+				j.synced = max(j.synced, end)
+			}
+		}
+		j.cond.Broadcast()
+	}
+}
+
+// Size returns the live segment's size, records not yet written included.
+func (j *Journal) Size() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size
+}
+
+// Due reports whether the live segment has grown to at least twice its size
+// after the last Rewrite, and to at least the minimum given to Open: time to
+// compact. Growth by doubling keeps compaction's cost, amortized, a constant
+// per byte written. A minimum <= 0 means never.
+func (j *Journal) Due() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.minCompact > 0 && !j.closed && j.err == nil && j.size >= max(j.minCompact, 2*j.base)
+}
+
+// Rewrite replaces the log with a snapshot: snapshot emits the records that
+// rebuild the whole current state, and they become the new live segment,
+// on disk before Rewrite returns. The caller must hold still every state
+// whose changes it appends (no Append may run meanwhile), so that the
+// snapshot covers every record appended so far: those not yet written are
+// dropped, and their Commits return nil.
+func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.flushing { // a leader is writing the old segment
+		j.cond.Wait()
+	}
+	switch {
+	case j.err != nil:
+		return j.err
+	case j.closed:
+		return ErrClosed
+	}
+	next := j.seg + 1
+	tmp := strings.TrimSuffix(j.segPath(next), ".log") + ".tmp"
+	size, err := writeSnapshot(tmp, snapshot)
+	if err == nil {
+		err = os.Rename(tmp, j.segPath(next))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		j.base = j.size // try again when it has doubled once more
+		return fmt.Errorf("journal: compact: %w", err) // the old segment is intact: not sticky
+	}
+	// From here the new segment is the state; failing to move on is sticky.
+	nf, err := os.OpenFile(j.segPath(next), os.O_WRONLY|os.O_APPEND, 0o644)
+	if err == nil {
+		err = syncDir(j.dir)
+	}
+	if err != nil {
+		j.err = fmt.Errorf("journal: compact: %w", err)
+		j.cond.Broadcast()
+		return j.err
+	}
+	j.f.Close()
+	old := j.segPath(j.seg)
+	j.f, j.seg = nf, next
+	j.pend = j.pend[:0]
+	j.written, j.synced = j.appended, j.appended
+	j.size, j.base = size, size
+	j.cond.Broadcast()
+	_ = os.Remove(old) // if this fails, the next Open removes it
+	return nil
+}
+
+func writeSnapshot(path string, snapshot func(emit func([]byte)) error) (int64, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	var size int64
+	var frame []byte
+	err = snapshot(func(body []byte) {
+		frame = AppendFrame(frame[:0], body)
+		size += int64(len(frame))
+		w.Write(frame) // a write error sticks in w and shows at Flush
+	})
+	if err == nil {
+		err = w.Flush()
+	}
+	if err == nil {
+		err = fdatasync(f)
+	}
+	return size, err
+}
+
+// Close writes and fsyncs what was appended (in every mode: a clean close
+// is durable), closes the segment and releases the directory. Later calls
+// return ErrClosed; Close twice returns nil.
+func (j *Journal) Close() error {
+	err := j.Sync()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.closed {
+		return nil
+	}
+	j.closed = true
+	j.cond.Broadcast()
+	if cerr := j.f.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := j.lock.Close(); err == nil { // closing the descriptor drops the flock
+		err = cerr
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
