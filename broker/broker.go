@@ -47,6 +47,7 @@ type Broker[T any] struct {
 	ids         *idPool
 	dedupWindow time.Duration
 	dedupLimit  int
+	store       *store[T] // the journal of a broker from Open; nil in memory
 
 	mu       sync.RWMutex // guards everything below
 	closed   bool
@@ -68,25 +69,38 @@ type topicEntry[T any] struct {
 // dead-letter store's bound and every subscription's defaults. An invalid
 // option is an error matching queue.ErrInvalidArgument.
 func New[T any](opts ...Option) (*Broker[T], error) {
-	cfg := config{deadLetterLimit: DefaultDeadLetterLimit, dedupWindow: DefaultDedupWindow, dedupLimit: DefaultDedupLimit}
+	b, cfg, err := newBroker[T](opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.durableOnly != "" {
+		return nil, queue.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
+	}
+	return b, nil
+}
+
+// newBroker is New without the check that every option is New's.
+func newBroker[T any](opts []Option) (*Broker[T], config, error) {
+	cfg := config{deadLetterLimit: DefaultDeadLetterLimit, dedupWindow: DefaultDedupWindow, dedupLimit: DefaultDedupLimit,
+		compactMin: DefaultCompactMin}
 	for i, o := range opts {
 		if o == nil {
-			return nil, queue.Invalid("New: option %d is nil", i)
+			return nil, cfg, queue.Invalid("option %d is nil", i)
 		}
 		o.applyBroker(&cfg)
 	}
 	if cfg.sub.err != nil {
-		return nil, cfg.sub.err
+		return nil, cfg, cfg.sub.err
 	}
 	if cfg.clock == nil {
 		cfg.clock = clock.New()
 	}
 	if err := cfg.sub.queue.Validate(); err != nil {
-		return nil, err
+		return nil, cfg, err
 	}
 	if cfg.sub.filter != nil {
 		if _, ok := cfg.sub.filter.(func(queue.Message[T]) bool); !ok {
-			return nil, filterMismatch[T](cfg.sub.filter)
+			return nil, cfg, filterMismatch[T](cfg.sub.filter)
 		}
 	}
 	b := &Broker[T]{
@@ -99,7 +113,7 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 		patterns:    make(map[string][]*Subscription[T]),
 	}
 	b.dead.limit = cfg.deadLetterLimit
-	return b, nil
+	return b, cfg, nil
 }
 
 func filterMismatch[T any](f any) error {
@@ -119,16 +133,22 @@ func (b *Broker[T]) CreateTopic(name string) error {
 		return err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
+		b.mu.Unlock()
 		return fmt.Errorf("create topic %q: %w", name, queue.ErrClosed)
 	}
-	if _, ok := b.topics[name]; !ok {
-		t := &topicEntry[T]{name: name}
-		b.topics[name] = t
-		b.rebuildLocked(t)
+	if _, ok := b.topics[name]; ok {
+		b.mu.Unlock()
+		return nil
 	}
-	return nil
+	t := &topicEntry[T]{name: name}
+	b.topics[name] = t
+	b.rebuildLocked(t)
+	if b.store != nil {
+		b.store.record(func(e *enc) { e.start(recTopic).str(name) })
+	}
+	b.mu.Unlock()
+	return b.commit()
 }
 
 // DeleteTopic deletes a topic and closes its subscriptions: their blocked
@@ -147,12 +167,25 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return fmt.Errorf("delete topic %q: %w", name, ErrTopicNotFound)
 	}
 	delete(b.topics, name)
+	if b.store != nil {
+		b.store.record(func(e *enc) { e.start(recDelTopic).str(name) })
+	}
 	subs := t.exact
 	b.mu.Unlock()
 	for _, s := range subs {
-		s.q.Close()
+		b.closeSub(s)
 	}
-	return nil
+	return b.commit()
+}
+
+// closeSub closes a subscription that is no longer reachable and, in a
+// durable broker, records that it is gone. It records after closing, so
+// that no record of its queue comes after.
+func (b *Broker[T]) closeSub(s *Subscription[T]) {
+	s.q.Close()
+	if b.store != nil {
+		b.store.record(func(e *enc) { e.start(recUnsub).sub(s.jid) })
+	}
 }
 
 // Topics returns the names of the topics, sorted (nil after Close).
@@ -232,40 +265,117 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	qc := cfg.queue
 	qc.Name = name
 	qc.Clock = b.clock
-
+	if err := qc.Validate(); err != nil {
+		return nil, err
+	}
 	dlTopic := cfg.deadLetters
+	spec := specOf(qc, dlTopic, filter != nil)
 
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	var t *topicEntry[T]
 	if pattern {
 		if b.closed {
+			b.mu.Unlock()
 			return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, queue.ErrClosed)
 		}
 	} else {
 		var err error
 		if t, err = b.topicLocked("subscribe", topic); err != nil {
+			b.mu.Unlock()
 			return nil, err
 		}
 	}
-	if b.findLocked(topic, name) != nil {
+	if s := b.findLocked(topic, name); s != nil {
+		if s.recovered {
+			return b.claim(s, qc, spec, filter) // unlocks
+		}
+		b.mu.Unlock()
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, ErrAlreadySubscribed)
 	}
-	q, err := queue.New(qc, func(dl queue.DeadLetter[T]) { b.deadLetter(topic, dlTopic, dl) })
-	if err != nil {
+	s := &Subscription[T]{topic: topic, name: name, spec: spec}
+	if b.store != nil {
+		s.jid = b.store.nextSub
+		b.store.nextSub++
+	}
+	if err := b.attachLocked(s, t, qc, filter, dlTopic); err != nil {
+		b.mu.Unlock()
 		return nil, err
 	}
-	s := &Subscription[T]{q: q, topic: topic, name: name, filter: filter}
-	if pattern {
-		b.patterns[topic] = append(b.patterns[topic], s)
-		b.trie.insert(strings.Split(topic, "."), s)
+	if b.store != nil {
+		b.store.record(func(e *enc) { e.start(recSub).sub(s.jid).strs(topic, name).spec(spec) })
+	}
+	b.mu.Unlock()
+	if err := b.commit(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// attachLocked gives s its queue and adds it to its topic (t) or, for a
+// pattern (t nil), to the patterns.
+func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.Config, filter func(queue.Message[T]) bool, dlTopic string) error {
+	onDead := func(dl queue.DeadLetter[T]) { b.deadLetter(s, dl) }
+	var q *queue.Queue[T]
+	var err error
+	if b.store != nil {
+		q, err = queue.NewRecorded(qc, onDead, queue.Recorder[T](&subRec[T]{b: b, st: b.store, id: s.jid, topic: s.topic}))
+	} else {
+		q, err = queue.New(qc, onDead)
+	}
+	if err != nil {
+		return err
+	}
+	s.q = q
+	if filter != nil {
+		s.filter.Store(&filter)
+	}
+	if dlTopic != "" {
+		s.dlq.Store(&dlTopic)
+	}
+	if t == nil {
+		b.patterns[s.topic] = append(b.patterns[s.topic], s)
+		b.trie.insert(strings.Split(s.topic, "."), s)
 		for _, t := range b.topics {
 			b.rebuildLocked(t)
 		}
-		return s, nil
+		return nil
 	}
 	t.exact = append(slices.Clip(t.exact), s)
 	b.rebuildLocked(t)
+	return nil
+}
+
+// claim binds a subscription recovered by Open to the options of the
+// Subscribe that declares it again. Called with b.mu held; unlocks it.
+func (b *Broker[T]) claim(s *Subscription[T], qc queue.Config, spec subSpec, filter func(queue.Message[T]) bool) (*Subscription[T], error) {
+	s.recovered = false
+	changed := spec != s.spec
+	b.mu.Unlock()
+	if changed {
+		if err := s.q.Reconfigure(qc); err != nil { // only ErrClosed: qc is valid
+			return nil, err
+		}
+	}
+	if filter != nil {
+		s.filter.Store(&filter)
+	} else {
+		s.filter.Store(nil)
+	}
+	if spec.deadLetters != "" {
+		s.dlq.Store(&spec.deadLetters)
+	} else {
+		s.dlq.Store(nil)
+	}
+	if !changed {
+		return s, nil
+	}
+	b.mu.Lock()
+	s.spec = spec
+	b.store.record(func(e *enc) { e.start(recSub).sub(s.jid).strs(s.topic, s.name).spec(spec) })
+	b.mu.Unlock()
+	if err := b.commit(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -356,7 +466,8 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 		b.rebuildLocked(t)
 	}
 	b.mu.Unlock()
-	return s.q.Close()
+	b.closeSub(s)
+	return b.commit()
 }
 
 // Publish publishes payload to topic and returns the message as stored
@@ -405,19 +516,26 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 		Headers:     queue.NewHeaders(pc.headers),
 		PublishedAt: b.clock.Now(),
 	}
+	var offer []queue.OfferOption
+	if pc.ttl > 0 {
+		offer = []queue.OfferOption{queue.WithTTL(pc.ttl)}
+	}
+	if b.store != nil { // encoded once, logged by every subscription, committed once
+		env, err := envelope(nil, m, b.store.codec)
+		if err != nil {
+			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", topic, err)
+		}
+		offer = append(offer, queue.WithNote(env), queue.WithDeferredCommit())
+	}
 	if pc.dedupID != "" {
 		if orig, dup := t.dedup.reserve(pc.dedupID, *m, b.dedupWindow, b.dedupLimit); dup {
 			return orig, 0, nil
 		}
 	}
-	var offer []queue.OfferOption
-	if pc.ttl > 0 {
-		offer = []queue.OfferOption{queue.WithTTL(pc.ttl)}
-	}
 	accepted := 0
 	var errs []error
 	for _, s := range subs {
-		if s.filter != nil && !s.filter(*m) {
+		if !s.accepts(m) {
 			continue
 		}
 		switch err := s.q.Offer(ctx, m, pc.delay, offer...); {
@@ -425,6 +543,11 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 			accepted++
 		case errors.Is(err, queue.ErrClosed): // a subscription closed meanwhile is simply gone
 		default:
+			errs = append(errs, err)
+		}
+	}
+	if b.store != nil && len(subs) > 0 {
+		if err := b.commit(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -452,27 +575,44 @@ const (
 // message that already came through a dead-letter topic goes to the store
 // when it dies again, so routing cannot loop (a subscription whose
 // dead-letter topic feeds itself, directly or through a pattern).
-func (b *Broker[T]) deadLetter(srcTopic, dlTopic string, dl queue.DeadLetter[T]) {
-	if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); dlTopic != "" && !again {
-		h := dl.Message.Headers.Map()
-		h[HeaderDeadLetterReason] = dl.Reason.String()
-		h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
-		h[HeaderDeadLetterLastError] = dl.LastError
-		h[HeaderDeadLetterSubscription] = dl.Subscription
-		h[HeaderDeadLetterTopic] = srcTopic
-		h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
-		h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
-		pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
-		// A done context: a full OverflowBlock subscription on the
-		// dead-letter topic refuses at once rather than stall the consumer
-		// whose call dead-lettered the message.
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err == nil && n > 0 {
+func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
+	srcTopic := s.topic
+	if p := s.dlq.Load(); p != nil {
+		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {
 			return
 		}
 	}
-	b.dead.add(srcTopic, dl)
+	b.dead.add(srcTopic, s.jid, dl)
+	if b.store != nil {
+		b.store.landed(s.jid, dl.Message.ID)
+	}
+}
+
+// route publishes a dead letter to its subscription's dead-letter topic and
+// reports whether a subscription there took it.
+func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl queue.DeadLetter[T]) bool {
+	h := dl.Message.Headers.Map()
+	h[HeaderDeadLetterReason] = dl.Reason.String()
+	h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
+	h[HeaderDeadLetterLastError] = dl.LastError
+	h[HeaderDeadLetterSubscription] = dl.Subscription
+	h[HeaderDeadLetterTopic] = s.topic
+	h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
+	h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
+	pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
+	// A done context: a full OverflowBlock subscription on the
+	// dead-letter topic refuses at once rather than stall the consumer
+	// whose call dead-lettered the message.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err != nil || n == 0 {
+		return false
+	}
+	if b.store != nil {
+		b.store.forget(s.jid, dl.Message.ID)
+		_ = b.commit() // an error sticks, and the next call that records returns it
+	}
+	return true
 }
 
 // DeadLetters returns the dead letters the broker holds, oldest first,
@@ -528,7 +668,14 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 			errs = append(errs, fmt.Errorf("redrive message %v: %w", it.dl.Message.ID, err))
 			continue
 		}
+		if b.store != nil && s.jid != it.sub { // back on another subscription of that name
+			b.store.forget(it.sub, it.dl.Message.ID)
+		}
+		b.dead.done(it.id)
 		n++
+	}
+	if err := b.commit(); err != nil {
+		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
 }
@@ -551,6 +698,9 @@ func (b *Broker[T]) Close() error {
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.q.Close()
+	}
+	if b.store != nil { // the messages stay in the journal for the next Open
+		return b.store.j.Close()
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -17,26 +19,34 @@ type deadLetters[T any] struct {
 	items   []storedLetter[T] // items[head:], oldest first, ids ascending
 	head    int
 	nextID  uint64
-	dropped uint64 // dropped because the store was full
+	dropped uint64                     // dropped because the store was full
+	taking  map[uint64]storedLetter[T] // taken by a Redrive that has not finished
+	// forget, in a durable broker, records a letter leaving the store for
+	// good. It is called under mu.
+	forget func(sub uint32, id uuid.UUID)
 }
 
 type storedLetter[T any] struct {
 	id    uint64
 	topic string // the topic of the subscription that dead-lettered it
+	sub   uint32 // that subscription's journal id (durable broker)
 	dl    queue.DeadLetter[T]
 }
 
-func (s *deadLetters[T]) add(topic string, dl queue.DeadLetter[T]) {
+func (s *deadLetters[T]) add(topic string, sub uint32, dl queue.DeadLetter[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
-	s.items = append(s.items, storedLetter[T]{id: s.nextID, topic: topic, dl: dl})
+	s.items = append(s.items, storedLetter[T]{id: s.nextID, topic: topic, sub: sub, dl: dl})
 	s.trimLocked()
 }
 
 // trimLocked drops the oldest letters beyond the limit.
 func (s *deadLetters[T]) trimLocked() {
 	for len(s.items)-s.head > s.limit {
+		if it := s.items[s.head]; s.forget != nil {
+			s.forget(it.sub, it.dl.Message.ID)
+		}
 		s.items[s.head] = storedLetter[T]{}
 		s.head++
 		s.dropped++
@@ -65,7 +75,8 @@ func (s *deadLetters[T]) snapshot() []storedLetter[T] {
 }
 
 // take removes the letter with the given id and reports whether it was
-// still there.
+// still there. Until putBack or done, it counts as taken: a durable
+// broker's snapshot keeps it.
 func (s *deadLetters[T]) take(id uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -74,14 +85,26 @@ func (s *deadLetters[T]) take(id uint64) bool {
 	if !ok {
 		return false
 	}
+	if s.taking == nil {
+		s.taking = make(map[uint64]storedLetter[T])
+	}
+	s.taking[id] = live[i]
 	s.items = slices.Delete(s.items, s.head+i, s.head+i+1)
 	return true
+}
+
+// done forgets a taken letter: it is back on a subscription.
+func (s *deadLetters[T]) done(id uint64) {
+	s.mu.Lock()
+	delete(s.taking, id)
+	s.mu.Unlock()
 }
 
 // putBack returns a taken letter to its place.
 func (s *deadLetters[T]) putBack(it storedLetter[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	delete(s.taking, it.id)
 	live := s.items[s.head:]
 	i, _ := slices.BinarySearchFunc(live, it.id, func(it storedLetter[T], id uint64) int { return cmp.Compare(it.id, id) })
 	s.items = slices.Insert(s.items, s.head+i, it)

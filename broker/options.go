@@ -42,6 +42,11 @@ type config struct {
 	dedupWindow     time.Duration
 	dedupLimit      int
 	sub             subConfig // defaults for every subscription; sub.err holds the first invalid option
+
+	// Open's options.
+	sync        SyncMode
+	compactMin  int64
+	durableOnly string // the name of an Open-only option given, for New's error
 }
 
 type subConfig struct {

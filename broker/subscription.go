@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
@@ -20,7 +21,19 @@ type Subscription[T any] struct {
 	q      *queue.Queue[T]
 	topic  string
 	name   string
-	filter func(queue.Message[T]) bool // nil: accept all
+	filter atomic.Pointer[func(queue.Message[T]) bool] // nil: accept all
+	dlq    atomic.Pointer[string]                      // the dead-letter topic; nil: the broker's store
+
+	// A durable broker's bookkeeping, under Broker.mu.
+	jid       uint32  // its id in the journal
+	spec      subSpec // the options the journal has for it
+	recovered bool    // recovered by Open and not declared again yet
+}
+
+// accepts reports whether the subscription's filter takes m.
+func (s *Subscription[T]) accepts(m *queue.Message[T]) bool {
+	f := s.filter.Load()
+	return f == nil || (*f)(*m)
 }
 
 // Topic returns the topic (or wildcard pattern) the subscription is on.

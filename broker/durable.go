@@ -1,0 +1,717 @@
+package broker
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/internal/journal"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// SyncMode is when a durable broker's calls wait for the disk (see Open).
+type SyncMode uint8
+
+const (
+	// SyncAlways: a call that changes state (Publish, Poll, Ack, Nack, …)
+	// returns once its record is on disk (written and fdatasync'd).
+	// Concurrent calls share one fsync, so throughput grows with the
+	// number of callers; one caller at a time pays about one fsync per call.
+	// What a call returned nil for survives a crash of the process or of
+	// the machine (on a disk that honours flushes).
+	SyncAlways SyncMode = iota
+	// SyncNone: a call returns once its record is written to the file (the
+	// operating system's page cache), without waiting for the disk. What a
+	// call returned nil for survives a crash of the process (kill -9, a
+	// panic), but an operating-system crash or power loss can lose any
+	// recent suffix of calls. Call Broker.Sync to make everything so far
+	// durable.
+	SyncNone
+)
+
+// String returns "always" or "none".
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncNone:
+		return "none"
+	}
+	return fmt.Sprintf("SyncMode(%d)", uint8(m))
+}
+
+// WithSync sets a durable broker's SyncMode (default SyncAlways). It is an
+// option of Open only: New rejects it.
+func WithSync(m SyncMode) Option {
+	return brokerOption(func(cfg *config) {
+		if m > SyncNone {
+			cfg.sub.fail(queue.Invalid("WithSync: unknown mode %v", m))
+			return
+		}
+		cfg.sync, cfg.durableOnly = m, "WithSync"
+	})
+}
+
+// DefaultCompactMin is the journal size below which a durable broker does
+// not compact (see WithCompactMin).
+const DefaultCompactMin = journal.DefaultMinCompact
+
+// WithCompactMin sets the journal size, in bytes, below which a durable
+// broker never compacts it (default DefaultCompactMin, 4 MiB). Above it,
+// the journal is rewritten as a snapshot of the live state whenever it has
+// doubled since the last snapshot, so the file stays within about twice
+// the live state and each byte is rewritten a bounded number of times.
+// n < 0 turns automatic compaction off (Broker.Compact still works). It is
+// an option of Open only: New rejects it.
+func WithCompactMin(n int64) Option {
+	return brokerOption(func(cfg *config) {
+		if n < 0 {
+			n = 0 // the journal's "never"
+		} else if n == 0 {
+			n = 1
+		}
+		cfg.compactMin, cfg.durableOnly = n, "WithCompactMin"
+	})
+}
+
+// RecoveryInfo describes what Open found in its directory.
+type RecoveryInfo struct {
+	Records        int   // journal records replayed
+	TruncatedBytes int64 // a torn or corrupt tail cut off the journal (0: none; see Open)
+	Topics         int
+	Subscriptions  int
+	Messages       int // messages held by subscriptions, counted once per subscription
+	DeadLetters    int
+}
+
+// store is a durable broker's journal and the bookkeeping around it.
+type store[T any] struct {
+	j          *journal.Journal
+	codec      Codec[T]
+	info       RecoveryInfo
+	compacting atomic.Bool
+	nextSub    uint32 // under Broker.mu
+
+	mu    sync.Mutex // a leaf: guards e and limbo
+	e     enc
+	limbo map[dlKey]limboLetter[T] // dead letters on their way from a queue to the store or a dead-letter topic
+}
+
+type dlKey struct {
+	sub uint32
+	id  uuid.UUID
+}
+
+type limboLetter[T any] struct {
+	topic string
+	dl    queue.DeadLetter[T]
+}
+
+// Open returns a durable broker kept in dir (created if missing): every
+// change is logged to a journal there, and opening the directory again
+// after a crash or a Close brings back its topics, subscriptions, messages
+// and dead letters. codec turns payloads into bytes and back. Options are
+// New's, plus WithSync and WithCompactMin.
+//
+// What comes back:
+//   - every message a Publish returned nil for that was not acked, dropped
+//     or dead-lettered, with its place, priority, key, headers, attempts,
+//     delay and TTL (absolute times on the broker's clock: a backoff does
+//     not restart, and a time already past is due at once);
+//   - a message that was leased at the crash as if its lease had expired:
+//     visible at once with its attempt counted, or dead-lettered
+//     (ReasonMaxAttempts) if that was its last;
+//   - the dead-letter store, in order;
+//   - subscriptions with their options, but without their filters (which
+//     are functions): a recovered subscription is bound again when the
+//     application calls Subscribe for it with its options, which returns it
+//     (not ErrAlreadySubscribed) and applies the options from then on.
+//     Declare subscriptions again before publishing: until then a
+//     recovered subscription takes every message of its topic.
+//
+// What does not: leases (no lease ID survives), dedup IDs (WithDedupID
+// suppresses duplicates within one process's life), counters (Stats start
+// from zero, and restored messages count as Published).
+//
+// SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
+// A journal that ends in a torn or corrupt record (a crash in the middle of
+// a write, or a disk that lost an unsynced tail) is cut at its last whole
+// record and RecoveryInfo.TruncatedBytes says how much; no record a call
+// had returned nil for under SyncAlways can be in that tail. A record that
+// passes its checksum but cannot be decoded, or a payload that codec
+// cannot decode, makes Open fail.
+//
+// One broker at a time may hold dir: a second Open, in this process or
+// another, fails with an error matching ErrLocked until the first is
+// closed or its process ends. The lock is flock(2), so dir must be on a
+// local file system. Durable mode needs a Unix system.
+//
+// A write or fsync error is sticky: the call that met it and every later
+// call that changes state return it, because what reached the disk is
+// unknown; Close and Open again to carry on from what did.
+func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error) {
+	if codec == nil {
+		return nil, queue.Invalid("Open: nil codec")
+	}
+	if dir == "" {
+		return nil, queue.Invalid("Open: empty directory name")
+	}
+	b, cfg, err := newBroker[T](opts)
+	if err != nil {
+		return nil, err
+	}
+	mode := journal.SyncAlways
+	if cfg.sync == SyncNone {
+		mode = journal.SyncNone
+	}
+	rs := newReplay()
+	j, info, err := journal.Open(dir, mode, cfg.compactMin, rs.apply)
+	if err != nil {
+		if errors.Is(err, journal.ErrLocked) {
+			return nil, fmt.Errorf("open %s: %w", dir, ErrLocked)
+		}
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	b.store = &store[T]{j: j, codec: codec, limbo: make(map[dlKey]limboLetter[T])}
+	b.store.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
+	b.dead.forget = b.store.forget
+	if err := b.restore(rs); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return b, nil
+}
+
+// ErrLocked: Open found its directory held by another open broker.
+var ErrLocked = errors.New("broker: directory is locked by another open broker")
+
+// Recovery returns what Open found (the zero value for a broker from New).
+func (b *Broker[T]) Recovery() RecoveryInfo {
+	if b.store == nil {
+		return RecoveryInfo{}
+	}
+	return b.store.info
+}
+
+// Sync makes every change so far durable on disk, whatever the SyncMode.
+// It is a no-op on a broker from New.
+func (b *Broker[T]) Sync() error {
+	if b.store == nil {
+		return nil
+	}
+	if b.isClosed() {
+		return fmt.Errorf("sync: %w", queue.ErrClosed)
+	}
+	return b.store.j.Sync()
+}
+
+// Compact rewrites the journal now as a snapshot of the live state (a
+// durable broker also does this by itself; see WithCompactMin). Every other
+// call waits while it writes. It is a no-op on a broker from New.
+func (b *Broker[T]) Compact() error {
+	if b.store == nil {
+		return nil
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return fmt.Errorf("compact: %w", queue.ErrClosed)
+	}
+	defer b.mu.Unlock()
+	return b.compactLocked()
+}
+
+func (b *Broker[T]) isClosed() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.closed
+}
+
+// commit waits for what was recorded to be as durable as the mode
+// promises, then compacts if the journal has grown enough. Call it with
+// no lock held.
+func (b *Broker[T]) commit() error {
+	st := b.store
+	if st == nil {
+		return nil
+	}
+	if err := st.j.Commit(); err != nil {
+		return err
+	}
+	if st.j.Due() && st.compacting.CompareAndSwap(false, true) {
+		// Best effort: the call's own records are durable already. A
+		// failed compaction leaves the journal as it was and is tried again
+		// when it has doubled.
+		if b.mu.TryLock() { // not when a caller of ours holds it
+			if !b.closed {
+				_ = b.compactLocked()
+			}
+			b.mu.Unlock()
+		}
+		st.compacting.Store(false)
+	}
+	return nil
+}
+
+// record appends one broker-level record built by fill.
+func (st *store[T]) record(fill func(e *enc)) {
+	st.mu.Lock()
+	st.e.b = st.e.b[:0]
+	fill(&st.e)
+	st.j.Append(st.e.b)
+	st.mu.Unlock()
+}
+
+// forget records that a dead letter left the store.
+func (st *store[T]) forget(sub uint32, id uuid.UUID) {
+	st.mu.Lock()
+	delete(st.limbo, dlKey{sub, id})
+	st.j.Append(st.e.start(recForget).key(sub, id).b)
+	st.mu.Unlock()
+}
+
+// landed takes a dead letter out of limbo: it is in the store now.
+func (st *store[T]) landed(sub uint32, id uuid.UUID) {
+	st.mu.Lock()
+	delete(st.limbo, dlKey{sub, id})
+	st.mu.Unlock()
+}
+
+// subRec is a subscription's queue.Recorder: it logs the queue's changes
+// under the queue's lock, with a buffer of its own.
+type subRec[T any] struct {
+	b     *Broker[T]
+	st    *store[T]
+	id    uint32
+	topic string
+	e     enc // under the queue's lock
+}
+
+func appendPut[T any](e *enc, sub uint32, en queue.Entry[T], env []byte) {
+	e.start(recPut).sub(sub)
+	e.uint(en.Place)
+	e.uint(uint64(en.Attempts))
+	var flags byte
+	if en.InFlight {
+		flags |= putInFlight
+	}
+	if en.Dead {
+		flags |= putDead
+	}
+	e.byte(flags)
+	e.time(en.VisibleAt)
+	e.dur(en.TTL)
+	e.time(en.ExpiresAt)
+	e.str(en.LastError)
+	e.byte(byte(en.Reason))
+	e.time(en.DeadAt)
+	e.b = append(e.b, env...)
+}
+
+func (r *subRec[T]) Offered(en queue.Entry[T], note any) {
+	env, _ := note.([]byte)
+	if env == nil { // a redrive: encode it again
+		var err error
+		if env, err = envelope(nil, en.Message, r.st.codec); err != nil {
+			r.st.j.Fail(fmt.Errorf("encode message %v: %w", en.Message.ID, err))
+			return
+		}
+	}
+	appendPut(&r.e, r.id, en, env)
+	r.st.j.Append(r.e.b)
+}
+
+func (r *subRec[T]) Delivered(ds []queue.Delivery[T]) {
+	e := r.e.start(recDeliver).sub(r.id)
+	e.uint(uint64(len(ds)))
+	for i := range ds {
+		e.id(ds[i].ID)
+	}
+	r.st.j.Append(e.b)
+}
+
+func (r *subRec[T]) Retried(m *queue.Message[T], visibleAt time.Time, lastErr string) {
+	e := r.e.start(recRetry).key(r.id, m.ID)
+	e.time(visibleAt)
+	e.str(lastErr)
+	r.st.j.Append(e.b)
+}
+
+func (r *subRec[T]) Released(m *queue.Message[T]) {
+	r.st.j.Append(r.e.start(recRelease).key(r.id, m.ID).b)
+}
+
+func (r *subRec[T]) Removed(m *queue.Message[T]) {
+	r.st.j.Append(r.e.start(recRemove).key(r.id, m.ID).b)
+}
+
+func (r *subRec[T]) DeadLettered(dl queue.DeadLetter[T]) {
+	e := r.e.start(recDead).key(r.id, dl.Message.ID)
+	e.byte(byte(dl.Reason))
+	e.uint(uint64(dl.Attempts))
+	e.str(dl.LastError)
+	e.time(dl.At)
+	r.st.mu.Lock()
+	r.st.limbo[dlKey{r.id, dl.Message.ID}] = limboLetter[T]{topic: r.topic, dl: dl}
+	r.st.j.Append(e.b)
+	r.st.mu.Unlock()
+}
+
+func (r *subRec[T]) Purged() { r.st.j.Append(r.e.start(recPurge).sub(r.id).b) }
+
+func (r *subRec[T]) Commit() error { return r.b.commit() }
+
+// compactLocked rewrites the journal as a snapshot. It holds still every
+// state that records: the broker (b.mu, held by the caller), every queue
+// (Freeze), the dead-letter store and the limbo.
+func (b *Broker[T]) compactLocked() error {
+	st := b.store
+	subs := b.allLocked()
+	slices.SortFunc(subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
+	held := make([][]queue.Entry[T], len(subs))
+	for i, s := range subs {
+		es, thaw := s.q.Freeze()
+		defer thaw()
+		held[i] = es
+	}
+	b.dead.mu.Lock()
+	defer b.dead.mu.Unlock()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+
+	type deadOne struct {
+		sub   uint32
+		topic string
+		dl    queue.DeadLetter[T]
+	}
+	var dead []deadOne
+	for _, it := range b.dead.items[b.dead.head:] {
+		dead = append(dead, deadOne{it.sub, it.topic, it.dl})
+	}
+	for _, it := range b.dead.taking {
+		dead = append(dead, deadOne{it.sub, it.topic, it.dl})
+	}
+	for k, l := range st.limbo {
+		dead = append(dead, deadOne{k.sub, l.topic, l.dl})
+	}
+	live := make(map[uint32]bool, len(subs))
+	for _, s := range subs {
+		live[s.jid] = true
+	}
+	return st.j.Rewrite(func(emit func([]byte)) error {
+		var e enc
+		for _, name := range slices.Sorted(maps.Keys(b.topics)) {
+			emit(e.start(recTopic).strs(name).b)
+		}
+		for _, s := range subs {
+			emit(e.start(recSub).sub(s.jid).strs(s.topic, s.name).specs(s.spec).b)
+		}
+		gone := map[uint32]bool{}
+		for _, d := range dead { // the subscriptions of dead letters that outlived them
+			if !live[d.sub] && !gone[d.sub] {
+				gone[d.sub] = true
+				emit(e.start(recSub).sub(d.sub).strs(d.topic, d.dl.Subscription).specs(subSpec{}).b)
+				emit(e.start(recUnsub).sub(d.sub).b)
+			}
+		}
+		var env []byte
+		var err error
+		put := func(sub uint32, en queue.Entry[T]) error {
+			if env, err = envelope(env[:0], en.Message, st.codec); err != nil {
+				return fmt.Errorf("encode message %v: %w", en.Message.ID, err)
+			}
+			appendPut(&e, sub, en, env)
+			emit(e.b)
+			return nil
+		}
+		for _, d := range dead {
+			m := d.dl.Message
+			en := queue.Entry[T]{Message: &m, Place: d.dl.Place(), Attempts: d.dl.Attempts, TTL: d.dl.TTL(),
+				LastError: d.dl.LastError, Dead: true, Reason: d.dl.Reason, DeadAt: d.dl.At}
+			if err := put(d.sub, en); err != nil {
+				return err
+			}
+		}
+		for i, s := range subs {
+			for _, en := range held[i] {
+				if err := put(s.jid, en); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (e *enc) strs(ss ...string) *enc {
+	for _, s := range ss {
+		e.str(s)
+	}
+	return e
+}
+
+func (e *enc) specs(s subSpec) *enc { e.spec(s); return e }
+
+// replay is the state the journal's records build, before it becomes a
+// broker.
+type replay struct {
+	topics  map[string]bool
+	subs    map[uint32]*rsub
+	deadSeq uint64
+}
+
+type rsub struct {
+	id          uint32
+	topic, name string
+	spec        subSpec
+	gone        bool
+	msgs        map[uuid.UUID]*rmsg
+}
+
+type rmsg struct {
+	env       []byte
+	place     uint64
+	attempts  int
+	inFlight  bool
+	visibleAt time.Time
+	ttl       time.Duration
+	expiresAt time.Time
+	lastErr   string
+	dead      bool
+	reason    queue.Reason
+	deadAt    time.Time
+	deadSeq   uint64 // dead-letter order
+}
+
+// expiredText is the LastError the queue gives a message whose lease expired.
+const expiredText = "lease expired"
+
+func newReplay() *replay {
+	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}}
+}
+
+func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
+	if s := rs.subs[sub]; s != nil {
+		return s.msgs[id]
+	}
+	return nil
+}
+
+// apply replays one record. Records may name messages or subscriptions
+// that are gone (a call racing an Unsubscribe): they are ignored.
+func (rs *replay) apply(body []byte) error {
+	d := dec{b: body}
+	typ := d.byte()
+	switch typ {
+	case recTopic:
+		rs.topics[d.str()] = true
+	case recDelTopic:
+		delete(rs.topics, d.str())
+	case recSub:
+		id, topic, name, spec := d.sub(), d.str(), d.str(), d.spec()
+		if s := rs.subs[id]; s != nil {
+			if !s.gone {
+				s.spec = spec
+			}
+		} else if d.err == nil {
+			rs.subs[id] = &rsub{id: id, topic: topic, name: name, spec: spec, msgs: map[uuid.UUID]*rmsg{}}
+		}
+	case recUnsub:
+		if s := rs.subs[d.sub()]; s != nil {
+			s.gone = true
+			maps.DeleteFunc(s.msgs, func(_ uuid.UUID, m *rmsg) bool { return !m.dead })
+		}
+	case recPut:
+		sub := d.sub()
+		m := &rmsg{place: d.uint(), attempts: int(d.uint())}
+		flags := d.byte()
+		m.inFlight, m.dead = flags&putInFlight != 0, flags&putDead != 0
+		m.visibleAt, m.ttl, m.expiresAt, m.lastErr = d.time(), d.dur(), d.time(), d.str()
+		m.reason, m.deadAt = queue.Reason(d.byte()), d.time()
+		m.env = d.rest()
+		if d.err == nil && len(m.env) < 16 {
+			d.fail()
+		}
+		s := rs.subs[sub]
+		if d.err == nil && s != nil && (!s.gone || m.dead) {
+			if m.dead {
+				rs.deadSeq++
+				m.deadSeq = rs.deadSeq
+			}
+			s.msgs[uuid.UUID(m.env[:16])] = m
+		}
+	case recDeliver:
+		sub, n := d.sub(), d.uint()
+		for range n {
+			if m := rs.msg(sub, d.id()); m != nil && !m.dead {
+				if m.inFlight { // delivered again unsettled: its lease expired in between
+					m.lastErr = expiredText
+				}
+				m.attempts++
+				m.inFlight = true
+				m.visibleAt = time.Time{}
+			}
+		}
+	case recRetry:
+		sub, id, at, lastErr := d.sub(), d.id(), d.time(), d.str()
+		if m := rs.msg(sub, id); m != nil && !m.dead {
+			m.inFlight, m.visibleAt, m.lastErr = false, at, lastErr
+		}
+	case recRelease:
+		if m := rs.msg(d.sub(), d.id()); m != nil && !m.dead {
+			m.inFlight = false
+			m.attempts = max(m.attempts-1, 0)
+		}
+	case recRemove:
+		sub, id := d.sub(), d.id()
+		if s := rs.subs[sub]; s != nil && s.msgs[id] != nil && !s.msgs[id].dead {
+			delete(s.msgs, id)
+		}
+	case recDead:
+		sub, id := d.sub(), d.id()
+		reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.time()
+		if m := rs.msg(sub, id); m != nil && d.err == nil {
+			rs.deadSeq++
+			m.dead, m.inFlight, m.reason, m.attempts, m.lastErr, m.deadAt, m.deadSeq = true, false, reason, attempts, lastErr, at, rs.deadSeq
+		}
+	case recForget:
+		sub, id := d.sub(), d.id()
+		if s := rs.subs[sub]; s != nil && s.msgs[id] != nil && s.msgs[id].dead {
+			delete(s.msgs, id)
+		}
+	case recPurge:
+		if s := rs.subs[d.sub()]; s != nil {
+			maps.DeleteFunc(s.msgs, func(_ uuid.UUID, m *rmsg) bool { return !m.dead })
+		}
+	default:
+		return fmt.Errorf("unknown record type %d", typ)
+	}
+	if d.err != nil {
+		return fmt.Errorf("record type %d: %w", typ, d.err)
+	}
+	return nil
+}
+
+// restore builds the broker from what the journal replayed: topics, then
+// subscriptions, then the dead-letter store in its order, then the
+// messages (where one in flight on its last attempt is dead-lettered).
+func (b *Broker[T]) restore(rs *replay) error {
+	st := b.store
+	msgs := map[uuid.UUID]*queue.Message[T]{} // one envelope per message, shared by its subscriptions
+	decode := func(env []byte) (*queue.Message[T], error) {
+		if m := msgs[uuid.UUID(env[:16])]; m != nil {
+			return m, nil
+		}
+		m, err := unenvelope(env, st.codec)
+		if err != nil {
+			return nil, fmt.Errorf("decode message %v: %w", uuid.UUID(env[:16]), err)
+		}
+		msgs[m.ID] = m
+		return m, nil
+	}
+	b.mu.Lock()
+	for name := range rs.topics {
+		t := &topicEntry[T]{name: name}
+		b.topics[name] = t
+		b.rebuildLocked(t)
+	}
+	b.mu.Unlock()
+	st.info.Topics = len(rs.topics)
+
+	type deadOne struct {
+		seq   uint64
+		sub   uint32
+		topic string
+		dl    queue.DeadLetter[T]
+	}
+	var dead []deadOne
+	type restoring struct {
+		s    *Subscription[T]
+		live []queue.Entry[T]
+	}
+	var subs []restoring
+	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
+		rsub := rs.subs[id]
+		st.nextSub = max(st.nextSub, id+1)
+		entries := map[bool][]queue.Entry[T]{}
+		seqs := map[uuid.UUID]uint64{}
+		for mid, rm := range rsub.msgs {
+			m, err := decode(rm.env)
+			if err != nil {
+				return err
+			}
+			entries[rm.dead] = append(entries[rm.dead], queue.Entry[T]{
+				Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
+				VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
+				Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
+			})
+			if rm.dead {
+				seqs[mid] = rm.deadSeq
+			}
+		}
+		b.mu.Lock()
+		var s *Subscription[T]
+		if !rsub.gone {
+			var err error
+			if s, err = b.recoverLocked(rsub); err != nil {
+				b.mu.Unlock()
+				return err
+			}
+		}
+		b.mu.Unlock()
+		if s == nil { // gone, or its topic is: only its dead letters stay
+			for _, en := range entries[true] {
+				dead = append(dead, deadOne{seqs[en.Message.ID], id, rsub.topic, queue.DeadLetter[T]{
+					Subscription: rsub.name, Message: *en.Message, Reason: en.Reason, Attempts: en.Attempts,
+					LastError: en.LastError, At: en.DeadAt,
+				}})
+			}
+			continue
+		}
+		dls, err := s.q.Restore(entries[true])
+		if err != nil {
+			return err
+		}
+		for _, dl := range dls {
+			dead = append(dead, deadOne{seqs[dl.Message.ID], id, rsub.topic, dl})
+		}
+		subs = append(subs, restoring{s, entries[false]})
+		st.info.Subscriptions++
+	}
+	slices.SortFunc(dead, func(x, y deadOne) int { return cmp.Compare(x.seq, y.seq) })
+	for _, d := range dead {
+		b.dead.add(d.topic, d.sub, d.dl)
+	}
+	st.info.DeadLetters = len(dead)
+	for _, r := range subs {
+		st.info.Messages += len(r.live)
+		if _, err := r.s.q.Restore(r.live); err != nil {
+			return err
+		}
+	}
+	return b.commit()
+}
+
+// recoverLocked makes a subscription the journal has, with its recorded
+// options; nil if its topic is gone.
+func (b *Broker[T]) recoverLocked(rsub *rsub) (*Subscription[T], error) {
+	pattern := isPattern(rsub.topic)
+	t := b.topics[rsub.topic]
+	if !pattern && t == nil {
+		return nil, nil
+	}
+	qc := rsub.spec.config()
+	qc.Name, qc.Clock = rsub.name, b.clock
+	s := &Subscription[T]{topic: rsub.topic, name: rsub.name, jid: rsub.id, spec: rsub.spec, recovered: true}
+	if err := b.attachLocked(s, t, qc, nil, rsub.spec.deadLetters); err != nil {
+		return nil, fmt.Errorf("subscription %q on %q: %w", rsub.name, rsub.topic, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,280 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// The durable broker's journal records. Each body is a type byte, then its
+// fields: unsigned integers as uvarints, signed ones (durations) as
+// varints, times as stamps (see putTime), strings and byte strings with a
+// uvarint length, message IDs as 16 raw bytes. Messages are keyed by
+// (subscription id, message ID); a subscription id is never reused while a
+// record names it.
+const (
+	recTopic    byte = iota + 1 // name
+	recDelTopic                 // name: its subscriptions by name go, their dead letters stay
+	recSub                      // id, topic, name, spec: created, or declared again with other options
+	recUnsub                    // id: its messages go, its dead letters stay
+	recPut                      // sub, place, attempts, flags, visibleAt, ttl, expiresAt, lastErr, reason, deadAt, envelope
+	recDeliver                  // sub, count, ids: each delivered once more
+	recRetry                    // sub, id, visibleAt, lastErr: waits again after a failed attempt
+	recRelease                  // sub, id: visible again, attempt given back
+	recRemove                   // sub, id: acked or dropped
+	recDead                     // sub, id, reason, attempts, lastErr, at
+	recForget                   // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
+	recPurge                    // sub: every message it holds goes
+)
+
+// Flags of a recPut.
+const (
+	putInFlight byte = 1 << iota
+	putDead
+)
+
+var errShort = errors.New("record too short")
+
+type enc struct{ b []byte }
+
+func (e *enc) byte(v byte)                       { e.b = append(e.b, v) }
+func (e *enc) uint(v uint64)                     { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) int(v int64)                       { e.b = binary.AppendVarint(e.b, v) }
+func (e *enc) str(s string)                      { e.uint(uint64(len(s))); e.b = append(e.b, s...) }
+func (e *enc) bytes(p []byte)                    { e.uint(uint64(len(p))); e.b = append(e.b, p...) }
+func (e *enc) id(id uuid.UUID)                   { e.b = append(e.b, id[:]...) }
+func (e *enc) dur(d time.Duration)               { e.int(int64(d)) }
+func (e *enc) float(f float64)                   { e.uint(math.Float64bits(f)) }
+func (e *enc) time(t time.Time)                  { e.int(stamp(t)) }
+func (e *enc) start(typ byte) *enc               { e.b = append(e.b[:0], typ); return e }
+func (e *enc) sub(id uint32) *enc                { e.uint(uint64(id)); return e }
+func (e *enc) key(sub uint32, id uuid.UUID) *enc { e.sub(sub).id(id); return e }
+
+// stamp encodes a time as Unix nanoseconds, with 0 kept for the zero
+// time: a mock clock starts at the Unix epoch, which must not read back as
+// "no time".
+func stamp(t time.Time) int64 {
+	switch ns := t.UnixNano(); {
+	case t.IsZero():
+		return 0
+	case ns >= 0:
+		return ns + 1
+	default:
+		return ns
+	}
+}
+
+func unstamp(v int64) time.Time {
+	switch {
+	case v == 0:
+		return time.Time{}
+	case v > 0:
+		return time.Unix(0, v-1)
+	default:
+		return time.Unix(0, v)
+	}
+}
+
+// dec reads a record; the first short or malformed field sets err, and
+// every later read returns zero values.
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail() { d.err = errShort; d.b = nil }
+
+func (d *dec) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *dec) uint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) int() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) bytes() []byte {
+	n := d.uint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str() string { return string(d.bytes()) }
+
+func (d *dec) id() uuid.UUID {
+	var id uuid.UUID
+	if len(d.b) < len(id) {
+		d.fail()
+		return id
+	}
+	copy(id[:], d.b)
+	d.b = d.b[len(id):]
+	return id
+}
+
+func (d *dec) sub() uint32 {
+	v := d.uint()
+	if v > math.MaxUint32 {
+		d.fail()
+	}
+	return uint32(v)
+}
+
+func (d *dec) dur() time.Duration { return time.Duration(d.int()) }
+func (d *dec) float() float64     { return math.Float64frombits(d.uint()) }
+func (d *dec) time() time.Time    { return unstamp(d.int()) }
+
+// rest returns what is left.
+func (d *dec) rest() []byte {
+	v := d.b
+	d.b = nil
+	return v
+}
+
+// subSpec is what a subscription's record keeps of its options: every
+// queue setting but the clock and RetryPolicy.Rand, its dead-letter topic,
+// and whether it had a filter (a function, which the application gives
+// again when it declares the subscription after a restart).
+type subSpec struct {
+	visibility   time.Duration
+	maxAttempts  int
+	retryInitial time.Duration
+	retryMax     time.Duration
+	retryMult    float64
+	retryJitter  float64
+	noBackoff    bool
+	maxQueue     int
+	overflow     queue.OverflowPolicy
+	maxInFlight  int
+	ttl          time.Duration
+	deadLetters  string
+	filtered     bool
+}
+
+func specOf(c queue.Config, deadLetters string, filtered bool) subSpec {
+	return subSpec{
+		visibility: c.VisibilityTimeout, maxAttempts: c.MaxAttempts,
+		retryInitial: c.Retry.Initial, retryMax: c.Retry.Max, retryMult: c.Retry.Multiplier,
+		retryJitter: c.Retry.Jitter, noBackoff: c.Retry.NoBackoff,
+		maxQueue: c.MaxQueue, overflow: c.Overflow, maxInFlight: c.MaxInFlight, ttl: c.TTL,
+		deadLetters: deadLetters, filtered: filtered,
+	}
+}
+
+func (s subSpec) config() queue.Config {
+	return queue.Config{
+		VisibilityTimeout: s.visibility, MaxAttempts: s.maxAttempts,
+		Retry: queue.RetryPolicy{Initial: s.retryInitial, Max: s.retryMax, Multiplier: s.retryMult,
+			Jitter: s.retryJitter, NoBackoff: s.noBackoff},
+		MaxQueue: s.maxQueue, Overflow: s.overflow, MaxInFlight: s.maxInFlight, TTL: s.ttl,
+	}
+}
+
+func (e *enc) spec(s subSpec) {
+	e.dur(s.visibility)
+	e.int(int64(s.maxAttempts))
+	e.dur(s.retryInitial)
+	e.dur(s.retryMax)
+	e.float(s.retryMult)
+	e.float(s.retryJitter)
+	e.byte(b2u(s.noBackoff))
+	e.int(int64(s.maxQueue))
+	e.byte(byte(s.overflow))
+	e.int(int64(s.maxInFlight))
+	e.dur(s.ttl)
+	e.str(s.deadLetters)
+	e.byte(b2u(s.filtered))
+}
+
+func (d *dec) spec() subSpec {
+	return subSpec{
+		visibility: d.dur(), maxAttempts: int(d.int()),
+		retryInitial: d.dur(), retryMax: d.dur(), retryMult: d.float(), retryJitter: d.float(),
+		noBackoff: d.byte() == 1, maxQueue: int(d.int()), overflow: queue.OverflowPolicy(d.byte()),
+		maxInFlight: int(d.int()), ttl: d.dur(), deadLetters: d.str(), filtered: d.byte() == 1,
+	}
+}
+
+func b2u(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// envelope appends a message's envelope: ID, topic, key, priority,
+// PublishedAt, headers, then the encoded payload to the end.
+func envelope[T any](dst []byte, m *queue.Message[T], codec Codec[T]) ([]byte, error) {
+	e := enc{dst}
+	e.id(m.ID)
+	e.str(m.Topic)
+	e.str(m.Key)
+	e.byte(byte(m.Priority))
+	e.time(m.PublishedAt)
+	e.uint(uint64(m.Headers.Len()))
+	for k, v := range m.Headers.All() {
+		e.str(k)
+		e.str(v)
+	}
+	return codec.Encode(e.b, m.Payload)
+}
+
+func unenvelope[T any](data []byte, codec Codec[T]) (*queue.Message[T], error) {
+	d := dec{b: data}
+	m := &queue.Message[T]{ID: d.id(), Topic: d.str(), Key: d.str(), Priority: queue.Priority(int8(d.byte())), PublishedAt: d.time()}
+	n := d.uint()
+	if n > uint64(len(d.b)) { // each header takes at least two bytes
+		d.fail()
+	}
+	if n > 0 && d.err == nil {
+		h := make(map[string]string, n)
+		for range n {
+			k := d.str()
+			h[k] = d.str()
+		}
+		m.Headers = queue.NewHeaders(h)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if !m.Priority.Valid() {
+		return nil, errors.New("priority out of range")
+	}
+	p, err := codec.Decode(d.rest())
+	if err != nil {
+		return nil, err
+	}
+	m.Payload = p
+	return m, nil
+}
