@@ -14,6 +14,7 @@ package journal
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -131,7 +132,7 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	var segs []int
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasSuffix(name, ".tmp") { // an interrupted Rewrite
+		if strings.HasPrefix(name, "seg-") && strings.HasSuffix(name, ".tmp") { // an interrupted Rewrite
 			if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
 				return Info{}, err
 			}
@@ -270,12 +271,12 @@ func (j *Journal) commit(durable bool) error {
 			done = j.synced
 		}
 		switch {
+		case j.closed:
+			return ErrClosed
 		case j.err != nil:
 			return j.err
 		case done >= target:
 			return nil
-		case j.closed:
-			return ErrClosed
 		case j.flushing:
 			j.cond.Wait()
 			continue
@@ -296,6 +297,8 @@ func (j *Journal) commit(durable bool) error {
 		j.flushing = false
 		if cap(buf) <= 1<<20 {
 			j.spare = buf[:0]
+		} else {
+			j.spare = nil // never hand the buffer j.pend now uses out again
 		}
 		if err != nil {
 			j.err = fmt.Errorf("journal: %w", err)
@@ -326,6 +329,17 @@ func (j *Journal) Due() bool {
 	return j.minCompact > 0 && !j.closed && j.err == nil && j.size >= max(j.minCompact, 2*j.base)
 }
 
+// Rebase tells Due how large a snapshot of the current state would be, as
+// the caller estimates it after replaying: the log is due for compaction
+// once it is twice that (and at least the minimum). Without it, Due counts
+// from the log's size at Open, so a log reopened often would never be
+// compacted.
+func (j *Journal) Rebase(n int64) {
+	j.mu.Lock()
+	j.base = max(n, 0)
+	j.mu.Unlock()
+}
+
 // Rewrite replaces the log with a snapshot: snapshot emits the records that
 // rebuild the whole current state, and they become the new live segment,
 // on disk before Rewrite returns. The caller must hold still every state
@@ -352,7 +366,7 @@ func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		j.base = j.size // try again when it has doubled once more
+		j.base = j.size                                // try again when it has doubled once more
 		return fmt.Errorf("journal: compact: %w", err) // the old segment is intact: not sticky
 	}
 	// From here the new segment is the state; failing to move on is sticky.
@@ -385,11 +399,17 @@ func writeSnapshot(path string, snapshot func(emit func([]byte)) error) (int64, 
 	w := bufio.NewWriterSize(f, 1<<20)
 	var size int64
 	var frame []byte
+	var bad error
 	err = snapshot(func(body []byte) {
+		if len(body) == 0 || len(body) > MaxRecord {
+			bad = cmp.Or(bad, fmt.Errorf("snapshot record of %d bytes (must be 1..%d)", len(body), MaxRecord))
+			return
+		}
 		frame = AppendFrame(frame[:0], body)
 		size += int64(len(frame))
 		w.Write(frame) // a write error sticks in w and shows at Flush
 	})
+	err = cmp.Or(err, bad)
 	if err == nil {
 		err = w.Flush()
 	}
@@ -408,6 +428,12 @@ func (j *Journal) Close() error {
 	defer j.mu.Unlock()
 	if j.closed {
 		return nil
+	}
+	if errors.Is(err, ErrClosed) {
+		err = nil
+	}
+	for j.flushing { // a Commit racing Close: let its write finish before the file goes
+		j.cond.Wait()
 	}
 	j.closed = true
 	j.cond.Broadcast()
