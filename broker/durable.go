@@ -490,6 +490,10 @@ type rmsg struct {
 	deadSeq   uint64 // dead-letter order
 }
 
+// putOverhead is about what a put record takes besides its envelope and
+// last error: frame, type, subscription, place, attempts, flags and times.
+const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
+
 // expiredText is the LastError the queue gives a message whose lease expired.
 const expiredText = "lease expired"
 
@@ -637,12 +641,14 @@ func (b *Broker[T]) restore(rs *replay) error {
 		live []queue.Entry[T]
 	}
 	var subs []restoring
+	var live int64 // about what a snapshot would take
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		rsub := rs.subs[id]
 		st.nextSub = max(st.nextSub, id+1)
 		entries := map[bool][]queue.Entry[T]{}
 		seqs := map[uuid.UUID]uint64{}
 		for mid, rm := range rsub.msgs {
+			live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
 			m, err := decode(rm.env)
 			if err != nil {
 				return err
@@ -696,6 +702,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 			return err
 		}
 	}
+	st.j.Rebase(live)
 	return b.commit()
 }
 
