@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
@@ -19,28 +20,100 @@ var LeaseBus = Impl{
 	New:    newLeaseBus,
 }
 
+// LeaseBusSync is leasebus's durable mode (broker.Open) with SyncAlways:
+// every call returns once its record is fdatasync'd; concurrent calls share
+// an fsync. Its journal is in a temporary directory on the local disk.
+var LeaseBusSync = Impl{
+	Name:    "leasebus-sync",
+	Module:  "github.com/leasebus/leasebus (this tree), broker.Open, SyncAlways",
+	Notes:   "as leasebus, durable: fdatasync before each call returns (shared by concurrent calls)",
+	New:     func(s Setup) (System, error) { return newDurableLeaseBus(s, broker.SyncAlways) },
+	skip:    durableSkip,
+	maxMsgs: func(w Workload, short bool) int { return durableMax(w, short, 5000) },
+}
+
+// LeaseBusNoSync is leasebus's durable mode with SyncNone: every call
+// returns once its record is written to the file (the page cache), which
+// survives a process crash, not a power cut (as goqite-wal's
+// synchronous=NORMAL).
+var LeaseBusNoSync = Impl{
+	Name:    "leasebus-nosync",
+	Module:  "github.com/leasebus/leasebus (this tree), broker.Open, SyncNone",
+	Notes:   "as leasebus, durable against a process crash: write(2) before each call returns, no fsync",
+	New:     func(s Setup) (System, error) { return newDurableLeaseBus(s, broker.SyncNone) },
+	skip:    durableSkip,
+	maxMsgs: func(w Workload, short bool) int { return durableMax(w, short, 50_000) },
+}
+
+func durableSkip(w Workload, short bool) string {
+	switch w.Bench {
+	case W1.Bench, W2.Bench, W3.Bench, W4.Bench:
+		return ""
+	}
+	return "durable mode: measured on W1–W4 only"
+}
+
+// durableMax caps a durable run at n messages in full mode (n/5 in short),
+// twice that for W2 and W3, a fifth for W4: the fsync mode costs hundreds
+// of microseconds a message.
+func durableMax(w Workload, short bool, n int) int {
+	if short {
+		n /= 5
+	}
+	switch w.Bench {
+	case W4.Bench:
+		return n / 5
+	case W2.Bench, W3.Bench:
+		return 2 * n
+	}
+	return n
+}
+
 type leaseBus struct {
 	b    *broker.Broker[[]byte]
 	subs []*broker.Subscription[[]byte]
+	dir  string // the journal's directory, removed by Close; "" in memory
 }
 
 func newLeaseBus(s Setup) (System, error) {
+	b, err := broker.New[[]byte](leaseBusOptions(s)...)
+	if err != nil {
+		return nil, err
+	}
+	return setupLeaseBus(s, b, "")
+}
+
+func newDurableLeaseBus(s Setup, mode broker.SyncMode) (System, error) {
+	dir, err := os.MkdirTemp("", "leasebus-bench-")
+	if err != nil {
+		return nil, err
+	}
+	b, err := broker.Open(dir, broker.BytesCodec{}, append(leaseBusOptions(s), broker.WithSync(mode))...)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return setupLeaseBus(s, b, dir)
+}
+
+func leaseBusOptions(s Setup) []broker.Option {
 	opts := []broker.Option{broker.WithMaxQueue(1 << 21), broker.WithVisibilityTimeout(visibility(s))}
 	if s.Clock != nil {
 		opts = append(opts, broker.WithClock(s.Clock))
 	}
-	b, err := broker.New[[]byte](opts...)
-	if err != nil {
-		return nil, err
-	}
+	return opts
+}
+
+func setupLeaseBus(s Setup, b *broker.Broker[[]byte], dir string) (System, error) {
+	lb := &leaseBus{b: b, dir: dir}
 	if err := b.CreateTopic("t"); err != nil {
+		lb.Close()
 		return nil, err
 	}
-	lb := &leaseBus{b: b}
 	for i := range s.Subs {
 		sub, err := b.Subscribe("t", fmt.Sprint("s", i))
 		if err != nil {
-			b.Close()
+			lb.Close()
 			return nil, err
 		}
 		lb.subs = append(lb.subs, sub)
@@ -64,7 +137,13 @@ func (lb *leaseBus) Consumer(sub int) Consumer {
 	return &leaseBusConsumer{s: lb.subs[sub]}
 }
 
-func (lb *leaseBus) Close() error { return lb.b.Close() }
+func (lb *leaseBus) Close() error {
+	err := lb.b.Close()
+	if lb.dir != "" {
+		os.RemoveAll(lb.dir)
+	}
+	return err
+}
 
 type leaseBusConsumer struct {
 	s   *broker.Subscription[[]byte]

@@ -516,15 +516,17 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 		Headers:     queue.NewHeaders(pc.headers),
 		PublishedAt: b.clock.Now(),
 	}
-	var offer []queue.OfferOption
+	var opts [3]queue.OfferOption
+	offer := opts[:0]
 	if pc.ttl > 0 {
-		offer = []queue.OfferOption{queue.WithTTL(pc.ttl)}
+		offer = append(offer, queue.WithTTL(pc.ttl))
 	}
 	if b.store != nil { // encoded once, logged by every subscription, committed once
-		env, err := envelope(nil, m, b.store.codec)
+		env, err := b.store.encode(m)
 		if err != nil {
 			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", topic, err)
 		}
+		defer b.store.recycle(env)
 		offer = append(offer, queue.WithNote(env), queue.WithDeferredCommit())
 	}
 	if pc.dedupID != "" {

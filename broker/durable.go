@@ -99,9 +99,36 @@ type store[T any] struct {
 	compacting atomic.Bool
 	nextSub    uint32 // under Broker.mu
 
+	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
+
 	mu    sync.Mutex // a leaf: guards e and limbo
 	e     enc
 	limbo map[dlKey]limboLetter[T] // dead letters on their way from a queue to the store or a dead-letter topic
+}
+
+// envBuf holds a message's encoded envelope while a publish offers it:
+// a pointer, so that passing it as a queue note allocates nothing.
+type envBuf struct{ b []byte }
+
+// encode encodes m's envelope into a buffer from the pool; give it back
+// with recycle once every subscription has logged it.
+func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
+	eb, _ := st.envs.Get().(*envBuf)
+	if eb == nil {
+		eb = new(envBuf)
+	}
+	var err error
+	if eb.b, err = envelope(eb.b[:0], m, st.codec); err != nil {
+		st.recycle(eb)
+		return nil, err
+	}
+	return eb, nil
+}
+
+func (st *store[T]) recycle(eb *envBuf) {
+	if cap(eb.b) <= 64<<10 { // keep the pool from holding on to huge payloads
+		st.envs.Put(eb)
+	}
 }
 
 type dlKey struct {
@@ -316,8 +343,10 @@ func appendPut[T any](e *enc, sub uint32, en queue.Entry[T], env []byte) {
 }
 
 func (r *subRec[T]) Offered(en queue.Entry[T], note any) {
-	env, _ := note.([]byte)
-	if env == nil { // a redrive: encode it again
+	var env []byte
+	if eb, ok := note.(*envBuf); ok {
+		env = eb.b
+	} else { // a redrive: encode it again
 		var err error
 		if env, err = envelope(nil, en.Message, r.st.codec); err != nil {
 			r.st.j.Fail(fmt.Errorf("encode message %v: %w", en.Message.ID, err))
