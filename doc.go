@@ -31,7 +31,11 @@
 // until it is acked or dead-lettered, so a consumer can see it twice (its
 // lease expired while it worked, or it crashed after the side effect and
 // before Ack). Make consumers idempotent, for example with queue.Deduper.
-// Nothing is durable: a process crash loses what is queued and in flight.
+// A broker from broker.New lives in memory: a process crash loses what is
+// queued and in flight. broker.Open keeps one in a directory instead, and
+// opening it again after a crash brings back every message whose Publish
+// returned nil and that was not acked, with its attempts (see broker.Open
+// for what each SyncMode promises).
 //
 // Each subscription delivers by priority, then publish order; a message
 // that comes back (expiry, Nack, backoff, redrive) keeps its place. With

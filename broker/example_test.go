@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -158,4 +159,43 @@ func TestMessageIDsAreUniqueVersion4(t *testing.T) {
 		}
 		seen[m.ID.String()] = true
 	}
+}
+
+// A durable broker kept in a directory: a batch job that stops (or
+// crashes) halfway opens the directory again and carries on. The message
+// that was leased when it stopped comes back with its attempt counted.
+func ExampleOpen() {
+	dir, _ := os.MkdirTemp("", "leasebus-example-")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+
+	// First run: publish three jobs, finish one, stop while holding another.
+	b, err := broker.Open(dir, broker.JSONCodec[string]{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b.CreateTopic("jobs")
+	sub, _ := b.Subscribe("jobs", "workers", broker.WithMaxAttempts(3))
+	for _, job := range []string{"a.csv", "b.csv", "c.csv"} {
+		b.Publish(ctx, "jobs", job)
+	}
+	ds, _ := sub.Poll(ctx, 2)
+	sub.Ack(ds[0].LeaseID) // a.csv done; b.csv still leased
+	b.Close()
+
+	// Second run: the same declarations bring the subscription back.
+	b, _ = broker.Open(dir, broker.JSONCodec[string]{})
+	defer b.Close()
+	fmt.Printf("%+v\n", b.Recovery())
+	b.CreateTopic("jobs")
+	sub, _ = b.Subscribe("jobs", "workers", broker.WithMaxAttempts(3))
+	for _, d := range sub.TryPoll(10) {
+		fmt.Println(d.Payload, "attempt", d.Attempt)
+		sub.Ack(d.LeaseID)
+	}
+	// Output:
+	// {Records:7 TruncatedBytes:0 Topics:1 Subscriptions:1 Messages:2 DeadLetters:0}
+	// b.csv attempt 2
+	// c.csv attempt 1
 }
