@@ -122,8 +122,16 @@ func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
 		st.recycle(eb)
 		return nil, err
 	}
+	if n := len(eb.b); n > maxEnvelope {
+		st.recycle(eb)
+		return nil, queue.Invalid("message of %d bytes encoded, at most %d in a durable broker", n, maxEnvelope)
+	}
 	return eb, nil
 }
+
+// maxEnvelope bounds an encoded message, so that its records fit the
+// journal's limit.
+const maxEnvelope = journal.MaxRecord - 1<<10
 
 func (st *store[T]) recycle(eb *envBuf) {
 	if cap(eb.b) <= 64<<10 { // keep the pool from holding on to huge payloads
@@ -270,6 +278,9 @@ func (b *Broker[T]) commit() error {
 		return nil
 	}
 	if err := st.j.Commit(); err != nil {
+		if errors.Is(err, journal.ErrClosed) { // a call racing Close
+			return fmt.Errorf("commit: %w", queue.ErrClosed)
+		}
 		return err
 	}
 	if st.j.Due() && st.compacting.CompareAndSwap(false, true) {

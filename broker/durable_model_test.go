@@ -291,3 +291,20 @@ func runDurableModel(t *testing.T, seed uint64) {
 	require.Positive(t, restarts)
 	require.NoError(t, b.Close())
 }
+
+// A message too large for one journal record is refused as an invalid
+// argument, before anything is stored, and the broker goes on.
+func TestDurableOversizedMessage(t *testing.T) {
+	b, err := Open(t.TempDir(), BytesCodec{}, WithSync(SyncNone))
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	s, err := b.Subscribe("t", "s")
+	require.NoError(t, err)
+	_, err = b.Publish(context.Background(), "t", make([]byte, maxEnvelope))
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
+	require.Zero(t, s.Stats().Published)
+	_, err = b.Publish(context.Background(), "t", []byte("small"))
+	require.NoError(t, err)
+	require.Len(t, s.TryPoll(10), 1)
+}
