@@ -351,10 +351,9 @@ func (b *Broker[T]) claim(s *Subscription[T], qc queue.Config, spec subSpec, fil
 	s.recovered = false
 	changed := spec != s.spec
 	b.mu.Unlock()
-	if changed {
-		if err := s.q.Reconfigure(qc); err != nil { // only ErrClosed: qc is valid
-			return nil, err
-		}
+	// Always: the spec leaves out what is not stored (RetryPolicy.Rand).
+	if err := s.q.Reconfigure(qc); err != nil { // only ErrClosed: qc is valid
+		return nil, err
 	}
 	if filter != nil {
 		s.filter.Store(&filter)
@@ -578,6 +577,10 @@ const (
 // when it dies again, so routing cannot loop (a subscription whose
 // dead-letter topic feeds itself, directly or through a pattern).
 func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
+	if b.store != nil && b.store.restoring {
+		b.store.held = append(b.store.held, heldLetter[T]{s, dl})
+		return
+	}
 	srcTopic := s.topic
 	if p := s.dlq.Load(); p != nil {
 		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {

@@ -72,12 +72,15 @@ const DefaultCompactMin = journal.DefaultMinCompact
 // an option of Open only: New rejects it.
 func WithCompactMin(n int64) Option {
 	return brokerOption(func(cfg *config) {
-		if n < 0 {
-			n = 0 // the journal's "never"
-		} else if n == 0 {
-			n = 1
+		switch {
+		case n < 0:
+			cfg.compactMin = 0 // the journal's "never"
+		case n == 0:
+			cfg.compactMin = 1
+		default:
+			cfg.compactMin = n
 		}
-		cfg.compactMin, cfg.durableOnly = n, "WithCompactMin"
+		cfg.durableOnly = "WithCompactMin"
 	})
 }
 
@@ -98,6 +101,13 @@ type store[T any] struct {
 	info       RecoveryInfo
 	compacting atomic.Bool
 	nextSub    uint32 // under Broker.mu
+
+	// While Open restores the queues (one goroutine, before the broker is
+	// shared): dead letters wait here to be routed, and nothing compacts,
+	// so that no snapshot and no dead-letter topic sees a queue before its
+	// messages are back.
+	restoring bool
+	held      []heldLetter[T]
 
 	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
 
@@ -137,6 +147,11 @@ func (st *store[T]) recycle(eb *envBuf) {
 	if cap(eb.b) <= 64<<10 { // keep the pool from holding on to huge payloads
 		st.envs.Put(eb)
 	}
+}
+
+type heldLetter[T any] struct {
+	s  *Subscription[T]
+	dl queue.DeadLetter[T]
 }
 
 type dlKey struct {
@@ -283,7 +298,7 @@ func (b *Broker[T]) commit() error {
 		}
 		return err
 	}
-	if st.j.Due() && st.compacting.CompareAndSwap(false, true) {
+	if !st.restoring && st.j.Due() && st.compacting.CompareAndSwap(false, true) {
 		// Best effort: the call's own records are durable already. A
 		// failed compaction leaves the journal as it was and is tried again
 		// when it has doubled.
@@ -736,12 +751,18 @@ func (b *Broker[T]) restore(rs *replay) error {
 		b.dead.add(d.topic, d.sub, d.dl)
 	}
 	st.info.DeadLetters = len(dead)
+	st.restoring = true
 	for _, r := range subs {
 		st.info.Messages += len(r.live)
 		if _, err := r.s.q.Restore(r.live); err != nil {
 			return err
 		}
 	}
+	st.restoring = false
+	for _, h := range st.held { // leased on their last attempt at the crash
+		b.deadLetter(h.s, h.dl)
+	}
+	st.held = nil
 	st.j.Rebase(live)
 	return b.commit()
 }

@@ -46,7 +46,6 @@ func (e *enc) byte(v byte)                       { e.b = append(e.b, v) }
 func (e *enc) uint(v uint64)                     { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) int(v int64)                       { e.b = binary.AppendVarint(e.b, v) }
 func (e *enc) str(s string)                      { e.uint(uint64(len(s))); e.b = append(e.b, s...) }
-func (e *enc) bytes(p []byte)                    { e.uint(uint64(len(p))); e.b = append(e.b, p...) }
 func (e *enc) id(id uuid.UUID)                   { e.b = append(e.b, id[:]...) }
 func (e *enc) dur(d time.Duration)               { e.int(int64(d)) }
 func (e *enc) float(f float64)                   { e.uint(math.Float64bits(f)) }
