@@ -90,8 +90,11 @@ type RecoveryInfo struct {
 	TruncatedBytes int64 // a torn or corrupt tail cut off the journal (0: none; see Open)
 	Topics         int
 	Subscriptions  int
-	Messages       int // messages held by subscriptions, counted once per subscription
-	DeadLetters    int
+	// Messages restored to subscriptions, counted once per subscription;
+	// one leased on its last attempt at the crash counts here, and is then
+	// dead-lettered.
+	Messages    int
+	DeadLetters int // dead letters restored to the store
 }
 
 // store is a durable broker's journal and the bookkeeping around it.
