@@ -114,9 +114,10 @@ type store[T any] struct {
 
 	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
 
-	mu    sync.Mutex // a leaf: guards e and limbo
-	e     enc
-	limbo map[dlKey]limboLetter[T] // dead letters on their way from a queue to the store or a dead-letter topic
+	mu     sync.Mutex // a leaf: guards e and limbo
+	e      enc
+	limbo  map[dlKey]limboLetter[T] // dead letters on their way from a queue to the store or a dead-letter topic
+	nlimbo uint64                   // letters that entered limbo so far
 }
 
 // envBuf holds a message's encoded envelope while a publish offers it:
@@ -163,6 +164,8 @@ type dlKey struct {
 }
 
 type limboLetter[T any] struct {
+	seq   uint64 // arrival order: the order the store will get them in
+	sub   uint32
 	topic string
 	dl    queue.DeadLetter[T]
 }
@@ -417,7 +420,8 @@ func (r *subRec[T]) DeadLettered(dl queue.DeadLetter[T]) {
 	e.str(dl.LastError)
 	e.time(dl.At)
 	r.st.mu.Lock()
-	r.st.limbo[dlKey{r.id, dl.Message.ID}] = limboLetter[T]{topic: r.topic, dl: dl}
+	r.st.nlimbo++
+	r.st.limbo[dlKey{r.id, dl.Message.ID}] = limboLetter[T]{seq: r.st.nlimbo, sub: r.id, topic: r.topic, dl: dl}
 	r.st.j.Append(e.b)
 	r.st.mu.Unlock()
 }
@@ -449,15 +453,18 @@ func (b *Broker[T]) compactLocked() error {
 		topic string
 		dl    queue.DeadLetter[T]
 	}
+	// The dead letters in the order the store has (or will have) them:
+	// the store's and those a Redrive has taken out, by id, then those on
+	// their way to it, by arrival.
 	var dead []deadOne
-	for _, it := range b.dead.items[b.dead.head:] {
+	stored := slices.Concat(b.dead.items[b.dead.head:], slices.Collect(maps.Values(b.dead.taking)))
+	slices.SortFunc(stored, func(x, y storedLetter[T]) int { return cmp.Compare(x.id, y.id) })
+	for _, it := range stored {
 		dead = append(dead, deadOne{it.sub, it.topic, it.dl})
 	}
-	for _, it := range b.dead.taking {
-		dead = append(dead, deadOne{it.sub, it.topic, it.dl})
-	}
-	for k, l := range st.limbo {
-		dead = append(dead, deadOne{k.sub, l.topic, l.dl})
+	limbo := slices.SortedFunc(maps.Values(st.limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	for _, l := range limbo {
+		dead = append(dead, deadOne{l.sub, l.topic, l.dl})
 	}
 	live := make(map[uint32]bool, len(subs))
 	for _, s := range subs {
@@ -732,10 +739,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 		b.mu.Unlock()
 		if s == nil { // gone, or its topic is: only its dead letters stay
 			for _, en := range entries[true] {
-				dead = append(dead, deadOne{seqs[en.Message.ID], id, rsub.topic, queue.DeadLetter[T]{
-					Subscription: rsub.name, Message: *en.Message, Reason: en.Reason, Attempts: en.Attempts,
-					LastError: en.LastError, At: en.DeadAt,
-				}})
+				dead = append(dead, deadOne{seqs[en.Message.ID], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
 			}
 			continue
 		}

@@ -254,9 +254,15 @@ func runDurableModel(t *testing.T, seed uint64) {
 			if err != nil {
 				require.ErrorIs(t, err, queue.ErrQueueFull)
 			}
-		case op < 92:
+		case op < 92 && r.IntN(2) == 0:
 			_, err := subs["b"].Purge()
 			require.NoError(t, err)
+		case op < 92: // b goes and comes back: its dead letters stay, and redrive to the new b
+			require.NoError(t, b.Unsubscribe("t", "b"))
+			s, err := b.Subscribe("t", "b", subOpts["b"]...)
+			require.NoError(t, err)
+			subs["b"] = s
+			leases = slices.DeleteFunc(leases, func(l out) bool { return l.sub == "b" })
 		case op < 94:
 			require.NoError(t, b.Compact())
 		case op < 100:

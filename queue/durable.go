@@ -110,10 +110,9 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 	for _, r := range es {
 		q.nextSeq = max(q.nextSeq, r.Place)
 		if r.Dead {
-			dead = append(dead, DeadLetter[T]{
-				Subscription: q.cfg.Name, Message: *r.Message, Reason: r.Reason, Attempts: r.Attempts,
-				LastError: r.LastError, At: r.DeadAt, origin: q.scope, place: r.Place, ttl: r.TTL,
-			})
+			dl := DeadLetterOf(q.cfg.Name, r)
+			dl.origin = q.scope
+			dead = append(dead, dl)
 			continue
 		}
 		live = append(live, r)
@@ -139,6 +138,18 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 		q.placeLocked(now, e, true)
 	}
 	return dead, q.unlock()
+}
+
+// DeadLetterOf returns a dead entry as the dead letter that the
+// subscription named sub made of it, with its place and TTL. It is for a
+// store restoring a dead letter whose subscription is gone: a Redrive
+// treats it as coming from another queue. (Restore makes the dead letters
+// of a queue that still exists.)
+func DeadLetterOf[T any](sub string, e Entry[T]) DeadLetter[T] {
+	return DeadLetter[T]{
+		Subscription: sub, Message: *e.Message, Reason: e.Reason, Attempts: e.Attempts,
+		LastError: e.LastError, At: e.DeadAt, place: e.Place, ttl: e.TTL,
+	}
 }
 
 // Freeze locks the queue and returns everything it holds; every other call
