@@ -212,3 +212,37 @@ func BenchmarkDurableCompact(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDurablePublish is the cost per message of publishing to a
+// durable broker with SyncAlways, one Publish at a time and in batches of
+// 100 (one fsync per batch).
+func BenchmarkDurablePublish(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {
+			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithMaxQueue(1<<30))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Close()
+			br.CreateTopic("t")
+			br.Subscribe("t", "s")
+			ctx := context.Background()
+			ps := make([][]byte, batch)
+			for i := range ps {
+				ps[i] = payload
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if batch == 1 {
+					_, err = br.Publish(ctx, "t", payload)
+				} else {
+					_, err = br.PublishBatch(ctx, "t", ps)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/msg")
+		})
+	}
+}

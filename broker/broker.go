@@ -493,27 +493,91 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 	return m, err
 }
 
+// PublishBatch publishes each payload to topic, in order, as Publish would
+// with the same options, and returns the messages as stored. The batch
+// reads the clock once (every message has the same PublishedAt) and
+// snapshots the topic's subscriptions once; on a durable broker it waits
+// for the disk once, which under SyncAlways makes it many times faster
+// than as many Publish calls. A payload some subscription refuses
+// (OverflowReject, OverflowBlock) is still returned, and the error joins
+// each refusal. WithDedupID is invalid here (one ID cannot name many
+// messages); an empty batch returns nil.
+func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
+	if ctx == nil {
+		return nil, queue.Invalid("PublishBatch: nil context")
+	}
+	var pc publishConfig
+	for _, o := range opts {
+		if err := pc.apply(o); err != nil {
+			return nil, err
+		}
+	}
+	if pc.dedupID != "" {
+		return nil, queue.Invalid("PublishBatch: WithDedupID cannot name a batch")
+	}
+	t, subs, err := b.lookup(topic)
+	if err != nil || len(payloads) == 0 {
+		return nil, err
+	}
+	now := b.clock.Now()
+	ms := make([]queue.Message[T], len(payloads))
+	var errs []error
+	for i, p := range payloads {
+		m, _, err := b.publishTo(ctx, t, subs, p, &pc, now)
+		ms[i] = m
+		if err != nil {
+			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
+		}
+	}
+	if len(subs) > 0 {
+		if err := b.commit(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return ms, errors.Join(errs...)
+}
+
+// lookup returns a topic and its subscriptions as of now.
+func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	t, err := b.topicLocked("publish", topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, t.subs, nil
+}
+
 // publish is Publish after the options are checked; it also returns how
 // many subscriptions accepted the message.
 func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *publishConfig) (queue.Message[T], int, error) {
-	b.mu.RLock()
-	t, err := b.topicLocked("publish", topic)
-	var subs []*Subscription[T]
-	if err == nil {
-		subs = t.subs
-	}
-	b.mu.RUnlock()
+	t, subs, err := b.lookup(topic)
 	if err != nil {
 		return queue.Message[T]{}, 0, err
 	}
+	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.clock.Now())
+	if b.store != nil && len(subs) > 0 && (err == nil || accepted > 0) {
+		if cerr := b.commit(); cerr != nil {
+			if pc.dedupID != "" && err == nil {
+				t.dedup.forget(pc.dedupID, m)
+			}
+			err = errors.Join(err, cerr)
+		}
+	}
+	return m, accepted, err
+}
+
+// publishTo offers one message to subs, without committing a durable
+// broker's records (the caller does, once).
+func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (queue.Message[T], int, error) {
 	m := &queue.Message[T]{
 		ID:          b.ids.newID(),
-		Topic:       topic,
+		Topic:       t.name,
 		Key:         pc.key,
 		Payload:     payload,
 		Priority:    pc.priority,
 		Headers:     queue.NewHeaders(pc.headers),
-		PublishedAt: b.clock.Now(),
+		PublishedAt: now,
 	}
 	var opts [3]queue.OfferOption
 	offer := opts[:0]
@@ -523,7 +587,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	if b.store != nil { // encoded once, logged by every subscription, committed once
 		env, err := b.store.encode(m)
 		if err != nil {
-			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", topic, err)
+			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 		}
 		defer b.store.recycle(env)
 		offer = append(offer, queue.WithNote(env), queue.WithDeferredCommit())
@@ -547,12 +611,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 			errs = append(errs, err)
 		}
 	}
-	if b.store != nil && len(subs) > 0 {
-		if err := b.commit(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	err = errors.Join(errs...)
+	err := errors.Join(errs...)
 	if err != nil && pc.dedupID != "" {
 		t.dedup.forget(pc.dedupID, *m)
 	}

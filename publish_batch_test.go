@@ -1,0 +1,106 @@
+package leasebus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+func TestPublishBatch(t *testing.T) {
+	ctx := context.Background()
+	mock := clock.NewMock()
+	b, err := broker.New[string](broker.WithClock(mock))
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	s, err := b.Subscribe("t", "s")
+	require.NoError(t, err)
+
+	ms, err := b.PublishBatch(ctx, "t", []string{"a", "b", "c"}, broker.WithPriority(queue.PriorityHigh), broker.WithKey(""))
+	require.NoError(t, err)
+	require.Len(t, ms, 3)
+	ds := s.TryPoll(10)
+	require.Len(t, ds, 3)
+	for i, d := range ds {
+		require.Equal(t, ms[i].ID, d.ID, "delivered in the batch's order")
+		require.Equal(t, []string{"a", "b", "c"}[i], d.Payload)
+		require.Equal(t, queue.PriorityHigh, d.Priority)
+		require.True(t, d.PublishedAt.Equal(mock.Now()), "one clock read for the batch")
+	}
+	require.NotEqual(t, ms[0].ID, ms[1].ID)
+
+	// Edges: empty, nil context, dedup, missing topic, after Close.
+	ms, err = b.PublishBatch(ctx, "t", nil)
+	require.NoError(t, err)
+	require.Nil(t, ms)
+	//lint:ignore SA1012 a nil context is the invalid input under test
+	_, err = b.PublishBatch(nil, "t", []string{"x"})
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
+	_, err = b.PublishBatch(ctx, "t", []string{"x"}, broker.WithDedupID("d"))
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
+	_, err = b.PublishBatch(ctx, "missing", []string{"x"})
+	require.ErrorIs(t, err, broker.ErrTopicNotFound)
+	_, err = b.PublishBatch(ctx, "t", []string{"x"}, broker.WithDelay(-time.Second))
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
+	require.Zero(t, s.Stats().Visible, "a refused batch stores nothing")
+	require.NoError(t, b.Close())
+	_, err = b.PublishBatch(ctx, "t", []string{"x"})
+	require.ErrorIs(t, err, queue.ErrClosed)
+}
+
+// A subscription that refuses some of a batch: the others are stored, the
+// error names each refusal, and every message is returned.
+func TestPublishBatchPartialRefusal(t *testing.T) {
+	b, err := broker.New[int]()
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	s, err := b.Subscribe("t", "small", broker.WithMaxQueue(2), broker.WithOverflow(queue.OverflowReject))
+	require.NoError(t, err)
+	ms, err := b.PublishBatch(context.Background(), "t", []int{1, 2, 3, 4})
+	require.ErrorIs(t, err, queue.ErrQueueFull)
+	require.ErrorContains(t, err, "message 2")
+	require.ErrorContains(t, err, "message 3")
+	require.Len(t, ms, 4)
+	st := s.Stats()
+	require.Equal(t, uint64(2), st.Published)
+	require.Equal(t, uint64(2), st.Rejected)
+}
+
+// On a durable broker a batch is one wait for the disk, and it survives a
+// restart whole.
+func TestPublishBatchDurable(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	b, err := broker.Open(dir, broker.StringCodec{})
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("t"))
+	_, err = b.Subscribe("t", "s")
+	require.NoError(t, err)
+	payloads := make([]string, 500)
+	for i := range payloads {
+		payloads[i] = string(rune('a' + i%26))
+	}
+	ms, err := b.PublishBatch(ctx, "t", payloads)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+
+	b, err = broker.Open(dir, broker.StringCodec{})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	s, err := b.Subscribe("t", "s")
+	require.NoError(t, err)
+	ds := s.TryPoll(1000)
+	require.Len(t, ds, len(ms))
+	for i, d := range ds {
+		require.Equal(t, ms[i].ID, d.ID)
+		require.Equal(t, payloads[i], d.Payload)
+	}
+}
