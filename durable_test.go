@@ -1261,3 +1261,34 @@ func TestDurableSyncModes(t *testing.T) {
 		})
 	}
 }
+
+// Dedup IDs survive a restart inside their window: a job that publishes
+// its input again after a crash, with an ID per item, queues nothing twice
+// (acked items included), and past the window an ID is new again.
+func TestDurableDedupAcrossRestart(t *testing.T) {
+	d := openDur(t, broker.StringCodec{}, broker.WithDedupWindow(time.Hour), broker.WithCompactMin(1))
+	s := d.subscribe("jobs", "w")
+	first := make([]queue.Message[string], 3)
+	for i := range first {
+		first[i] = d.publish("jobs", fmt.Sprint("item ", i), broker.WithDedupID(fmt.Sprint("line-", i)))
+	}
+	require.NoError(t, s.Ack(pollOneDur(t, s).LeaseID)) // item 0 done before the crash
+	d.restart()
+	s = d.subscribe("jobs", "w")
+
+	d.mock.Add(59 * time.Minute)
+	for i := range first { // the job starts over from its input
+		m := d.publish("jobs", fmt.Sprint("item ", i), broker.WithDedupID(fmt.Sprint("line-", i)))
+		require.Equal(t, first[i].ID, m.ID, "line-%d is the message published before the restart", i)
+	}
+	require.Equal(t, uint64(2), s.Stats().Published, "the two recovered messages, and no new one")
+	ds := s.TryPoll(10)
+	require.Len(t, ds, 2)
+	require.Equal(t, first[1].ID, ds[0].ID)
+	require.Equal(t, first[2].ID, ds[1].ID)
+
+	d.restart() // and again: the window counts from the first publish
+	d.mock.Add(time.Minute)
+	m := d.publish("jobs", "item 0 again", broker.WithDedupID("line-0"))
+	require.NotEqual(t, first[0].ID, m.ID, "past the window the ID is new")
+}

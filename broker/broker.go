@@ -584,8 +584,10 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	if pc.ttl > 0 {
 		offer = append(offer, queue.WithTTL(pc.ttl))
 	}
+	var env *envBuf
 	if b.store != nil { // encoded once, logged by every subscription, committed once
-		env, err := b.store.encode(m)
+		var err error
+		env, err = b.store.encode(m)
 		if err != nil {
 			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 		}
@@ -612,8 +614,11 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		}
 	}
 	err := errors.Join(errs...)
-	if err != nil && pc.dedupID != "" {
+	switch {
+	case err != nil && pc.dedupID != "":
 		t.dedup.forget(pc.dedupID, *m)
+	case pc.dedupID != "" && b.store != nil: // after the message's own records: a crash between loses only the dedup
+		b.store.record(func(e *enc) { e.start(recDedup).strs(t.name, pc.dedupID).b = append(e.b, env.b...) })
 	}
 	return *m, accepted, err
 }

@@ -56,6 +56,30 @@ func (d *dedup[T]) reserve(id string, m queue.Message[T], window time.Duration, 
 	return queue.Message[T]{}, false
 }
 
+// put restores an entry from a durable broker's journal, with its first
+// publish's time.
+func (d *dedup[T]) put(id string, m queue.Message[T]) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byID == nil {
+		d.byID = make(map[string]*dedupEntry[T])
+	}
+	e := &dedupEntry[T]{id: id, msg: m, at: m.PublishedAt}
+	d.byID[id] = e
+	d.order = append(d.order, e)
+}
+
+// liveLocked returns the entries still remembered at now, oldest first.
+func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []*dedupEntry[T] {
+	var live []*dedupEntry[T]
+	for _, e := range d.order[d.head:] {
+		if e != nil && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
+			live = append(live, e)
+		}
+	}
+	return live
+}
+
 // forget drops a reservation whose publish failed, if it is still the one
 // recorded for id.
 func (d *dedup[T]) forget(id string, m queue.Message[T]) {

@@ -185,6 +185,10 @@ type limboLetter[T any] struct {
 //     visible at once with its attempt counted, or dead-lettered
 //     (ReasonMaxAttempts) if that was its last;
 //   - the dead-letter store, in order;
+//   - publish dedup IDs (WithDedupID) still inside their window, so a job
+//     that publishes its input again after a crash, with an ID per item,
+//     does not queue twice what it had published before (a crash between
+//     a publish's message and its dedup record loses only the dedup);
 //   - subscriptions with their options, but without their filters (which
 //     are functions): a recovered subscription is bound again when the
 //     application calls Subscribe for it with its options, which returns it
@@ -192,8 +196,7 @@ type limboLetter[T any] struct {
 //     Declare subscriptions again before publishing: until then a
 //     recovered subscription takes every message of its topic.
 //
-// What does not: leases (no lease ID survives), dedup IDs (WithDedupID
-// suppresses duplicates within one process's life), counters (Stats start
+// What does not: leases (no lease ID survives) and counters (Stats start
 // from zero, and restored messages count as Published).
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
@@ -445,6 +448,15 @@ func (b *Broker[T]) compactLocked() error {
 	}
 	b.dead.mu.Lock()
 	defer b.dead.mu.Unlock()
+	topics := slices.Sorted(maps.Keys(b.topics))
+	now := b.clock.Now()
+	dedups := make([][]*dedupEntry[T], len(topics))
+	for i, name := range topics {
+		d := &b.topics[name].dedup
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		dedups[i] = d.liveLocked(now, b.dedupWindow)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 
@@ -472,7 +484,7 @@ func (b *Broker[T]) compactLocked() error {
 	}
 	return st.j.Rewrite(func(emit func([]byte)) error {
 		var e enc
-		for _, name := range slices.Sorted(maps.Keys(b.topics)) {
+		for _, name := range topics {
 			emit(e.start(recTopic).strs(name).b)
 		}
 		for _, s := range subs {
@@ -511,6 +523,15 @@ func (b *Broker[T]) compactLocked() error {
 				}
 			}
 		}
+		for i, name := range topics { // after the messages, as a publish writes them
+			for _, dd := range dedups[i] {
+				if env, err = envelope(env[:0], &dd.msg, st.codec); err != nil {
+					return fmt.Errorf("encode message %v: %w", dd.msg.ID, err)
+				}
+				e.start(recDedup).strs(name, dd.id)
+				emit(append(e.b, env...))
+			}
+		}
 		return nil
 	})
 }
@@ -530,6 +551,12 @@ type replay struct {
 	topics  map[string]bool
 	subs    map[uint32]*rsub
 	deadSeq uint64
+	dedup   map[string][]rdedup // by topic, oldest first
+}
+
+type rdedup struct {
+	id  string
+	env []byte
 }
 
 type rsub struct {
@@ -563,7 +590,7 @@ const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 const expiredText = "lease expired"
 
 func newReplay() *replay {
-	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}}
+	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{}}
 }
 
 func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
@@ -582,7 +609,17 @@ func (rs *replay) apply(body []byte) error {
 	case recTopic:
 		rs.topics[d.str()] = true
 	case recDelTopic:
-		delete(rs.topics, d.str())
+		name := d.str()
+		delete(rs.topics, name)
+		delete(rs.dedup, name)
+	case recDedup:
+		topic, id, env := d.str(), d.str(), d.rest()
+		if d.err == nil && len(env) < 16 {
+			d.fail()
+		}
+		if d.err == nil {
+			rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, env})
+		}
 	case recSub:
 		id, topic, name, spec := d.sub(), d.str(), d.str(), d.spec()
 		if s := rs.subs[id]; s != nil {
@@ -693,6 +730,22 @@ func (b *Broker[T]) restore(rs *replay) error {
 	}
 	b.mu.Unlock()
 	st.info.Topics = len(rs.topics)
+	now := b.clock.Now()
+	for topic, ds := range rs.dedup {
+		t := b.topics[topic]
+		if t == nil {
+			continue
+		}
+		for _, dd := range ds {
+			m, err := decode(dd.env)
+			if err != nil {
+				return err
+			}
+			if now.Before(m.PublishedAt.Add(b.dedupWindow)) { // (a later entry of one ID wins)
+				t.dedup.put(dd.id, *m)
+			}
+		}
+	}
 
 	type deadOne struct {
 		seq   uint64

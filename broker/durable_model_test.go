@@ -139,6 +139,21 @@ func requireSame[E comparable](t *testing.T, want, got []E, msg string, args ...
 	}
 }
 
+// dedupView returns the dedup IDs b remembers now, with their messages' IDs.
+func dedupView(b *Broker[string]) map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := map[string]string{}
+	for name, t := range b.topics {
+		t.dedup.mu.Lock()
+		for _, e := range t.dedup.liveLocked(b.clock.Now(), b.dedupWindow) {
+			out[name+"/"+e.id] = e.msg.ID.String()
+		}
+		t.dedup.mu.Unlock()
+	}
+	return out
+}
+
 // normalizeVisible drops the visible-at times already past, in a view
 // taken after a restart.
 func normalizeVisible(b *Broker[string], v map[string][]held) {
@@ -222,6 +237,9 @@ func runDurableModel(t *testing.T, seed uint64) {
 			if r.IntN(6) == 0 {
 				opts = append(opts, WithHeaders(map[string]string{"h": fmt.Sprint(step)}))
 			}
+			if r.IntN(4) == 0 { // a small set of IDs: some publishes are duplicates
+				opts = append(opts, WithDedupID(fmt.Sprint("d", r.IntN(8))))
+			}
 			next++
 			_, err := b.Publish(ctx, "t", fmt.Sprint("m", next), opts...)
 			require.NoError(t, err)
@@ -267,6 +285,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 			require.NoError(t, b.Compact())
 		case op < 100:
 			before := len(b.DeadLetters())
+			wantDedup := dedupView(b)
 			wantHeld, wantDead := view(b)
 			nfresh := len(wantDead) - before
 			if n := len(wantDead); n > 40 { // the store's bound, applied as Open refills it
@@ -287,6 +306,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 			}
 			require.Len(t, gotHeld, len(wantHeld))
 			requireSame(t, wantDead, gotDead, "step %d: dead letters", step)
+			require.Equal(t, wantDedup, dedupView(b2), "step %d: dedup IDs", step)
 			// Go on with the recovered broker, in its own directory.
 			b.Close()
 			b, subs, mock, leases = b2, subs2, mock2, nil

@@ -30,6 +30,7 @@ const (
 	recDead                     // sub, id, reason, attempts, lastErr, at
 	recForget                   // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
 	recPurge                    // sub: every message it holds goes
+	recDedup                    // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
 )
 
 // Flags of a recPut.
