@@ -4,10 +4,17 @@
 //
 //	go run ./examples/batchjob                      # examples/batchjob/orders.csv
 //	go run ./examples/batchjob -input lines.csv -workers 8
+//	go run ./examples/batchjob -state /tmp/orders.q # resumable: see below
 //
 // Each line is "sku,quantity,unit_price_cents"; blank lines and lines
 // starting with '#' are skipped. A malformed line is dead-lettered at once
 // (no retry will fix it) and reported with its line number.
+//
+// With -state DIR the queue is kept in DIR (broker.Open) and each line is
+// published with a dedup ID: if the job is killed, running it again with
+// the same -state publishes nothing twice and processes only what was not
+// done (a line being worked on at the kill is done again). Remove DIR to
+// start over.
 package main
 
 import (
@@ -17,11 +24,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
@@ -37,14 +46,23 @@ type item struct {
 // report is what a run did.
 type report struct {
 	Items     int
+	Earlier   int // items an earlier run had published already (with -state)
 	Processed int
 	Total     int64 // sum of quantity × unit price, in cents
 	Failed    []queue.DeadLetter[item]
 }
 
+// config is how a run goes.
+type config struct {
+	workers int
+	state   string      // directory of a durable queue; "" for memory
+	done    func(n int) // called after each processed item with the count so far (tests stop a run with it)
+}
+
 func main() {
 	input := flag.String("input", "examples/batchjob/orders.csv", "CSV file of order lines")
 	workers := flag.Int("workers", 4, "concurrent workers")
+	state := flag.String("state", "", "keep the queue in this directory, to resume after a crash")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -55,7 +73,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer f.Close()
-	r, err := run(ctx, f, *workers)
+	r, err := run(ctx, f, config{workers: *workers, state: *state})
 	printReport(os.Stdout, r)
 	switch {
 	case err != nil:
@@ -68,13 +86,22 @@ func main() {
 
 // run enqueues every item of in and processes them with a pool until the
 // queue is idle.
-func run(ctx context.Context, in io.Reader, workers int) (report, error) {
+func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	var r report
-	b, err := broker.New[item](broker.WithMaxAttempts(3))
+	opts := []broker.Option{broker.WithMaxAttempts(3)}
+	var b *broker.Broker[item]
+	var err error
+	if cfg.state == "" {
+		b, err = broker.New[item](opts...)
+	} else { // every line's dedup ID is remembered for a day, however long the input
+		opts = append(opts, broker.WithDedupWindow(24*time.Hour), broker.WithDedupLimit(math.MaxInt))
+		b, err = broker.Open(cfg.state, broker.JSONCodec[item]{}, opts...)
+	}
 	if err != nil {
 		return r, err
 	}
 	defer b.Close()
+	start := b.Clock().Now()
 	if err := b.CreateTopic("orders"); err != nil {
 		return r, err
 	}
@@ -89,10 +116,18 @@ func run(ctx context.Context, in io.Reader, workers int) (report, error) {
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		if _, err := b.Publish(ctx, "orders", item{Line: n, Text: text}); err != nil {
+		var opts []broker.PublishOption
+		if cfg.state != "" {
+			opts = append(opts, broker.WithDedupID(strconv.Itoa(n)))
+		}
+		m, err := b.Publish(ctx, "orders", item{Line: n, Text: text}, opts...)
+		if err != nil {
 			return r, err
 		}
 		r.Items++
+		if m.PublishedAt.Before(start) { // a duplicate: the message of an earlier run
+			r.Earlier++
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return r, err
@@ -106,7 +141,10 @@ func run(ctx context.Context, in io.Reader, workers int) (report, error) {
 			return poller.GiveUp(fmt.Errorf("line %d: %w", d.Payload.Line, err))
 		}
 		total.Add(cents)
-		processed.Add(1)
+		n := processed.Add(1)
+		if cfg.done != nil {
+			cfg.done(int(n))
+		}
 		return nil
 	}
 	// Stop the pool once the subscription holds nothing: every item is
@@ -118,12 +156,12 @@ func run(ctx context.Context, in io.Reader, workers int) (report, error) {
 			stopPool()
 		}
 	}
-	pool, err := poller.New(sub, handle, poller.WithWorkers(workers), poller.WithObserver(idle))
+	pool, err := poller.New(sub, handle, poller.WithWorkers(cfg.workers), poller.WithObserver(idle))
 	if err != nil {
 		return r, err
 	}
-	if r.Items == 0 {
-		stopPool()
+	if st := sub.Stats(); st.Visible+st.Delayed+st.InFlight+st.HeldBack == 0 {
+		stopPool() // nothing to do (an empty input, or a finished job run again)
 	}
 	if err := pool.Run(poolCtx); err != nil {
 		return r, err
@@ -152,6 +190,9 @@ func price(line string) (int64, error) {
 func printReport(w io.Writer, r report) {
 	fmt.Fprintf(w, "items %d, processed %d, dead-lettered %d, total $%d.%02d\n",
 		r.Items, r.Processed, len(r.Failed), r.Total/100, r.Total%100)
+	if r.Earlier > 0 {
+		fmt.Fprintf(w, "  resumed: %d items were published by an earlier run (processed and total count this run)\n", r.Earlier)
+	}
 	for _, dl := range r.Failed {
 		fmt.Fprintf(w, "  failed: %s\n", dl.LastError)
 	}

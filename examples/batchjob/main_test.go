@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -13,7 +14,7 @@ func TestBatchJobSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := run(context.Background(), f, 4)
+	r, err := run(context.Background(), f, config{workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestBatchJobSample(t *testing.T) {
 
 func TestBatchJobReportsMalformedLines(t *testing.T) {
 	in := "# header\nA,2,150\n\nB,x,1\nC,1,1000\nD\n"
-	r, err := run(context.Background(), strings.NewReader(in), 2)
+	r, err := run(context.Background(), strings.NewReader(in), config{workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +45,56 @@ func TestBatchJobReportsMalformedLines(t *testing.T) {
 }
 
 func TestBatchJobEmptyInput(t *testing.T) {
-	r, err := run(context.Background(), strings.NewReader("# nothing\n"), 1)
+	r, err := run(context.Background(), strings.NewReader("# nothing\n"), config{workers: 1})
 	if err != nil || r.Items != 0 {
 		t.Fatalf("run = %+v, %v", r, err)
+	}
+}
+
+// With -state, a run stopped halfway is finished by the next one: nothing
+// is published twice, every line is processed once in all, and a run after
+// the job is done has nothing to do.
+func TestBatchJobResumes(t *testing.T) {
+	dir := t.TempDir()
+	runWith := func(ctx context.Context, cfg config) report {
+		t.Helper()
+		f, err := os.Open("orders.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cfg.workers, cfg.state = 4, dir
+		r, err := run(ctx, f, cfg)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+		return r
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	first := runWith(ctx, config{done: func(n int) {
+		if n == 50 {
+			stop() // as a kill would, but the pool drains: what it started is done
+		}
+	}})
+	stop()
+	second := runWith(context.Background(), config{})
+	third := runWith(context.Background(), config{})
+
+	if first.Items != 120 || first.Earlier != 0 || first.Processed < 50 || first.Processed >= 120 {
+		t.Fatalf("first run: %+v", first)
+	}
+	if second.Earlier != 120 || first.Processed+second.Processed != 120 || len(second.Failed) != 0 {
+		t.Fatalf("second run: %+v (first processed %d)", second, first.Processed)
+	}
+	if got := first.Total + second.Total; got != 3021911 {
+		t.Errorf("total over both runs = %d cents, want 3021911", got)
+	}
+	if third.Earlier != 120 || third.Processed != 0 {
+		t.Errorf("third run: %+v", third)
+	}
+	var out strings.Builder
+	printReport(&out, second)
+	if !strings.Contains(out.String(), "resumed: 120 items were published by an earlier run") {
+		t.Errorf("report:\n%s", out.String())
 	}
 }
