@@ -110,3 +110,16 @@ func TestInMemoryBroker(t *testing.T) {
 	b, mock := brokertest.New[string](t)
 	sourcetest.Run(t, &memHarness{b: b, mock: mock})
 }
+
+// The durable broker passes the same suite: its subscriptions behave as the
+// in-memory ones while they run (SyncNone here, to keep the suite fast; the
+// mode changes when a call returns, not what it does).
+func TestDurableBroker(t *testing.T) {
+	mock := clock.NewMock()
+	b, err := broker.Open(t.TempDir(), broker.StringCodec{}, broker.WithClock(mock), broker.WithSync(broker.SyncNone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sourcetest.Run(t, &memHarness{b: b, mock: mock})
+}
