@@ -655,6 +655,10 @@ func (rs *replay) apply(body []byte) error {
 		}
 	case recDeliver:
 		sub, n := d.sub(), d.uint()
+		if n > uint64(len(d.b))/16 { // each ID takes 16 bytes
+			d.fail()
+			n = 0
+		}
 		for range n {
 			if m := rs.msg(sub, d.id()); m != nil && !m.dead {
 				if m.inFlight { // delivered again unsettled: its lease expired in between
