@@ -714,7 +714,12 @@ func (rs *replay) apply(body []byte) error {
 // messages (where one in flight on its last attempt is dead-lettered).
 func (b *Broker[T]) restore(rs *replay) error {
 	st := b.store
-	msgs := map[uuid.UUID]*queue.Message[T]{} // one envelope per message, shared by its subscriptions
+	// One envelope per message, shared by its subscriptions: a map only
+	// when there is more than one subscription to share with.
+	var msgs map[uuid.UUID]*queue.Message[T]
+	if len(rs.subs) > 1 {
+		msgs = map[uuid.UUID]*queue.Message[T]{}
+	}
 	decode := func(env []byte) (*queue.Message[T], error) {
 		if m := msgs[uuid.UUID(env[:16])]; m != nil {
 			return m, nil
@@ -723,7 +728,9 @@ func (b *Broker[T]) restore(rs *replay) error {
 		if err != nil {
 			return nil, fmt.Errorf("decode message %v: %w", uuid.UUID(env[:16]), err)
 		}
-		msgs[m.ID] = m
+		if msgs != nil {
+			msgs[m.ID] = m
+		}
 		return m, nil
 	}
 	b.mu.Lock()
@@ -767,9 +774,11 @@ func (b *Broker[T]) restore(rs *replay) error {
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		rsub := rs.subs[id]
 		st.nextSub = max(st.nextSub, id+1)
+		// In place order, which Restore needs (and then need not sort).
+		rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
 		entries := map[bool][]queue.Entry[T]{}
-		seqs := map[uuid.UUID]uint64{}
-		for mid, rm := range rsub.msgs {
+		var seqs []uint64 // of the dead entries, in their order
+		for _, rm := range rms {
 			live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
 			m, err := decode(rm.env)
 			if err != nil {
@@ -781,7 +790,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 				Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
 			})
 			if rm.dead {
-				seqs[mid] = rm.deadSeq
+				seqs = append(seqs, rm.deadSeq)
 			}
 		}
 		b.mu.Lock()
@@ -795,8 +804,8 @@ func (b *Broker[T]) restore(rs *replay) error {
 		}
 		b.mu.Unlock()
 		if s == nil { // gone, or its topic is: only its dead letters stay
-			for _, en := range entries[true] {
-				dead = append(dead, deadOne{seqs[en.Message.ID], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
+			for i, en := range entries[true] {
+				dead = append(dead, deadOne{seqs[i], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
 			}
 			continue
 		}
@@ -804,8 +813,8 @@ func (b *Broker[T]) restore(rs *replay) error {
 		if err != nil {
 			return err
 		}
-		for _, dl := range dls {
-			dead = append(dead, deadOne{seqs[dl.Message.ID], id, rsub.topic, dl})
+		for i, dl := range dls { // in the order given
+			dead = append(dead, deadOne{seqs[i], id, rsub.topic, dl})
 		}
 		subs = append(subs, restoring{s, entries[false]})
 		st.info.Subscriptions++

@@ -96,7 +96,8 @@ func (dl DeadLetter[T]) TTL() time.Duration { return dl.ttl }
 // attempt is dead-lettered at once (ReasonMaxAttempts, through onDead and
 // the Recorder, like any other). Restored messages count as Published.
 // Dead entries are not queued: they come back as DeadLetter values that a
-// later Redrive puts back in their place, in the order given.
+// later Redrive puts back in their place, in the order given. Entries
+// given in place order are not sorted again.
 //
 // Restore ignores the MaxQueue bound (nothing recovered is dropped) and
 // returns ErrClosed on a closed queue.
@@ -117,7 +118,10 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 		}
 		live = append(live, r)
 	}
-	slices.SortFunc(live, func(a, b Entry[T]) int { return cmp.Compare(a.Place, b.Place) })
+	byPlace := func(a, b Entry[T]) int { return cmp.Compare(a.Place, b.Place) }
+	if !slices.IsSortedFunc(live, byPlace) {
+		slices.SortFunc(live, byPlace)
+	}
 	for _, r := range live {
 		e := q.newEntryLocked(r.Message)
 		q.nextSeq-- // newEntryLocked took a place; the entry keeps its own
