@@ -35,6 +35,9 @@ var (
 	// ErrAlreadySubscribed: Subscribe with a (topic, name) that exists; use
 	// Broker.Subscription to share it between competing consumers.
 	ErrAlreadySubscribed = errors.New("broker: already subscribed")
+	// ErrLocked: Open found its directory held by another open broker, in
+	// this process or another.
+	ErrLocked = errors.New("broker: directory is locked by another open broker")
 )
 
 // Broker is an in-process publish/subscribe broker whose subscriptions are

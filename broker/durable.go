@@ -248,9 +248,6 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 	return b, nil
 }
 
-// ErrLocked: Open found its directory held by another open broker.
-var ErrLocked = errors.New("broker: directory is locked by another open broker")
-
 // Recovery returns what Open found (the zero value for a broker from New).
 func (b *Broker[T]) Recovery() RecoveryInfo {
 	if b.store == nil {
@@ -268,7 +265,16 @@ func (b *Broker[T]) Sync() error {
 	if b.isClosed() {
 		return fmt.Errorf("sync: %w", queue.ErrClosed)
 	}
-	return b.store.j.Sync()
+	return closedAs(b.store.j.Sync())
+}
+
+// closedAs reports the journal's ErrClosed (a call racing Close) as the
+// queue.ErrClosed every call after Close returns.
+func closedAs(err error) error {
+	if errors.Is(err, journal.ErrClosed) {
+		return fmt.Errorf("%w (%w)", queue.ErrClosed, err)
+	}
+	return err
 }
 
 // Compact rewrites the journal now as a snapshot of the live state (a
@@ -302,10 +308,7 @@ func (b *Broker[T]) commit() error {
 		return nil
 	}
 	if err := st.j.Commit(); err != nil {
-		if errors.Is(err, journal.ErrClosed) { // a call racing Close
-			return fmt.Errorf("commit: %w", queue.ErrClosed)
-		}
-		return err
+		return closedAs(err)
 	}
 	if !st.restoring && st.j.Due() && st.compacting.CompareAndSwap(false, true) {
 		// Best effort: the call's own records are durable already. A
