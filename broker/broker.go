@@ -826,6 +826,17 @@ func validName(kind, name string) error {
 	return nil
 }
 
+// validSub checks a subscription's name and its topic or pattern.
+func validSub(topic, name string) error {
+	if err := validName("subscription", name); err != nil {
+		return err
+	}
+	if isPattern(topic) {
+		return validPattern(topic)
+	}
+	return validTopic(topic)
+}
+
 func validTopic(name string) error {
 	if err := validName("topic", name); err != nil {
 		return err

@@ -610,7 +610,11 @@ func (rs *replay) apply(body []byte) error {
 	typ := d.byte()
 	switch typ {
 	case recTopic:
-		rs.topics[d.str()] = true
+		name := d.str()
+		if err := validTopic(name); err != nil && d.err == nil {
+			return err // a record no broker writes
+		}
+		rs.topics[name] = true
 	case recDelTopic:
 		name := d.str()
 		delete(rs.topics, name)
@@ -625,6 +629,9 @@ func (rs *replay) apply(body []byte) error {
 		}
 	case recSub:
 		id, topic, name, spec := d.sub(), d.str(), d.str(), d.spec()
+		if err := validSub(topic, name); err != nil && d.err == nil {
+			return err
+		}
 		if s := rs.subs[id]; s != nil {
 			if !s.gone {
 				s.spec = spec
