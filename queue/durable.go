@@ -39,9 +39,12 @@ type Recorder[T any] interface {
 	DeadLettered(dl DeadLetter[T])
 	// Purged: every message the queue held is gone.
 	Purged()
-	// Commit is called, without the queue's lock, by every call that
-	// recorded something, before it returns: it returns once those records
-	// are as durable as the store promises. Its error is the call's.
+	// Commit is called without the queue's lock before a call that
+	// recorded something returns (but an Offer WithDeferredCommit leaves
+	// it to its caller): it returns once what was recorded is as durable
+	// as the store promises, and its error is the call's. Changes that a
+	// call without an error to return makes in passing (Stats settling an
+	// expiry) are committed by the next Commit.
 	Commit() error
 }
 
