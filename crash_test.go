@@ -185,6 +185,13 @@ func crashRun(t *testing.T, dir string, mode broker.SyncMode, first, kill int) [
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		lines = append(lines, sc.Text())
+		if len(lines) == 1 { // the child has the directory: another process cannot open it
+			b, err := broker.Open(dir, broker.StringCodec{})
+			if err == nil {
+				b.Close()
+			}
+			require.ErrorIs(t, err, broker.ErrLocked, "a second process opening the child's directory")
+		}
 		if len(lines) == kill {
 			require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		}
