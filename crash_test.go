@@ -181,6 +181,7 @@ func crashRun(t *testing.T, dir string, mode broker.SyncMode, first, kill int) [
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
+	defer cmd.Process.Kill() // if a check below fails first (a no-op once it is dead)
 	var lines []string
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
