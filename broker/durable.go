@@ -241,6 +241,9 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 	b.store = &store[T]{j: j, codec: codec, limbo: make(map[dlKey]limboLetter[T])}
 	b.store.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
 	b.dead.forget = b.store.forget
+	if rs.records == 0 { // a new journal (or one whose first record was torn): say what it is
+		b.store.record(func(e *enc) { e.start(recFormat).str(formatMagic); e.uint(formatVersion) })
+	}
 	if err := b.restore(rs); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)
@@ -487,6 +490,9 @@ func (b *Broker[T]) compactLocked() error {
 	}
 	return st.j.Rewrite(func(emit func([]byte)) error {
 		var e enc
+		e.start(recFormat).str(formatMagic)
+		e.uint(formatVersion)
+		emit(e.b)
 		for _, name := range topics {
 			emit(e.start(recTopic).strs(name).b)
 		}
@@ -551,6 +557,7 @@ func (e *enc) specs(s subSpec) *enc { e.spec(s); return e }
 // replay is the state the journal's records build, before it becomes a
 // broker.
 type replay struct {
+	records int // replayed so far
 	topics  map[string]bool
 	subs    map[uint32]*rsub
 	deadSeq uint64
@@ -608,7 +615,16 @@ func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
 func (rs *replay) apply(body []byte) error {
 	d := dec{b: body}
 	typ := d.byte()
+	rs.records++
+	if (typ == recFormat) != (rs.records == 1) {
+		return fmt.Errorf("not a leasebus journal: record %d is of type %d", rs.records, typ)
+	}
 	switch typ {
+	case recFormat:
+		magic, version := d.str(), d.uint()
+		if d.err == nil && (magic != formatMagic || version != formatVersion) {
+			return fmt.Errorf("journal format %q version %d, this is %q version %d", magic, version, formatMagic, formatVersion)
+		}
 	case recTopic:
 		name := d.str()
 		if err := validTopic(name); err != nil && d.err == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -333,4 +334,30 @@ func TestDurableOversizedMessage(t *testing.T) {
 	_, err = b.Publish(context.Background(), "t", []byte("small"))
 	require.NoError(t, err)
 	require.Len(t, s.TryPoll(10), 1)
+}
+
+// A journal of another format (a later version's, or no leasebus journal
+// at all) fails to open, says why, and is left as it was.
+func TestDurableJournalFormat(t *testing.T) {
+	for name, c := range map[string]struct {
+		first []byte
+		want  string
+	}{
+		"later version": {append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 2), `version 2, this is "leasebus" version 1`},
+		"other magic":   {append(append([]byte{recFormat, 3}, "xyz"...), 1), `format "xyz"`},
+		"no format":     {append([]byte{recTopic, 1}, 't'), "not a leasebus journal"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			seg := journal.AppendFrame(nil, c.first)
+			path := filepath.Join(dir, "seg-00000001.log")
+			require.NoError(t, os.WriteFile(path, seg, 0o644))
+			_, err := Open(dir, StringCodec{})
+			require.ErrorIs(t, err, journal.ErrCorrupt)
+			require.ErrorContains(t, err, c.want)
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			require.Equal(t, seg, data, "the journal is left as it was")
+		})
+	}
 }

@@ -195,7 +195,7 @@ func ExampleOpen() {
 		sub.Ack(d.LeaseID)
 	}
 	// Output:
-	// {Records:7 TruncatedBytes:0 Topics:1 Subscriptions:1 Messages:2 DeadLetters:0}
+	// {Records:8 TruncatedBytes:0 Topics:1 Subscriptions:1 Messages:2 DeadLetters:0}
 	// b.csv attempt 2
 	// c.csv attempt 1
 }

@@ -18,19 +18,28 @@ import (
 // (subscription id, message ID); a subscription id is never reused while a
 // record names it.
 const (
-	recTopic    byte = iota + 1 // name
-	recDelTopic                 // name: its subscriptions by name go, their dead letters stay
-	recSub                      // id, topic, name, spec: created, or declared again with other options
-	recUnsub                    // id: its messages go, its dead letters stay
-	recPut                      // sub, place, attempts, flags, visibleAt, ttl, expiresAt, lastErr, reason, deadAt, envelope
-	recDeliver                  // sub, count, ids: each delivered once more
-	recRetry                    // sub, id, visibleAt, lastErr: waits again after a failed attempt
-	recRelease                  // sub, id: visible again, attempt given back
-	recRemove                   // sub, id: acked or dropped
-	recDead                     // sub, id, reason, attempts, lastErr, at
-	recForget                   // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
-	recPurge                    // sub: every message it holds goes
-	recDedup                    // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
+	recFormat   byte = iota // "leasebus", version: the first record of every journal
+	recTopic                // name
+	recDelTopic             // name: its subscriptions by name go, their dead letters stay
+	recSub                  // id, topic, name, spec: created, or declared again with other options
+	recUnsub                // id: its messages go, its dead letters stay
+	recPut                  // sub, place, attempts, flags, visibleAt, ttl, expiresAt, lastErr, reason, deadAt, envelope
+	recDeliver              // sub, count, ids: each delivered once more
+	recRetry                // sub, id, visibleAt, lastErr: waits again after a failed attempt
+	recRelease              // sub, id: visible again, attempt given back
+	recRemove               // sub, id: acked or dropped
+	recDead                 // sub, id, reason, attempts, lastErr, at
+	recForget               // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
+	recPurge                // sub: every message it holds goes
+	recDedup                // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
+)
+
+// The journal's format: written first in every journal and snapshot, and
+// checked first by Open, so that a journal of another format (a later
+// version's, or not leasebus's) fails to open instead of being misread.
+const (
+	formatMagic   = "leasebus"
+	formatVersion = 1
 )
 
 // Flags of a recPut.
