@@ -204,8 +204,9 @@ type limboLetter[T any] struct {
 // a write, or a disk that lost an unsynced tail) is cut at its last whole
 // record and RecoveryInfo.TruncatedBytes says how much; no record a call
 // had returned nil for under SyncAlways can be in that tail. A record that
-// passes its checksum but cannot be decoded, or a payload that codec
-// cannot decode, makes Open fail.
+// passes its checksum but cannot be decoded, a payload that codec cannot
+// decode, or a journal of another format or version makes Open fail with
+// an error matching ErrCorrupt, and changes nothing.
 //
 // One broker at a time may hold dir: a second Open, in this process or
 // another, fails with an error matching ErrLocked until the first is
@@ -233,8 +234,11 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 	rs := newReplay()
 	j, info, err := journal.Open(dir, mode, cfg.compactMin, rs.apply)
 	if err != nil {
-		if errors.Is(err, journal.ErrLocked) {
+		switch {
+		case errors.Is(err, journal.ErrLocked):
 			return nil, fmt.Errorf("open %s: %w", dir, ErrLocked)
+		case errors.Is(err, journal.ErrCorrupt):
+			return nil, fmt.Errorf("open %s: %w: %w", dir, ErrCorrupt, err)
 		}
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
@@ -752,7 +756,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 		}
 		m, err := unenvelope(env, st.codec)
 		if err != nil {
-			return nil, fmt.Errorf("decode message %v: %w", uuid.UUID(env[:16]), err)
+			return nil, fmt.Errorf("%w: decode message %v: %w", ErrCorrupt, uuid.UUID(env[:16]), err)
 		}
 		if msgs != nil {
 			msgs[m.ID] = m

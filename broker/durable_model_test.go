@@ -353,7 +353,7 @@ func TestDurableJournalFormat(t *testing.T) {
 			path := filepath.Join(dir, "seg-00000001.log")
 			require.NoError(t, os.WriteFile(path, seg, 0o644))
 			_, err := Open(dir, StringCodec{})
-			require.ErrorIs(t, err, journal.ErrCorrupt)
+			require.ErrorIs(t, err, ErrCorrupt)
 			require.ErrorContains(t, err, c.want)
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
