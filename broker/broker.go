@@ -648,10 +648,6 @@ const (
 // when it dies again, so routing cannot loop (a subscription whose
 // dead-letter topic feeds itself, directly or through a pattern).
 func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
-	if b.store != nil && b.store.restoring {
-		b.store.held = append(b.store.held, heldLetter[T]{s, dl})
-		return
-	}
 	srcTopic := s.topic
 	if p := s.dlq.Load(); p != nil {
 		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {

@@ -105,13 +105,6 @@ type store[T any] struct {
 	compacting atomic.Bool
 	nextSub    uint32 // under Broker.mu
 
-	// While Open restores the queues (one goroutine, before the broker is
-	// shared): dead letters wait here to be routed, and nothing compacts,
-	// so that no snapshot and no dead-letter topic sees a queue before its
-	// messages are back.
-	restoring bool
-	held      []heldLetter[T]
-
 	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
 
 	mu     sync.Mutex // a leaf: guards e and limbo
@@ -153,9 +146,14 @@ func (st *store[T]) recycle(eb *envBuf) {
 	}
 }
 
-type heldLetter[T any] struct {
-	s  *Subscription[T]
-	dl queue.DeadLetter[T]
+// letter is a dead letter with the journal id and topic of the
+// subscription that made it (and, while Open restores the store, its place
+// in the store's order).
+type letter[T any] struct {
+	seq   uint64
+	sub   uint32
+	topic string
+	dl    queue.DeadLetter[T]
 }
 
 type dlKey struct {
@@ -317,7 +315,7 @@ func (b *Broker[T]) commit() error {
 	if err := st.j.Commit(); err != nil {
 		return closedAs(err)
 	}
-	if !st.restoring && st.j.Due() && st.compacting.CompareAndSwap(false, true) {
+	if st.j.Due() && st.compacting.CompareAndSwap(false, true) {
 		// Best effort: the call's own records are durable already. A
 		// failed compaction leaves the journal as it was and is tried again
 		// when it has doubled.
@@ -470,23 +468,18 @@ func (b *Broker[T]) compactLocked() error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 
-	type deadOne struct {
-		sub   uint32
-		topic string
-		dl    queue.DeadLetter[T]
-	}
 	// The dead letters in the order the store has (or will have) them:
 	// the store's and those a Redrive has taken out, by id, then those on
 	// their way to it, by arrival.
-	var dead []deadOne
+	var dead []letter[T]
 	stored := slices.Concat(b.dead.items[b.dead.head:], slices.Collect(maps.Values(b.dead.taking)))
 	slices.SortFunc(stored, func(x, y storedLetter[T]) int { return cmp.Compare(x.id, y.id) })
 	for _, it := range stored {
-		dead = append(dead, deadOne{it.sub, it.topic, it.dl})
+		dead = append(dead, letter[T]{sub: it.sub, topic: it.topic, dl: it.dl})
 	}
 	limbo := slices.SortedFunc(maps.Values(st.limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
 	for _, l := range limbo {
-		dead = append(dead, deadOne{l.sub, l.topic, l.dl})
+		dead = append(dead, letter[T]{sub: l.sub, topic: l.topic, dl: l.dl})
 	}
 	live := make(map[uint32]bool, len(subs))
 	for _, s := range subs {
@@ -788,25 +781,19 @@ func (b *Broker[T]) restore(rs *replay) error {
 		}
 	}
 
-	type deadOne struct {
-		seq   uint64
-		sub   uint32
-		topic string
-		dl    queue.DeadLetter[T]
+	var letters []letter[T] // recovered dead letters, to order by seq
+	type restored struct {
+		s     *Subscription[T]
+		fresh []queue.DeadLetter[T] // dead-lettered by the restore itself
 	}
-	var dead []deadOne
-	type restoring struct {
-		s    *Subscription[T]
-		live []queue.Entry[T]
-	}
-	var subs []restoring
+	var subs []restored
 	var live int64 // about what a snapshot would take
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		rsub := rs.subs[id]
 		st.nextSub = max(st.nextSub, id+1)
 		// In place order, which Restore needs (and then need not sort).
 		rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
-		entries := map[bool][]queue.Entry[T]{}
+		es := make([]queue.Entry[T], 0, len(rms))
 		var seqs []uint64 // of the dead entries, in their order
 		for _, rm := range rms {
 			live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
@@ -814,7 +801,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 			if err != nil {
 				return err
 			}
-			entries[rm.dead] = append(entries[rm.dead], queue.Entry[T]{
+			es = append(es, queue.Entry[T]{
 				Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
 				VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
 				Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
@@ -834,39 +821,39 @@ func (b *Broker[T]) restore(rs *replay) error {
 		}
 		b.mu.Unlock()
 		if s == nil { // gone, or its topic is: only its dead letters stay
-			for i, en := range entries[true] {
-				dead = append(dead, deadOne{seqs[i], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
+			for _, en := range es {
+				if en.Dead {
+					letters = append(letters, letter[T]{seqs[0], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
+					seqs = seqs[1:]
+				}
 			}
 			continue
 		}
-		dls, err := s.q.Restore(entries[true])
+		st.info.Subscriptions++
+		st.info.Messages += len(es) - len(seqs)
+		dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
 		if err != nil {
 			return err
 		}
-		for i, dl := range dls { // in the order given
-			dead = append(dead, deadOne{seqs[i], id, rsub.topic, dl})
+		for i, seq := range seqs {
+			letters = append(letters, letter[T]{seq, id, rsub.topic, dls[i]})
 		}
-		subs = append(subs, restoring{s, entries[false]})
-		st.info.Subscriptions++
+		subs = append(subs, restored{s, dls[len(seqs):]})
 	}
-	slices.SortFunc(dead, func(x, y deadOne) int { return cmp.Compare(x.seq, y.seq) })
-	for _, d := range dead {
-		b.dead.add(d.topic, d.sub, d.dl)
+	slices.SortFunc(letters, func(x, y letter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	for _, l := range letters {
+		b.dead.add(l.topic, l.sub, l.dl)
 	}
-	st.info.DeadLetters = len(dead)
-	st.restoring = true
-	for _, r := range subs {
-		st.info.Messages += len(r.live)
-		if _, err := r.s.q.Restore(r.live); err != nil {
-			return err
-		}
-	}
-	st.restoring = false
-	for _, h := range st.held { // leased on their last attempt at the crash
-		b.deadLetter(h.s, h.dl)
-	}
-	st.held = nil
+	st.info.DeadLetters = len(letters)
 	st.j.Rebase(live)
+	// Only now that every queue is back is a dead letter made by the
+	// restore (one leased on its last attempt at the crash) routed, perhaps
+	// to another queue, and does anything commit, and so perhaps compact.
+	for _, r := range subs {
+		for _, dl := range r.fresh {
+			b.deadLetter(r.s, dl)
+		}
+	}
 	return b.commit()
 }
 

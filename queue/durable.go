@@ -94,16 +94,18 @@ func (dl DeadLetter[T]) Place() uint64 { return dl.place }
 func (dl DeadLetter[T]) TTL() time.Duration { return dl.ttl }
 
 // Restore puts back what a durable store logged, into a queue that has not
-// been used yet. Live entries take their places, attempts and times; an
-// entry that was in flight counts as an expired lease, so one on its last
-// attempt is dead-lettered at once (ReasonMaxAttempts, through onDead and
-// the Recorder, like any other). Restored messages count as Published.
-// Dead entries are not queued: they come back as DeadLetter values that a
-// later Redrive puts back in their place, in the order given. Entries
-// given in place order are not sorted again.
+// been used yet (it may be called more than once before that). Live entries
+// take their places, attempts and times; an entry that was in flight counts
+// as an expired lease, so one on its last attempt is dead-lettered at once
+// (ReasonMaxAttempts, told to the Recorder). Restored messages count as
+// Published. Entries given in place order are not sorted again.
 //
-// Restore ignores the MaxQueue bound (nothing recovered is dropped) and
-// returns ErrClosed on a closed queue.
+// Restore returns the dead letters: the dead entries, in the order given
+// (a later Redrive puts each back in its place), then those it made. It
+// hands none of them to onDead and does not call the Recorder's Commit: a
+// store restoring many queues routes them and commits once all are back.
+// It ignores the MaxQueue bound (nothing recovered is dropped) and returns
+// ErrClosed on a closed queue.
 func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 	now, err := q.lock()
 	if err != nil {
@@ -144,7 +146,10 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 		}
 		q.placeLocked(now, e, true)
 	}
-	return dead, q.unlock()
+	dead = append(dead, q.pending...)
+	q.pending, q.dirty = nil, false
+	q.mu.Unlock()
+	return dead, nil
 }
 
 // DeadLetterOf returns a dead entry as the dead letter that the
