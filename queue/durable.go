@@ -68,12 +68,12 @@ type Entry[T any] struct {
 
 // WithNote hands v to the queue's Recorder with the offered message, so
 // that a fan-out can encode a message once for every subscription.
-func WithNote(v any) OfferOption { return OfferOption{note: v} }
+func WithNote(v any) OfferOption { return OfferOption{kind: offerNote, note: v} }
 
 // WithDeferredCommit makes Offer leave the Recorder's Commit to its
 // caller, who calls it once after offering a message to many queues (a
 // fan-out waits for the disk once, not once per subscription).
-func WithDeferredCommit() OfferOption { return OfferOption{deferred: true} }
+func WithDeferredCommit() OfferOption { return OfferOption{kind: offerDeferred} }
 
 // NewRecorded is New with a Recorder that is told of every change.
 func NewRecorded[T any](cfg Config, onDead func(DeadLetter[T]), rec Recorder[T]) (*Queue[T], error) {

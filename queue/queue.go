@@ -104,10 +104,18 @@ func (q *Queue[T]) entryAt(slot uint32) *entry[T] { return &q.arena[slot/chunk][
 
 // OfferOption adjusts one Offer.
 type OfferOption struct {
-	ttl      time.Duration
-	note     any
-	deferred bool // the caller commits the Recorder (WithDeferredCommit)
+	kind offerKind
+	ttl  time.Duration
+	note any
 }
+
+type offerKind uint8
+
+const (
+	offerTTL      offerKind = iota // WithTTL (the zero OfferOption: TTL 0, invalid)
+	offerNote                      // WithNote
+	offerDeferred                  // WithDeferredCommit: the caller commits the Recorder
+)
 
 // WithTTL gives an offered message a time to live from its publish,
 // overriding Config.TTL: if it has not been acked by then it is
@@ -140,9 +148,9 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 	deferred := false
 	for _, o := range opts {
 		switch {
-		case o.deferred:
+		case o.kind == offerDeferred:
 			deferred = true
-		case o.note != nil:
+		case o.kind == offerNote:
 			note = o.note
 		case o.ttl <= 0:
 			return invalid("Offer: TTL = %v, must be > 0", o.ttl)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -294,3 +295,37 @@ func (q *Queue[T]) heldEntries() []*entry[T] {
 	}
 	return out
 }
+
+// The durable hooks' offer options are no TTLs: WithNote(nil) and
+// WithDeferredCommit are accepted by a queue with no Recorder, and
+// WithDeferredCommit leaves the Recorder's Commit to the caller.
+func TestOfferNoteAndDeferredCommit(t *testing.T) {
+	q, err := New[int](Config{}, nil)
+	require.NoError(t, err)
+	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithNote(nil), WithDeferredCommit()))
+	require.Equal(t, 1, q.Stats().Visible)
+
+	rec := &countingRecorder{}
+	q, err = NewRecorded[int](Config{}, nil, rec)
+	require.NoError(t, err)
+	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithDeferredCommit()))
+	require.Equal(t, 1, rec.offered)
+	require.Zero(t, rec.commits, "deferred: the caller commits")
+	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithNote("n")))
+	require.Equal(t, 1, rec.commits)
+	require.Equal(t, "n", rec.note)
+}
+
+type countingRecorder struct {
+	offered, commits int
+	note             any
+}
+
+func (r *countingRecorder) Offered(_ Entry[int], note any)           { r.offered++; r.note = note }
+func (r *countingRecorder) Delivered([]Delivery[int])                {}
+func (r *countingRecorder) Retried(*Message[int], time.Time, string) {}
+func (r *countingRecorder) Released(*Message[int])                   {}
+func (r *countingRecorder) Removed(*Message[int])                    {}
+func (r *countingRecorder) DeadLettered(DeadLetter[int])             {}
+func (r *countingRecorder) Purged()                                  {}
+func (r *countingRecorder) Commit() error                            { r.commits++; return nil }
