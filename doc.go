@@ -83,8 +83,11 @@
 //
 // Every time read and timer goes through the broker's clock
 // (broker.WithClock), github.com/benbjohnson/clock: the real clock by
-// default, clock.NewMock() in tests. Only Now, Timer and Timer.Stop are
-// used. Expiry is lazy: each call first settles everything due at Now, so
+// default, clock.NewMock() in tests. Only Now, AfterFunc and Timer.Stop
+// are used: a wake-up is an AfterFunc whose func never blocks, because the
+// mock (v1.3.5) can tick one channel timer twice when Add races the arming
+// of another, and the second tick then blocks forever holding the mock's
+// lock. Expiry is lazy: each call first settles everything due at Now, so
 // TryPoll, Stats or DeadLetters right after a mock's Add is exact, with no
 // goroutine involved. A blocked Poll sleeps on one timer for the earliest
 // future event (a lease deadline or a delayed message) and on a broadcast

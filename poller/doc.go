@@ -85,7 +85,8 @@
 //
 // Every timer — lease extension, handler timeout, drain timeout, backoff
 // after a failed Poll — runs on the poller's clock, and only through
-// clock.Now, clock.Timer and Timer.Stop, so a test can drive the poller
+// clock.Now, clock.AfterFunc and Timer.Stop (never a channel timer, which
+// can deadlock the mock), so a test can drive the poller
 // with clock.NewMock. The clock must be the source's: lease deadlines are
 // read on it. By default the poller takes the source's clock when the
 // source reports one (a *broker.Subscription does), else the real clock.

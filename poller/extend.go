@@ -6,8 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
+	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -128,25 +127,21 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		r.armed = next
 		r.mu.Unlock()
 
-		var t *clock.Timer
-		var fire <-chan time.Time
+		var t wake.Timer
 		if !next.IsZero() {
 			d := next.Sub(clk.Now())
 			if d <= 0 {
 				r.runDue()
 				continue
 			}
-			t = clk.Timer(d) // armed outside the lock: a mock clock's Timer may run other timers
-			fire = t.C
+			t = wake.After(clk, d) // armed outside the lock: arming takes the clock's lock
 		}
 		select {
-		case <-fire:
+		case <-t.C: // nil, so never, when nothing is due
 		case <-r.kick:
 		case <-stop:
 		}
-		if t != nil {
-			t.Stop()
-		}
+		t.Stop()
 		select {
 		case <-stop:
 			return

@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -210,11 +211,11 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 	err := r.pollLoop()
 	r.closed.Store(err != nil)
 	r.stopping.Store(true)
-	var drain *clock.Timer
+	var drain wake.Timer
 	if err != nil { // the source closed: nothing a handler finishes can be settled
 		r.cancelHandlers(err)
 	} else {
-		drain = p.cfg.clock.Timer(p.cfg.drainTimeout)
+		drain = wake.After(p.cfg.clock, p.cfg.drainTimeout)
 	}
 	close(r.work)
 	for it := range r.work { // the workers release what they take, too
@@ -225,7 +226,7 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 		r.workers.Wait()
 		close(done)
 	}()
-	if drain != nil {
+	if drain.C != nil {
 		select {
 		case <-done:
 		case <-drain.C:
@@ -337,7 +338,7 @@ func (r *run[T]) acquire() (int, bool) {
 
 // wait waits d on the clock; it reports false if r.ctx ends first.
 func (r *run[T]) wait(d time.Duration) bool {
-	t := r.p.cfg.clock.Timer(d)
+	t := wake.After(r.p.cfg.clock, d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -235,6 +235,10 @@ func (c *stepClock) Now() time.Time {
 
 func (c *stepClock) Timer(time.Duration) *clock.Timer { return clock.New().Timer(time.Hour) }
 
+func (c *stepClock) AfterFunc(_ time.Duration, f func()) *clock.Timer {
+	return clock.New().AfterFunc(time.Hour, f)
+}
+
 func (c *stepClock) advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -372,24 +373,24 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 	}
 }
 
-// wait blocks until wake is closed, the clock reaches next (if timed) or
-// ctx is done. The timer is armed outside the lock (a mock clock's Timer may
-// run other timers), then the state is checked again before the poller
+// wait blocks until woken is closed, the clock reaches next (if timed) or
+// ctx is done. The wake-up is armed outside the lock (arming takes the
+// clock's own lock), then the state is checked again before the poller
 // counts as parked.
-func (q *Queue[T]) wait(ctx context.Context, wake chan struct{}, next time.Time, timed bool) error {
-	var fire <-chan time.Time
+func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time, timed bool) error {
+	var fire <-chan struct{}
 	if timed {
 		d := next.Sub(q.clock.Now())
 		if d <= 0 {
 			return nil // due already: go round again
 		}
-		t := q.clock.Timer(d)
+		t := wake.After(q.clock, d) // never a mock channel timer (see package wake)
 		defer t.Stop()
 		fire = t.C
 	}
 	q.mu.Lock()
 	select {
-	case <-wake:
+	case <-woken:
 		q.mu.Unlock()
 		return nil
 	default:
@@ -402,13 +403,13 @@ func (q *Queue[T]) wait(ctx context.Context, wake chan struct{}, next time.Time,
 	q.mu.Unlock()
 
 	select {
-	case <-wake:
+	case <-woken:
 	case <-fire:
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
 	select {
-	case <-wake: // wakeLocked uncounted every parked poller when it closed wake
+	case <-woken: // wakeLocked uncounted every parked poller when it closed it
 	default:
 		q.setParkedLocked(-1)
 	}

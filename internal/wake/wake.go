@@ -1,0 +1,46 @@
+// Package wake arms one-shot wake-ups on an injected clock in a way that
+// cannot deadlock benbjohnson/clock's Mock.
+//
+// Mock (v1.3.5) can tick one timer twice when Add runs while another
+// goroutine arms a timer: both find it due before either removes it. A
+// channel timer's second tick then blocks on its full channel while holding
+// the mock's mutex, and from then on every Now, Add and Stop hangs. A timer
+// made by AfterFunc never sends: the mock starts its func in a goroutine,
+// after unlocking. So the wake-ups here are AfterFunc timers whose func
+// does a send that never blocks, which makes a second tick harmless. On the
+// real clock (and inside testing/synctest) AfterFunc is time.AfterFunc.
+package wake
+
+import (
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Timer is a one-shot wake-up: C receives once the clock has moved d past
+// the moment it was armed, unless Stop ran first.
+type Timer struct {
+	C <-chan struct{}
+	t *clock.Timer
+}
+
+// After arms a wake-up d from now on c. d must be positive: the mock's
+// AfterFunc does not fire a timer already due until the clock moves again,
+// so callers handle d <= 0 themselves, without waiting.
+func After(c clock.Clock, d time.Duration) Timer {
+	ch := make(chan struct{}, 1)
+	t := c.AfterFunc(d, func() {
+		select {
+		case ch <- struct{}{}:
+		default: // a second tick of a mock timer: already signalled
+		}
+	})
+	return Timer{C: ch, t: t}
+}
+
+// Stop disarms the wake-up. It is safe on the zero Timer and more than once.
+func (t Timer) Stop() {
+	if t.t != nil {
+		t.t.Stop()
+	}
+}

@@ -1,0 +1,72 @@
+package wake
+
+import (
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestAfterFiresWhenTheMockReachesIt(t *testing.T) {
+	mock := clock.NewMock()
+	w := After(mock, time.Second)
+	defer w.Stop()
+	mock.Add(999 * time.Millisecond)
+	select {
+	case <-w.C:
+		t.Fatal("fired before its time")
+	default:
+	}
+	mock.Add(time.Millisecond)
+	<-w.C // the mock's Add runs the func before it returns, in a goroutine it starts
+}
+
+func TestStoppedNeverFires(t *testing.T) {
+	mock := clock.NewMock()
+	w := After(mock, time.Second)
+	w.Stop()
+	w.Stop() // twice is safe
+	mock.Add(time.Hour)
+	select {
+	case <-w.C:
+		t.Fatal("a stopped wake-up fired")
+	default:
+	}
+	Timer{}.Stop() // the zero Timer too
+}
+
+// capture is a clock that keeps the func After arms, to run it by hand.
+type capture struct {
+	clock.Clock
+	f func()
+}
+
+func (c *capture) AfterFunc(d time.Duration, f func()) *clock.Timer {
+	c.f = f
+	return c.Clock.AfterFunc(d, func() {})
+}
+
+// A second tick of the same timer (the mock's race) must neither block nor
+// signal twice.
+func TestSecondTickIsHarmless(t *testing.T) {
+	c := &capture{Clock: clock.NewMock()}
+	w := After(c, time.Second)
+	defer w.Stop()
+	c.f()
+	c.f() // would block here if the func sent without a default
+	<-w.C
+	select {
+	case <-w.C:
+		t.Fatal("signalled twice")
+	default:
+	}
+}
+
+func TestAfterOnTheRealClock(t *testing.T) {
+	w := After(clock.New(), time.Millisecond)
+	defer w.Stop()
+	<-w.C
+}
