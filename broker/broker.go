@@ -38,9 +38,10 @@ var (
 	// ErrLocked: Open found its directory held by another open broker, in
 	// this process or another.
 	ErrLocked = errors.New("broker: directory is locked by another open broker")
-	// ErrCorrupt: Open found a journal it cannot read: a record that passed
-	// its checksum but does not decode, a payload the codec refuses, or a
-	// journal of another format or version.
+	// ErrCorrupt: Open found a journal it cannot read: a damaged record
+	// with whole records after it, a record that passed its checksum but
+	// does not decode, a payload the codec refuses, or a journal of another
+	// format or version. The error is a *CorruptError, which says where.
 	ErrCorrupt = errors.New("broker: journal cannot be read")
 )
 

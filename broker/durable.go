@@ -198,13 +198,18 @@ type limboLetter[T any] struct {
 // from zero, and restored messages count as Published).
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
-// A journal that ends in a torn or corrupt record (a crash in the middle of
-// a write, or a disk that lost an unsynced tail) is cut at its last whole
-// record and RecoveryInfo.TruncatedBytes says how much; no record a call
-// had returned nil for under SyncAlways can be in that tail. A record that
-// passes its checksum but cannot be decoded, a payload that codec cannot
-// decode, or a journal of another format or version makes Open fail with
-// an error matching ErrCorrupt, and changes nothing.
+//
+// A journal that ends in a torn record (a crash in the middle of a write,
+// or a disk that lost an unsynced tail: a bad record with no whole record
+// anywhere after it) is cut at its last whole record, and
+// RecoveryInfo.TruncatedBytes says how much; no record a call had returned
+// nil for under SyncAlways can be in that tail. Anything else that does not
+// read back is corruption, and Open refuses it with a *CorruptError
+// (matching ErrCorrupt) that says which file and where, and changes no byte:
+// a damaged record with whole records after it (a flipped bit, a lost
+// page), a record that passes its checksum but cannot be decoded, a payload
+// that codec cannot decode, or a journal of another format or version.
+// Salvage is the explicit step that keeps what is readable.
 //
 // One broker at a time may hold dir: a second Open, in this process or
 // another, fails with an error matching ErrLocked until the first is
@@ -236,7 +241,7 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 		case errors.Is(err, journal.ErrLocked):
 			return nil, fmt.Errorf("open %s: %w", dir, ErrLocked)
 		case errors.Is(err, journal.ErrCorrupt):
-			return nil, fmt.Errorf("open %s: %w: %w", dir, ErrCorrupt, err)
+			return nil, fmt.Errorf("open %s: %w", dir, corruptError(err))
 		}
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
@@ -247,10 +252,82 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 		b.store.record(func(e *enc) { e.start(recFormat).str(formatMagic); e.uint(formatVersion) })
 	}
 	if err := b.restore(rs); err != nil {
+		j.Discard() // leave the directory as it was
 		b.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
 	return b, nil
+}
+
+// CorruptError is the error Open returns for a journal it cannot read. It
+// matches ErrCorrupt.
+type CorruptError struct {
+	Path   string // the journal file
+	Offset int64  // where the damaged or refused record starts; -1 if not known
+	Reason string // what is wrong there
+	Err    error  // the underlying error (a codec's, say), or nil
+}
+
+// Error says what is wrong and where.
+func (e *CorruptError) Error() string {
+	msg := fmt.Sprintf("%v: %s at offset %d: %s", ErrCorrupt, e.Path, e.Offset, e.Reason)
+	if e.Offset < 0 {
+		msg = fmt.Sprintf("%v: %s: %s", ErrCorrupt, e.Path, e.Reason)
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns ErrCorrupt and the underlying error, if any.
+func (e *CorruptError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrCorrupt, e.Err}
+	}
+	return []error{ErrCorrupt}
+}
+
+// corruptError turns the journal's report into a *CorruptError.
+func corruptError(err error) error {
+	var je *journal.CorruptError
+	if !errors.As(err, &je) {
+		return &CorruptError{Offset: -1, Reason: "unreadable", Err: err}
+	}
+	return &CorruptError{Path: je.Path, Offset: je.Offset, Reason: je.Reason, Err: je.Err}
+}
+
+// SalvageInfo describes what Salvage kept and cut.
+type SalvageInfo struct {
+	Records      int    // journal records kept
+	KeptBytes    int64  // the journal's size after Salvage
+	DroppedBytes int64  // bytes cut off its end (0: nothing changed)
+	Backup       string // a copy of the journal as it was ("" if nothing changed)
+}
+
+// Salvage repairs a journal directory that Open refuses with ErrCorrupt
+// because of a damaged record or one that does not decode, as an explicit
+// step: it keeps the longest readable prefix of the journal (every record
+// before the first that cannot be read) and cuts the rest, after copying
+// the journal as it was, byte for byte, to a file beside it whose name
+// SalvageInfo.Backup gives. What was after the cut is lost to the broker:
+// messages published after it are gone, and acks after it are undone (those
+// messages come back). A journal with nothing to cut is left alone. Salvage
+// takes the directory's lock: ErrLocked while a broker has it open. It does
+// not cut at a payload the codec cannot decode (it has no codec): give Open
+// a codec that can, or cut by hand at the offset the CorruptError names.
+func Salvage(dir string) (SalvageInfo, error) {
+	if dir == "" {
+		return SalvageInfo{}, queue.Invalid("Salvage: empty directory name")
+	}
+	si, err := journal.Salvage(dir, newReplay().apply)
+	if errors.Is(err, journal.ErrLocked) {
+		return SalvageInfo{}, fmt.Errorf("salvage %s: %w", dir, ErrLocked)
+	}
+	if err != nil {
+		return SalvageInfo{}, fmt.Errorf("salvage %s: %w", dir, err)
+	}
+	return SalvageInfo(si), nil
 }
 
 // Recovery returns what Open found (the zero value for a broker from New).
@@ -749,7 +826,8 @@ func (b *Broker[T]) restore(rs *replay) error {
 		}
 		m, err := unenvelope(env, st.codec)
 		if err != nil {
-			return nil, fmt.Errorf("%w: decode message %v: %w", ErrCorrupt, uuid.UUID(env[:16]), err)
+			return nil, &CorruptError{Path: st.j.Path(), Offset: -1,
+				Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
 		}
 		if msgs != nil {
 			msgs[m.ID] = m

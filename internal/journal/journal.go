@@ -10,10 +10,24 @@
 // point the newest .log holds the whole state, and Open deletes the rest.
 //
 // Frame: length of body (uint32 LE) | CRC32C of body (uint32 LE) | body.
+//
+// Damage: a bad frame (one that runs past the end of the file, claims a
+// length of 0 or over MaxRecord, or fails its checksum) with no valid frame
+// anywhere after it is a torn tail, what a crash in the middle of a write
+// leaves: Open cuts it off and says so in Info.TruncatedBytes. A bad frame
+// with a valid frame after it is corruption (a flipped bit, a lost page):
+// cutting there would throw away records that were acknowledged, so Open
+// refuses with a *CorruptError (matching ErrCorrupt) and changes nothing on
+// disk. Salvage is the explicit, separate step that keeps the good prefix
+// and moves the original segment aside. (A crash can also, on some file
+// systems, leave a hole of zeros inside the last, unsynced write with later
+// parts of that write on disk: that reads as corruption too, though none of
+// its records was acknowledged, and Salvage is the way out.)
 package journal
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -53,7 +67,9 @@ var (
 	// ErrLocked: another open journal (in this process or another) holds
 	// the directory.
 	ErrLocked = errors.New("journal: directory is locked by another open broker")
-	// ErrCorrupt: a record passed its checksum but could not be replayed.
+	// ErrCorrupt: the live segment cannot be replayed whole: a bad frame
+	// with valid frames after it, or a record that passed its checksum but
+	// that replay refused. Every such error is a *CorruptError.
 	ErrCorrupt = errors.New("journal: corrupt record")
 	// ErrClosed: the journal is closed.
 	ErrClosed = errors.New("journal: closed")
@@ -66,7 +82,7 @@ type Info struct {
 	Segment        int   // the live segment's number
 	Records        int   // records replayed
 	Bytes          int64 // the segment's size after any truncation
-	TruncatedBytes int64 // a torn or corrupt tail cut off the segment (0: none)
+	TruncatedBytes int64 // a torn tail cut off the segment (0: none)
 }
 
 // Journal is an open journal directory. Append, Commit, Sync and Size are
@@ -94,11 +110,20 @@ type Journal struct {
 }
 
 // Open locks dir (creating it), replays the newest segment through replay,
-// record by record, and opens it for appending. A torn or corrupt tail (a
-// frame that runs past the end of the file or fails its checksum) ends the
-// replay and is cut off; Info.TruncatedBytes says how much. A record that
-// replay refuses is ErrCorrupt, and Open fails. A second Open of the same
+// record by record, and opens it for appending. A second Open of the same
 // directory, before Close, fails with ErrLocked.
+//
+// A torn tail (a bad frame, that is one that runs past the end of the file,
+// claims a length of 0 or over MaxRecord, or fails its checksum, with no
+// valid frame anywhere after it) ends the replay and is cut off;
+// Info.TruncatedBytes says how much. A bad frame followed by any valid frame
+// is corruption, not a tear, and a record that replay refuses is corrupt
+// too: in both cases Open fails with a *CorruptError (matching ErrCorrupt,
+// and giving the segment and the offset of the frame), releases the lock and
+// changes nothing on disk: no segment, snapshot or .tmp is cut or removed
+// (only LOCK is created if it was missing). replay may have been called for
+// the records before that frame. Salvage can then cut the journal back to
+// its good prefix.
 func Open(dir string, mode Mode, minCompact int64, replay func(body []byte) error) (*Journal, Info, error) {
 	if mode > SyncNone {
 		return nil, Info{}, fmt.Errorf("journal: unknown mode %d", mode)
@@ -121,37 +146,44 @@ func Open(dir string, mode Mode, minCompact int64, replay func(body []byte) erro
 }
 
 func (j *Journal) segPath(n int) string {
-	return filepath.Join(j.dir, fmt.Sprintf("seg-%08d.log", n))
+	return filepath.Join(j.dir, segFileName(n))
 }
 
-func (j *Journal) recover(replay func([]byte) error) (Info, error) {
-	ents, err := os.ReadDir(j.dir)
+// listSegments returns the numbers of dir's seg-NNNNNNNN.log files, in
+// order, and the names of its seg-NNNNNNNN.tmp files (interrupted Rewrites).
+// Any other name, seg-NNNNNNNN.log.corrupt included, is not the journal's.
+func listSegments(dir string) (segs []int, tmps []string, err error) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return Info{}, err
+		return nil, nil, err
 	}
-	var segs []int
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, "seg-") && strings.HasSuffix(name, ".tmp") { // an interrupted Rewrite
-			if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
-				return Info{}, err
-			}
+		var n int
+		if _, err := fmt.Sscanf(name, "seg-%08d.", &n); err != nil || n < 0 {
 			continue
 		}
-		var n int
-		if _, err := fmt.Sscanf(name, "seg-%08d.log", &n); err == nil && name == filepath.Base(j.segPath(n)) {
+		switch name {
+		case segFileName(n):
 			segs = append(segs, n)
+		case strings.TrimSuffix(segFileName(n), ".log") + ".tmp":
+			tmps = append(tmps, name)
 		}
 	}
 	slices.Sort(segs)
+	return segs, tmps, nil
+}
+
+func segFileName(n int) string { return fmt.Sprintf("seg-%08d.log", n) }
+
+func (j *Journal) recover(replay func([]byte) error) (Info, error) {
+	segs, tmps, err := listSegments(j.dir)
+	if err != nil {
+		return Info{}, err
+	}
 	j.seg = 1
 	if len(segs) > 0 {
 		j.seg = segs[len(segs)-1]
-	}
-	for _, n := range segs[:max(len(segs)-1, 0)] { // superseded by the newest snapshot
-		if err := os.Remove(j.segPath(n)); err != nil {
-			return Info{}, err
-		}
 	}
 	path := j.segPath(j.seg)
 	data, err := os.ReadFile(path)
@@ -164,7 +196,22 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 		return replay(body)
 	})
 	if err != nil {
-		return Info{}, fmt.Errorf("%s at offset %d: %w", path, off, err)
+		var ce *CorruptError
+		if errors.As(err, &ce) {
+			ce.Path = path
+		}
+		return Info{}, err
+	}
+	// The segment replays: only now change the directory.
+	for _, name := range tmps { // an interrupted Rewrite
+		if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
+			return Info{}, err
+		}
+	}
+	for _, n := range segs[:max(len(segs)-1, 0)] { // superseded by the newest snapshot
+		if err := os.Remove(j.segPath(n)); err != nil {
+			return Info{}, err
+		}
 	}
 	j.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -190,28 +237,269 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	return info, nil
 }
 
+// CorruptError says where a segment cannot be replayed. It matches
+// ErrCorrupt (errors.Is), and, if replay refused the record, the error
+// replay returned too.
+type CorruptError struct {
+	Path   string // the segment file ("" from Scan, which has no file)
+	Offset int64  // where the bad or refused frame starts
+	Reason string // what is wrong with it
+	Err    error  // the error replay returned, or nil for a bad frame
+}
+
+// Error describes the damage and where it is.
+func (e *CorruptError) Error() string {
+	var b strings.Builder
+	b.WriteString(ErrCorrupt.Error())
+	if e.Path != "" {
+		b.WriteString(": " + e.Path)
+	}
+	fmt.Fprintf(&b, " at offset %d: %s", e.Offset, e.Reason)
+	if e.Err != nil {
+		b.WriteString(": " + e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns ErrCorrupt and, if replay refused the record, its error.
+func (e *CorruptError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrCorrupt, e.Err}
+	}
+	return []error{ErrCorrupt}
+}
+
 // Scan calls fn with the body of every whole, checksummed frame in data, in
-// order, and returns the offset just past the last one: len(data) unless the
-// tail is torn or corrupt. An error from fn stops the scan; Scan returns it
-// wrapped in ErrCorrupt, with the offset of the frame fn refused.
+// order, and returns the offset just past the last one. It stops at the
+// first bad frame (one that runs past the end of data, claims a length of 0
+// or over MaxRecord, or fails its checksum). If no valid frame starts
+// anywhere after it, that is a torn tail: Scan returns its offset and nil
+// (len(data) if there is none). If one does, the data is corrupt: Scan
+// returns the bad frame's offset and a *CorruptError. An error from fn also
+// stops the scan: Scan returns the refused frame's offset and a
+// *CorruptError that wraps fn's error.
+//
+// The search after a bad frame tries every byte offset, computing a
+// checksum only where the length field fits in what is left. Bytes in a
+// torn tail that happen to form a valid frame (odds of about 2^-32 for each
+// offset whose length fits, or a record whose body holds a framed record)
+// make Scan report corruption rather than a tear: the safe direction, since
+// Open then refuses instead of cutting, and Salvage can repair it.
 func Scan(data []byte, fn func(body []byte) error) (int, error) {
-	off := 0
-	for off+8 <= len(data) {
-		n := binary.LittleEndian.Uint32(data[off:])
-		sum := binary.LittleEndian.Uint32(data[off+4:])
-		if n == 0 || n > MaxRecord || uint64(off)+8+uint64(n) > uint64(len(data)) {
-			break // torn (or a zero-filled tail)
+	off, err := scanFrames(data, fn)
+	if err != nil {
+		return off, &CorruptError{Offset: int64(off), Reason: "record refused by replay", Err: err}
+	}
+	if off == len(data) {
+		return off, nil
+	}
+	if next := nextFrame(data, off+1); next >= 0 {
+		return off, &CorruptError{
+			Offset: int64(off),
+			Reason: fmt.Sprintf("%s, with a valid frame after it at offset %d", badFrame(data[off:]), next),
 		}
-		body := data[off+8 : off+8+int(n)]
-		if crc32.Checksum(body, castagnoli) != sum {
-			break
+	}
+	return off, nil // a torn tail
+}
+
+// scanFrames calls fn with the body of every valid frame from the start of
+// data, and returns the offset of the first frame that is not valid or that
+// fn refused (len(data) if none), with fn's error.
+func scanFrames(data []byte, fn func(body []byte) error) (int, error) {
+	off := 0
+	for {
+		body, ok := frameAt(data, off)
+		if !ok {
+			return off, nil
 		}
 		if err := fn(body); err != nil {
-			return off, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			return off, err
 		}
-		off += 8 + int(n)
+		off += 8 + len(body)
 	}
-	return off, nil
+}
+
+// frameAt returns the body of the frame at data[off:] if it is valid: its
+// length is 1..MaxRecord, it fits in data, and its checksum holds.
+func frameAt(data []byte, off int) ([]byte, bool) {
+	if len(data)-off < 9 {
+		return nil, false
+	}
+	n := binary.LittleEndian.Uint32(data[off:])
+	if n == 0 || n > MaxRecord || uint64(n) > uint64(len(data)-off-8) {
+		return nil, false
+	}
+	body := data[off+8 : off+8+int(n)]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(data[off+4:]) {
+		return nil, false
+	}
+	return body, true
+}
+
+// nextFrame returns the first offset p >= from at which a valid frame
+// starts, or -1. It tries every byte offset, but computes a checksum only
+// where the length field is 1..MaxRecord and fits in what is left, so a
+// zero-filled or random tail costs a few instructions a byte.
+//
+// A false positive, bytes inside a torn tail that happen to look like a
+// valid frame (a fitting length and a matching CRC32C, about 2^-32 for each
+// offset whose length fits, or a record whose body holds a framed record),
+// makes Open refuse a journal it could have cut: the safe direction, and
+// Salvage repairs it. A tail built to have many fitting lengths can make
+// the search quadratic in the tail's size.
+func nextFrame(data []byte, from int) int {
+	for p := from; p+9 <= len(data); p++ {
+		n := binary.LittleEndian.Uint32(data[p:])
+		if n == 0 {
+			// In a run of zeros (a tail the file system extended but never
+			// wrote), every offset up to the next nonzero byte has length 0:
+			// stride over it a page at a time.
+			for p+4+len(zeroPage) <= len(data) && bytes.Equal(data[p+4:p+4+len(zeroPage)], zeroPage[:]) {
+				p += len(zeroPage)
+			}
+			continue
+		}
+		if n > MaxRecord || uint64(n) > uint64(len(data)-p-8) {
+			continue // the cheap test, inline: no checksum to compute
+		}
+		if _, ok := frameAt(data, p); ok {
+			return p
+		}
+	}
+	return -1
+}
+
+var zeroPage [4096]byte
+
+// badFrame says why the frame at the start of data is not valid.
+func badFrame(data []byte) string {
+	if len(data) < 8 {
+		return fmt.Sprintf("frame header cut short (%d of 8 bytes)", len(data))
+	}
+	n := binary.LittleEndian.Uint32(data)
+	switch {
+	case n == 0:
+		return "frame of length 0"
+	case n > MaxRecord:
+		return fmt.Sprintf("frame length %d over MaxRecord", n)
+	case uint64(n) > uint64(len(data)-8):
+		return fmt.Sprintf("frame length %d runs past the end of the segment", n)
+	}
+	return "frame checksum mismatch"
+}
+
+// SalvageInfo describes what Salvage kept and cut.
+type SalvageInfo struct {
+	Records      int    // records kept: whole, checksummed and accepted by replay
+	KeptBytes    int64  // the live segment's size after Salvage
+	DroppedBytes int64  // bytes cut off its end (0: nothing was changed)
+	Backup       string // the copy of the original segment ("" if nothing was cut)
+}
+
+// Salvage repairs a journal that Open refuses, as a separate, explicit step:
+// it locks dir (ErrLocked if an open journal holds it), finds the live
+// (newest) segment as Open does, and keeps its longest prefix of whole,
+// checksummed frames that replay also accepts, stopping at the first bad
+// frame or the first record replay refuses, whatever follows. If that is
+// less than the whole segment, it first copies the original segment, byte
+// for byte, to seg-NNNNNNNN.log.corrupt beside it (or .corrupt.1, .corrupt.2
+// and so on if that exists), fsyncs the copy and the directory, and only
+// then cuts the segment to the kept prefix and fsyncs it. Everything after
+// the cut is lost to the journal (the backup keeps it). A segment with
+// nothing to cut, or no segment, is left alone: DroppedBytes is 0 and
+// Backup "". After Salvage, Open succeeds (with a replay that accepts what
+// replay accepted). A nil replay accepts every record.
+func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
+	lock, err := lockDir(dir)
+	if errors.Is(err, ErrLocked) {
+		return SalvageInfo{}, err
+	}
+	if err != nil {
+		return SalvageInfo{}, fmt.Errorf("journal: salvage: %w", err)
+	}
+	defer lock.Close()
+	segs, _, err := listSegments(dir)
+	if err != nil || len(segs) == 0 {
+		if err != nil {
+			err = fmt.Errorf("journal: salvage: %w", err)
+		}
+		return SalvageInfo{}, err
+	}
+	path := filepath.Join(dir, segFileName(segs[len(segs)-1]))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return SalvageInfo{}, fmt.Errorf("journal: salvage: %w", err)
+	}
+	var info SalvageInfo
+	off, _ := scanFrames(data, func(body []byte) error {
+		if replay != nil {
+			if err := replay(body); err != nil {
+				return err // the kept prefix ends before this record
+			}
+		}
+		info.Records++
+		return nil
+	})
+	info.KeptBytes = int64(off)
+	if off == len(data) {
+		return info, nil
+	}
+	backup, err := writeBackup(path, data)
+	if err != nil {
+		return SalvageInfo{}, fmt.Errorf("journal: salvage %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err == nil {
+		err = f.Truncate(int64(off))
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return SalvageInfo{}, fmt.Errorf("journal: salvage %s (the original is in %s): %w", path, backup, err)
+	}
+	info.DroppedBytes = int64(len(data) - off)
+	info.Backup = backup
+	return info, nil
+}
+
+// writeBackup writes data to the first of path.corrupt, path.corrupt.1,
+// path.corrupt.2 ... that does not exist, and fsyncs it and its directory.
+func writeBackup(path string, data []byte) (string, error) {
+	for i := 0; ; i++ {
+		name := path + ".corrupt"
+		if i > 0 {
+			name += fmt.Sprintf(".%d", i)
+		}
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		_, err = f.Write(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = syncDir(filepath.Dir(name))
+		}
+		if err != nil {
+			os.Remove(name)
+			return "", err
+		}
+		return name, nil
+	}
 }
 
 // AppendFrame appends body, framed, to dst.
@@ -310,6 +598,13 @@ func (j *Journal) commit(durable bool) error {
 		}
 		j.cond.Broadcast()
 	}
+}
+
+// Path returns the live segment's file name.
+func (j *Journal) Path() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.segPath(j.seg)
 }
 
 // Size returns the live segment's size, records not yet written included.
@@ -444,6 +739,25 @@ func (j *Journal) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// Discard closes the journal without writing what was appended and not yet
+// written, and releases the directory: for a caller that found, after Open,
+// that it cannot use the journal, and must leave it as it was.
+func (j *Journal) Discard() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.flushing {
+		j.cond.Wait()
+	}
+	if j.closed {
+		return
+	}
+	j.closed = true
+	j.pend = nil
+	j.cond.Broadcast()
+	j.f.Close()
+	j.lock.Close()
 }
 
 func syncDir(dir string) error {

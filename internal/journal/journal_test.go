@@ -292,42 +292,41 @@ func TestCorruptTail(t *testing.T) {
 	full, err := os.ReadFile(segName(src, 1))
 	require.NoError(t, err)
 	start := len(frames(all[:k-1]))
-	last := len(full) - start
 
 	flip := func(at int, mask byte) func([]byte) []byte {
 		return func(d []byte) []byte { d[at] ^= mask; return d }
 	}
 	for name, tc := range map[string]struct {
-		mangle    func([]byte) []byte
-		truncated int
+		mangle func([]byte) []byte
+		keep   int // records before the tail that is cut
 	}{
-		"body first byte":       {flip(start+8, 0x01), last},
-		"body last byte":        {flip(len(full)-1, 0x80), last},
-		"crc":                   {flip(start+4, 0x10), last},
-		"crc high byte":         {flip(start+7, 0xFF), last},
-		"length one more":       {flip(start, 0x01), last},   // runs past the end
-		"length much more":      {flip(start+2, 0x01), last}, // 64 KiB more
-		"length high bit":       {flip(start+3, 0x80), last}, // over MaxRecord
-		"length zero":           {func(d []byte) []byte { copy(d[start:], make([]byte, 4)); return d }, last},
-		"length one less":       {func(d []byte) []byte { d[start]--; return d }, last}, // checksum fails
-		"zero-filled tail":      {func(d []byte) []byte { return append(d, make([]byte, 4096)...) }, 4096},
-		"zero-filled last page": {func(d []byte) []byte { clear(d[start:]); return append(d, make([]byte, 4096)...) }, last + 4096},
-		"garbage tail":          {func(d []byte) []byte { return append(d, bytes.Repeat([]byte{0xFF}, 100)...) }, 100},
+		"body first byte":       {flip(start+8, 0x01), k - 1},
+		"body last byte":        {flip(len(full)-1, 0x80), k - 1},
+		"crc":                   {flip(start+4, 0x10), k - 1},
+		"crc high byte":         {flip(start+7, 0xFF), k - 1},
+		"length one more":       {flip(start, 0x01), k - 1},   // runs past the end
+		"length much more":      {flip(start+2, 0x01), k - 1}, // 64 KiB more
+		"length high bit":       {flip(start+3, 0x80), k - 1}, // over MaxRecord
+		"length zero":           {func(d []byte) []byte { copy(d[start:], make([]byte, 4)); return d }, k - 1},
+		"length one less":       {func(d []byte) []byte { d[start]--; return d }, k - 1}, // checksum fails
+		"zero-filled tail":      {func(d []byte) []byte { return append(d, make([]byte, 4096)...) }, k},
+		"zero-filled last page": {func(d []byte) []byte { clear(d[start:]); return append(d, make([]byte, 4096)...) }, k - 1},
+		"garbage tail":          {func(d []byte) []byte { return append(d, bytes.Repeat([]byte{0xFF}, 100)...) }, k},
+		// Nothing valid after the bad frame: still a tail, however long.
+		"bad frame, then a torn one": {func(d []byte) []byte { d[start-1] ^= 0x08; return d[:len(d)-1] }, k - 2},
+		"bad frame, then zeros":      {func(d []byte) []byte { d[start-1] ^= 0x08; clear(d[start:]); return d }, k - 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			data := tc.mangle(bytes.Clone(full))
 			require.NoError(t, os.WriteFile(segName(dir, 1), data, 0o644))
-			good := len(data) - tc.truncated
-			wantRecs := all
-			if good == start {
-				wantRecs = all[:k-1]
-			}
+			wantRecs := all[:tc.keep]
+			good := len(frames(wantRecs))
 
 			j, info, got := open(t, dir, SyncAlways, 0)
 			require.Equal(t, wantRecs, got)
 			require.Equal(t, len(wantRecs), info.Records)
-			require.Equal(t, int64(tc.truncated), info.TruncatedBytes)
+			require.Equal(t, int64(len(data)-good), info.TruncatedBytes)
 			require.Equal(t, int64(good), info.Bytes)
 			require.Equal(t, int64(good), fileSize(t, segName(dir, 1)))
 
@@ -341,19 +340,36 @@ func TestCorruptTail(t *testing.T) {
 	}
 }
 
-// A bad frame in the middle ends the replay there: what follows it is cut
-// off too, even if whole.
-func TestCorruptMiddleEndsReplay(t *testing.T) {
+// A bad frame in the middle, with whole frames after it, is corruption, not
+// a torn tail: Open refuses, cuts nothing and releases the lock.
+func TestCorruptMiddleRefusesOpen(t *testing.T) {
 	dir := t.TempDir()
 	all := bodies(0, 6)
 	data := frames(all)
-	at := len(frames(all[:2])) + 8 // first body byte of record 2
-	data[at] ^= 0x40
+	start := len(frames(all[:2]))
+	data[start+8] ^= 0x40 // first body byte of record 2
 	require.NoError(t, os.WriteFile(segName(dir, 1), data, 0o644))
-	got, info := replayAll(t, dir)
+
+	var got [][]byte
+	j, info, err := Open(dir, SyncAlways, 0, func(b []byte) error { got = append(got, bytes.Clone(b)); return nil })
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.Nil(t, j)
+	require.Equal(t, Info{}, info)
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, segName(dir, 1), ce.Path)
+	require.Equal(t, int64(start), ce.Offset)
+	require.Contains(t, ce.Reason, "checksum")
+	require.Equal(t, all[:2], got, "the records before it were replayed")
+	require.Equal(t, data, mustRead(t, segName(dir, 1)), "nothing cut")
+
+	// Released: Salvage can take the directory, and then Open succeeds.
+	sinfo, err := Salvage(dir, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(data)-start), sinfo.DroppedBytes)
+	got, info = replayAll(t, dir)
 	require.Equal(t, all[:2], got)
-	require.Equal(t, int64(len(data)-len(frames(all[:2]))), info.TruncatedBytes)
-	require.Equal(t, int64(len(frames(all[:2]))), fileSize(t, segName(dir, 1)))
+	require.Zero(t, info.TruncatedBytes)
 }
 
 func TestReplayErrorIsCorruptAndReleasesLock(t *testing.T) {
@@ -375,6 +391,11 @@ func TestReplayErrorIsCorruptAndReleasesLock(t *testing.T) {
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorIs(t, err, refuse)
 	require.ErrorContains(t, err, fmt.Sprintf("at offset %d", len(frames(all[:2]))))
+	var ce *CorruptError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, segName(dir, 1), ce.Path)
+	require.Equal(t, int64(len(frames(all[:2]))), ce.Offset)
+	require.Equal(t, refuse, ce.Err)
 	require.Nil(t, j)
 	require.Equal(t, Info{}, info)
 	require.Equal(t, 3, calls)
@@ -856,7 +877,10 @@ func FuzzScan(f *testing.F) {
 	f.Add([]byte{1, 0, 0, 0})
 	corrupt := bytes.Clone(valid)
 	corrupt[len(corrupt)/2] ^= 1
-	f.Add(corrupt)
+	f.Add(corrupt)                                 // whole frames after the bad one
+	f.Add(corrupt[:len(frames(bodies(0, 3)))+3])   // only a torn frame after it
+	f.Add(append(make([]byte, 16), valid[:20]...)) // zeros, then a whole frame
+	f.Add(append(make([]byte, 5000), valid...))    // more than a page of zeros
 
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var got [][]byte
@@ -864,7 +888,6 @@ func FuzzScan(f *testing.F) {
 			got = append(got, bytes.Clone(b))
 			return nil
 		})
-		require.NoError(t, err)
 		require.GreaterOrEqual(t, off, 0)
 		require.LessOrEqual(t, off, len(data))
 		for _, b := range got {
@@ -873,6 +896,25 @@ func FuzzScan(f *testing.F) {
 		}
 		// The bodies, framed again, are exactly the prefix Scan accepted.
 		require.True(t, bytes.Equal(data[:off], frames(got)), "off %d, bodies %q", off, got)
+		// It ends at a bad frame (or the end). With a valid frame anywhere
+		// after it, that is corruption; without, a torn tail.
+		require.False(t, refValid(data, off))
+		validAfter := -1
+		for p := off + 1; p < len(data) && validAfter < 0; p++ {
+			if refValid(data, p) {
+				validAfter = p
+			}
+		}
+		if validAfter < 0 {
+			require.NoError(t, err)
+		} else {
+			require.ErrorIs(t, err, ErrCorrupt)
+			var ce *CorruptError
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, int64(off), ce.Offset)
+			require.NoError(t, ce.Err)
+			require.True(t, strings.HasSuffix(ce.Reason, fmt.Sprintf(" at offset %d", validAfter)), "reason %q, next valid frame at %d", ce.Reason, validAfter)
+		}
 
 		var again [][]byte
 		off2, err := Scan(data[:off], func(b []byte) error {
