@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // TestDurableBitFlipIsCorruptionNotATornTail: one bit flipped in the middle
@@ -130,4 +132,92 @@ func TestDurableRandomBitFlips(t *testing.T) {
 	}
 	require.Positive(t, refused)
 	t.Logf("300 flips: %d refused as corrupt, %d in the last record cut as torn", refused, torn)
+}
+
+// dirCopy copies a durable broker's directory as a crash would leave it at
+// this moment: whatever the calls so far wrote, the original still open.
+func dirCopy(t *testing.T, dir string) string {
+	t.Helper()
+	to := t.TempDir()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range ents {
+		if e.Name() == "LOCK" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), data, 0o644))
+	}
+	return to
+}
+
+// TestDurableDedupIDNeverOutlivesItsMessage: a compaction between a
+// publish's dedup reservation and its message used to snapshot the ID
+// without the message, so that after a crash there, or after the publish
+// failed and the broker restarted, publishing again with that ID returned
+// nil and queued nothing.
+func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
+	ctx := context.Background()
+	t.Run("crash after a compaction inside the publish", func(t *testing.T) {
+		dir := t.TempDir()
+		b, err := broker.Open(dir, broker.StringCodec{})
+		require.NoError(t, err)
+		defer b.Close()
+		require.NoError(t, b.CreateTopic("t"))
+		var image string
+		_, err = b.Subscribe("t", "s", broker.WithFilter(func(m queue.Message[string]) bool {
+			if image == "" { // the filter runs after the reservation, before the offer
+				require.NoError(t, b.Compact())
+				image = dirCopy(t, dir)
+			}
+			return true
+		}))
+		require.NoError(t, err)
+		_, err = b.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
+		require.NoError(t, err)
+
+		r, err := broker.Open(image, broker.StringCodec{})
+		require.NoError(t, err)
+		defer r.Close()
+		s, err := r.Subscribe("t", "s")
+		require.NoError(t, err)
+		require.Zero(t, s.Stats().Visible, "the crash came before the message was stored")
+		_, err = r.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
+		require.NoError(t, err)
+		require.Equal(t, 1, s.Stats().Visible, "the republished item is queued")
+	})
+	t.Run("failed publish, then a clean restart", func(t *testing.T) {
+		dir := t.TempDir()
+		b, err := broker.Open(dir, broker.StringCodec{})
+		require.NoError(t, err)
+		require.NoError(t, b.CreateTopic("t"))
+		compact := false
+		_, err = b.Subscribe("t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject),
+			broker.WithFilter(func(m queue.Message[string]) bool {
+				if compact {
+					require.NoError(t, b.Compact())
+				}
+				return true
+			}))
+		require.NoError(t, err)
+		_, err = b.Publish(ctx, "t", "first")
+		require.NoError(t, err)
+		compact = true
+		_, err = b.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
+		require.ErrorIs(t, err, queue.ErrQueueFull)
+		require.NoError(t, b.Close())
+
+		b, err = broker.Open(dir, broker.StringCodec{})
+		require.NoError(t, err)
+		defer b.Close()
+		s, err := b.Subscribe("t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))
+		require.NoError(t, err)
+		ds := s.TryPoll(1)
+		require.Len(t, ds, 1)
+		require.NoError(t, s.Ack(ds[0].LeaseID))
+		_, err = b.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
+		require.NoError(t, err)
+		require.Equal(t, 1, s.Stats().Visible, "the retry of the failed publish is queued")
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -329,5 +330,52 @@ func TestPollerKeepsPerKeyOrder(t *testing.T) {
 			want[i] = i
 		}
 		assert.Equal(t, want, got, "key %s", k)
+	}
+}
+
+// TestPublishDedupRemembersLimitIDs: with a limit of n, the n latest IDs are
+// all remembered (the check for a duplicate comes before the eviction that
+// makes room for a new ID), so publishing n IDs twice queues n messages.
+func TestPublishDedupRemembersLimitIDs(t *testing.T) {
+	b, _ := brokertest.New[string](t, broker.WithDedupLimit(3))
+	s := brokertest.Subscribe(t, b, "t", "s")
+	for range 2 {
+		for _, id := range []string{"0", "1", "2"} {
+			_, err := b.Publish(ctx, "t", id, broker.WithDedupID(id))
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, 3, s.Stats().Visible)
+
+	b10, _ := brokertest.New[int](t, broker.WithDedupLimit(10))
+	s10 := brokertest.Subscribe(t, b10, "t", "s")
+	for range 2 {
+		for i := range 10 {
+			_, err := b10.Publish(ctx, "t", i, broker.WithDedupID(fmt.Sprint(i)))
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, 10, s10.Stats().Visible)
+}
+
+// TestPublishDedupConcurrentSameID: publishes of one ID that race each other
+// queue the message once, and every one of them returns that message.
+func TestPublishDedupConcurrentSameID(t *testing.T) {
+	b, _ := brokertest.New[int](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	const n = 8
+	ids := make([]uuid.UUID, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			m, err := b.Publish(ctx, "t", i, broker.WithDedupID("same"))
+			assert.NoError(t, err)
+			ids[i] = m.ID
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, s.Stats().Visible)
+	for _, id := range ids {
+		require.Equal(t, ids[0], id)
 	}
 }

@@ -567,7 +567,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	if b.store != nil && len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && err == nil {
-				t.dedup.forget(pc.dedupID, m)
+				t.dedup.forgetMessage(pc.dedupID, m)
 			}
 			err = errors.Join(err, cerr)
 		}
@@ -602,10 +602,16 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		defer b.store.recycle(env)
 		offer = append(offer, queue.WithNote(env), queue.WithDeferredCommit())
 	}
+	var reserved *dedupEntry[T]
 	if pc.dedupID != "" {
-		if orig, dup := t.dedup.reserve(pc.dedupID, *m, b.dedupWindow, b.dedupLimit); dup {
+		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
+		switch {
+		case err != nil:
+			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
+		case dup:
 			return orig, 0, nil
 		}
+		reserved = e
 	}
 	accepted := 0
 	var errs []error
@@ -623,10 +629,15 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	}
 	err := errors.Join(errs...)
 	switch {
-	case err != nil && pc.dedupID != "":
-		t.dedup.forget(pc.dedupID, *m)
-	case pc.dedupID != "" && b.store != nil: // after the message's own records: a crash between loses only the dedup
-		b.store.record(func(e *enc) { e.start(recDedup).strs(t.name, pc.dedupID).b = append(e.b, env.b...) })
+	case reserved == nil:
+	case err != nil:
+		t.dedup.forget(reserved)
+	case b.store != nil: // after the message's own records: a crash between loses only the dedup
+		t.dedup.confirm(reserved, func() {
+			b.store.record(func(e *enc) { e.start(recDedup).strs(t.name, pc.dedupID).b = append(e.b, env.b...) })
+		})
+	default:
+		t.dedup.confirm(reserved, nil)
 	}
 	return *m, accepted, err
 }

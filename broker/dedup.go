@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -9,6 +10,12 @@ import (
 
 // dedup remembers one topic's publish dedup IDs for a fixed window from
 // their first publish, at most limit of them.
+//
+// An ID is first reserved, pending, while its publish offers the message;
+// it is confirmed once the message is stored (and, on a durable broker, its
+// dedup record appended), or forgotten if the publish failed. A pending ID
+// is never in a snapshot, so a journal never holds an ID without its
+// message; a second publish of a pending ID waits for the first to end.
 type dedup[T any] struct {
 	mu    sync.Mutex // guards everything below
 	byID  map[string]*dedupEntry[T]
@@ -20,20 +27,56 @@ type dedupEntry[T any] struct {
 	id  string
 	msg queue.Message[T]
 	at  time.Time
+	// pending is non-nil while the publish that reserved the ID runs, and
+	// closed (and set to nil) when it ends.
+	pending chan struct{}
 }
 
-// reserve returns the message already published with id inside the window,
-// or records m under id and returns false.
-func (d *dedup[T]) reserve(id string, m queue.Message[T], window time.Duration, limit int) (queue.Message[T], bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// reserve returns the message already published with id inside the
+// window (dup), or reserves id for m, pending, and returns the entry to
+// confirm or forget. It waits while another publish of id is pending, and
+// returns ctx's error if ctx ends first.
+func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], window time.Duration, limit int) (e *dedupEntry[T], orig queue.Message[T], dup bool, err error) {
 	now := m.PublishedAt
-	for d.head < len(d.order) {
-		e := d.order[d.head]
-		if now.Before(e.at.Add(window)) && len(d.order)-d.head < limit {
+	d.mu.Lock()
+	for {
+		e, ok := d.byID[id]
+		if !ok || !now.Before(e.at.Add(window)) {
 			break
 		}
-		if d.byID[e.id] == e {
+		if e.pending == nil {
+			d.mu.Unlock()
+			return nil, e.msg, true, nil
+		}
+		ch := e.pending
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, queue.Message[T]{}, false, ctx.Err()
+		}
+		d.mu.Lock()
+	}
+	defer d.mu.Unlock()
+	d.expireLocked(now, window, limit-1) // room for the new one
+	if d.byID == nil {
+		d.byID = make(map[string]*dedupEntry[T])
+	}
+	e = &dedupEntry[T]{id: id, msg: m, at: now, pending: make(chan struct{})}
+	d.byID[id] = e
+	d.order = append(d.order, e)
+	return e, queue.Message[T]{}, false, nil
+}
+
+// expireLocked forgets the IDs whose window has passed at now, and the
+// oldest ones past keep.
+func (d *dedup[T]) expireLocked(now time.Time, window time.Duration, keep int) {
+	for d.head < len(d.order) {
+		e := d.order[d.head]
+		if e != nil && now.Before(e.at.Add(window)) && len(d.order)-d.head <= keep {
+			break
+		}
+		if e != nil && d.byID[e.id] == e {
 			delete(d.byID, e.id)
 		}
 		d.order[d.head] = nil
@@ -44,16 +87,44 @@ func (d *dedup[T]) reserve(id string, m queue.Message[T], window time.Duration, 
 		clear(d.order[n:])
 		d.order, d.head = d.order[:n], 0
 	}
-	if e, ok := d.byID[id]; ok && now.Before(e.at.Add(window)) {
-		return e.msg, true
+}
+
+// confirm ends e's pending state: its message is stored. record, if not
+// nil, runs under the lock, so that a compaction, which snapshots the IDs
+// under the same lock, sees either the pending ID and not its record, or
+// the record's effect.
+func (d *dedup[T]) confirm(e *dedupEntry[T], record func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if record != nil && d.byID[e.id] == e {
+		record()
 	}
-	if d.byID == nil {
-		d.byID = make(map[string]*dedupEntry[T])
+	close(e.pending)
+	e.pending = nil
+}
+
+// forget drops e, whose publish failed, if it is still the one recorded
+// for its ID, and wakes the publishes waiting for it.
+func (d *dedup[T]) forget(e *dedupEntry[T]) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byID[e.id] == e {
+		delete(d.byID, e.id) // its order slot expires harmlessly
 	}
-	e := &dedupEntry[T]{id: id, msg: m, at: now}
-	d.byID[id] = e
-	d.order = append(d.order, e)
-	return queue.Message[T]{}, false
+	if e.pending != nil {
+		close(e.pending)
+		e.pending = nil
+	}
+}
+
+// forgetMessage drops the ID recorded for m's publish, if it still is: a
+// publish whose records could not be committed.
+func (d *dedup[T]) forgetMessage(id string, m queue.Message[T]) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e, ok := d.byID[id]; ok && e.msg.ID == m.ID {
+		delete(d.byID, id)
+	}
 }
 
 // put restores an entry from a durable broker's journal, with its first
@@ -69,23 +140,14 @@ func (d *dedup[T]) put(id string, m queue.Message[T]) {
 	d.order = append(d.order, e)
 }
 
-// liveLocked returns the entries still remembered at now, oldest first.
+// liveLocked returns the confirmed entries still remembered at now, oldest
+// first.
 func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []*dedupEntry[T] {
 	var live []*dedupEntry[T]
 	for _, e := range d.order[d.head:] {
-		if e != nil && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
+		if e != nil && e.pending == nil && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
 			live = append(live, e)
 		}
 	}
 	return live
-}
-
-// forget drops a reservation whose publish failed, if it is still the one
-// recorded for id.
-func (d *dedup[T]) forget(id string, m queue.Message[T]) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if e, ok := d.byID[id]; ok && e.msg.ID == m.ID {
-		delete(d.byID, id) // its order slot expires harmlessly
-	}
 }
