@@ -10,8 +10,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
@@ -220,4 +223,65 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, s.Stats().Visible, "the retry of the failed publish is queued")
 	})
+}
+
+// TestDurablePublishRacingClose: a Publish that returns nil while Close
+// runs has its message in the journal. One used to return nil for a
+// message never stored when Close had already closed the queues (the
+// refusal was read as "subscription gone").
+func TestDurablePublishRacingClose(t *testing.T) {
+	lost, published := 0, 0
+	for round := range 40 {
+		dir := t.TempDir()
+		b, err := broker.Open(dir, broker.StringCodec{}, broker.WithSync(broker.SyncNone))
+		require.NoError(t, err)
+		require.NoError(t, b.CreateTopic("t"))
+		_, err = b.Subscribe("t", "s", broker.WithMaxQueue(1<<20), broker.WithFilter(func(queue.Message[string]) bool {
+			runtime.Gosched() // widen the window between lookup and offer
+			return true
+		}))
+		require.NoError(t, err)
+		var mu sync.Mutex
+		ok := map[string]bool{}
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for p := range 4 {
+			wg.Go(func() {
+				<-start
+				for i := 0; ; i++ {
+					payload := fmt.Sprintf("p%d-%d", p, i)
+					if _, err := b.Publish(context.Background(), "t", payload); err != nil {
+						assert.ErrorIs(t, err, queue.ErrClosed)
+						return
+					}
+					mu.Lock()
+					ok[payload] = true
+					mu.Unlock()
+				}
+			})
+		}
+		close(start)
+		for range 50 + round*20 {
+			runtime.Gosched()
+		}
+		require.NoError(t, b.Close())
+		wg.Wait()
+
+		b, err = broker.Open(dir, broker.StringCodec{})
+		require.NoError(t, err)
+		s, err := b.Subscription("t", "s")
+		require.NoError(t, err)
+		stored := map[string]bool{}
+		for _, d := range s.TryPoll(1 << 20) {
+			stored[d.Payload] = true
+		}
+		require.NoError(t, b.Close())
+		for p := range ok {
+			if !stored[p] {
+				lost++
+			}
+		}
+		published += len(ok)
+	}
+	require.Zero(t, lost, "of %d publishes that returned nil, %d are not in the journal", published, lost)
 }

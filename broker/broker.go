@@ -56,6 +56,11 @@ type Broker[T any] struct {
 	dedupWindow time.Duration
 	dedupLimit  int
 	store       *store[T] // the journal of a broker from Open; nil in memory
+	// active counts the calls of a durable broker that may append to its
+	// journal outside a queue's lock (publish, redrive, dead-letter
+	// routing): Close waits for them before it closes the journal, so none
+	// of their records is dropped. Add only under mu, while not closed.
+	active sync.WaitGroup
 
 	mu       sync.RWMutex // guards everything below
 	closed   bool
@@ -486,7 +491,10 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 // OverflowReject or OverflowBlock a full subscription can refuse the
 // message while others accept it: Publish then returns the message and an
 // error naming each refusing subscription, matching queue.ErrQueueFull.
-// A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed.
+// A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed. A
+// Publish racing Close returns queue.ErrClosed unless every subscription
+// took the message first: a nil error means that every subscription that
+// accepted the message holds it (on a durable broker, in the journal).
 func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
 	if ctx == nil {
 		return queue.Message[T]{}, queue.Invalid("Publish: nil context")
@@ -524,8 +532,12 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 		return nil, queue.Invalid("PublishBatch: WithDedupID cannot name a batch")
 	}
 	t, subs, err := b.lookup(topic)
-	if err != nil || len(payloads) == 0 {
+	if err != nil {
 		return nil, err
+	}
+	defer b.leave()
+	if len(payloads) == 0 {
+		return nil, nil
 	}
 	now := b.clock.Now()
 	ms := make([]queue.Message[T], len(payloads))
@@ -545,7 +557,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	return ms, errors.Join(errs...)
 }
 
-// lookup returns a topic and its subscriptions as of now.
+// lookup returns a topic and its subscriptions as of now. On a durable
+// broker, a nil error means the call is counted in b.active: the caller
+// calls b.leave when its records are appended and committed.
 func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -553,7 +567,31 @@ func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], er
 	if err != nil {
 		return nil, nil, err
 	}
+	if b.store != nil {
+		b.active.Add(1)
+	}
 	return t, t.subs, nil
+}
+
+// enter reports whether the broker is open and, on a durable broker, then
+// counts the call in b.active.
+func (b *Broker[T]) enter() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	if b.store != nil {
+		b.active.Add(1)
+	}
+	return true
+}
+
+// leave ends a call that lookup or enter counted.
+func (b *Broker[T]) leave() {
+	if b.store != nil {
+		b.active.Done()
+	}
 }
 
 // publish is Publish after the options are checked; it also returns how
@@ -563,6 +601,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	if err != nil {
 		return queue.Message[T]{}, 0, err
 	}
+	defer b.leave()
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.clock.Now())
 	if b.store != nil && len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
@@ -622,7 +661,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		switch err := s.q.Offer(ctx, m, pc.delay, offer...); {
 		case err == nil:
 			accepted++
-		case errors.Is(err, queue.ErrClosed): // a subscription closed meanwhile is simply gone
+		case errors.Is(err, queue.ErrClosed) && !b.isClosed():
+			// Unsubscribed meanwhile: simply gone. (Closed with the
+			// broker, it is a refusal: Close won.)
 		default:
 			errs = append(errs, err)
 		}
@@ -660,6 +701,9 @@ const (
 // when it dies again, so routing cannot loop (a subscription whose
 // dead-letter topic feeds itself, directly or through a pattern).
 func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
+	if b.enter() { // else closed: the letter is in the journal already, and goes to the store
+		defer b.leave()
+	}
 	srcTopic := s.topic
 	if p := s.dlq.Load(); p != nil {
 		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {
@@ -724,12 +768,10 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 	if match == nil {
 		return 0, queue.Invalid("Redrive: nil func")
 	}
-	b.mu.RLock()
-	closed := b.closed
-	b.mu.RUnlock()
-	if closed {
+	if !b.enter() {
 		return 0, fmt.Errorf("redrive: %w", queue.ErrClosed)
 	}
+	defer b.leave()
 	b.settleAll()
 	var chosen []storedLetter[T]
 	for _, it := range b.dead.snapshot() {
@@ -765,9 +807,13 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 }
 
 // Close closes the broker and every subscription: blocked Polls and
-// publishers return queue.ErrClosed, as does every later call. Messages
-// still queued are discarded; DeadLetters stays readable. Close is
-// idempotent and returns nil.
+// publishers return queue.ErrClosed, as does every later call. A broker
+// from New discards the messages it still holds; a durable one waits for
+// the calls under way to write their records, then writes and fsyncs its
+// journal (in every SyncMode), so that what they hold comes back at the
+// next Open, and returns the journal's error, if any. DeadLetters stays
+// readable. Close twice returns nil. A filter must not call Close: Close
+// waits for the publish that runs it.
 func (b *Broker[T]) Close() error {
 	b.mu.Lock()
 	if b.closed {
@@ -784,6 +830,7 @@ func (b *Broker[T]) Close() error {
 		s.q.Close()
 	}
 	if b.store != nil { // the messages stay in the journal for the next Open
+		b.active.Wait() // the calls under way append their last records
 		return b.store.j.Close()
 	}
 	return nil

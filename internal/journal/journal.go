@@ -513,14 +513,16 @@ func AppendFrame(dst, body []byte) []byte {
 // Sync) does, for every record appended before it. It is cheap enough to
 // call under the caller's own locks, which is how the log's order follows
 // the order of the changes it records. A body larger than MaxRecord, or an
-// Append after Close or after a write error, is dropped, and the next
-// Commit reports why.
+// Append after Close or after a write error, is dropped, and every Commit
+// from then on reports why (it can never cover the dropped record).
 func (j *Journal) Append(body []byte) {
 	j.mu.Lock()
 	switch {
 	case j.closed || j.err != nil:
+		j.appended++ // a position never written: later Commits fail
 	case len(body) == 0 || len(body) > MaxRecord:
 		j.err = fmt.Errorf("journal: record of %d bytes (must be 1..%d)", len(body), MaxRecord)
+		j.appended++
 	default:
 		j.pend = AppendFrame(j.pend, body)
 		n := int64(8 + len(body))
@@ -559,12 +561,12 @@ func (j *Journal) commit(durable bool) error {
 			done = j.synced
 		}
 		switch {
+		case done >= target: // written before a Close or an error: as durable as promised
+			return nil
 		case j.closed:
 			return ErrClosed
 		case j.err != nil:
 			return j.err
-		case done >= target:
-			return nil
 		case j.flushing:
 			j.cond.Wait()
 			continue

@@ -1012,6 +1012,23 @@ func TestCommitAfterCloseReportsErrClosed(t *testing.T) {
 	}
 }
 
+// A record appended before Close is written by Close, so a Commit racing
+// Close returns nil for it: it is in the file. (It used to return ErrClosed
+// for a record that was stored.)
+func TestCommitAfterCloseCoversRecordsCloseWrote(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, _, _ := open(t, dir, m.mode, 0)
+			j.Append(body(0))
+			require.NoError(t, j.Close())
+			require.NoError(t, j.Commit(), "its record is in the file")
+			got, _ := replayAll(t, dir)
+			require.Equal(t, bodies(0, 1), got)
+		})
+	}
+}
+
 // TestCommitDoesNotReuseBufferBeingWritten's bug seen from outside, with a
 // real file: records whose Commit returned nil are lost at the next Open.
 func TestConcurrentCommitAfterLargeFlush(t *testing.T) {
