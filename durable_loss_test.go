@@ -6,13 +6,16 @@ package leasebus_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -284,4 +287,74 @@ func TestDurablePublishRacingClose(t *testing.T) {
 		published += len(ok)
 	}
 	require.Zero(t, lost, "of %d publishes that returned nil, %d are not in the journal", published, lost)
+}
+
+// TestDurableOversizedArgumentsChangeNothing: a cause or a dedup ID larger
+// than a journal record used to change memory, then fail with the
+// journal's own error and poison every later call until a reopen. Now a
+// dedup ID over MaxDedupID is an invalid argument (nothing changes), and a
+// cause's text is kept up to 4 KiB.
+func TestDurableOversizedArgumentsChangeNothing(t *testing.T) {
+	ctx := context.Background()
+	d := openDur[string](t, broker.StringCodec{})
+	s := d.subscribe("t", "s")
+	huge := strings.Repeat("x", 65<<20)
+
+	_, err := d.Publish(ctx, "t", "a", broker.WithDedupID(huge))
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
+	require.Zero(t, s.Stats().Published)
+	_, err = d.Publish(ctx, "t", "a", broker.WithDedupID(strings.Repeat("i", broker.MaxDedupID)))
+	require.NoError(t, err, "an ID of MaxDedupID bytes is fine")
+
+	ds := s.TryPoll(1)
+	require.Len(t, ds, 1)
+	require.NoError(t, s.Fail(ds[0].LeaseID, errors.New(huge)))
+	d.publish("t", "b") // not poisoned
+	require.NoError(t, d.CreateTopic("u"))
+
+	d.restart()
+	s = d.sub("t", "s")
+	d.mock.Add(time.Hour) // past any retry delay
+	ds = s.TryPoll(2)
+	require.Len(t, ds, 2)
+	for _, dl := range ds {
+		require.NoError(t, s.Reject(dl.LeaseID, errors.New(huge)))
+	}
+	dls := d.DeadLetters()
+	require.Len(t, dls, 2)
+	for _, dl := range dls {
+		require.LessOrEqual(t, len(dl.LastError), 4<<10)
+		require.True(t, strings.HasPrefix(dl.LastError, "xxxx"))
+		require.True(t, strings.HasSuffix(dl.LastError, "…"))
+	}
+	d.restart()
+	require.Len(t, d.DeadLetters(), 2)
+}
+
+// TestDurableLargestMessageStillCompacts: the largest payload a durable
+// broker accepts, failed with a long cause, used to make every compaction
+// fail ("snapshot record of 67109900 bytes") for as long as it lived.
+func TestDurableLargestMessageStillCompacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 64 MiB message several times")
+	}
+	ctx := context.Background()
+	d := openDur[string](t, broker.StringCodec{})
+	s := d.subscribe("t", "s")
+	n := 64 << 20
+	for {
+		_, err := d.Publish(ctx, "t", strings.Repeat("p", n), broker.WithDedupID(strings.Repeat("i", broker.MaxDedupID)))
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, queue.ErrInvalidArgument)
+		n -= 1 << 10
+	}
+	ds := s.TryPoll(1)
+	require.Len(t, ds, 1)
+	require.NoError(t, s.Fail(ds[0].LeaseID, errors.New(strings.Repeat("e", 8<<10))))
+	require.NoError(t, d.Compact())
+	d.restart()
+	st := d.sub("t", "s").Stats()
+	require.Equal(t, 1, st.Visible+st.Delayed)
 }

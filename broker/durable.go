@@ -136,9 +136,11 @@ func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
 	return eb, nil
 }
 
-// maxEnvelope bounds an encoded message, so that its records fit the
-// journal's limit.
-const maxEnvelope = journal.MaxRecord - 1<<10
+// maxEnvelope bounds an encoded message, so that every record that carries
+// it fits the journal's limit: a put adds its fields and a last error (at
+// most 4 KiB), a dedup record a topic name (255 bytes) and an ID
+// (MaxDedupID).
+const maxEnvelope = journal.MaxRecord - 8<<10
 
 func (st *store[T]) recycle(eb *envBuf) {
 	if cap(eb.b) <= 64<<10 { // keep the pool from holding on to huge payloads
@@ -478,13 +480,21 @@ func (r *subRec[T]) Offered(en queue.Entry[T], note any) {
 }
 
 func (r *subRec[T]) Delivered(ds []queue.Delivery[T]) {
-	e := r.e.start(recDeliver).sub(r.id)
-	e.uint(uint64(len(ds)))
-	for i := range ds {
-		e.id(ds[i].ID)
+	for len(ds) > 0 { // a record of at most maxDeliverIDs, so any Poll fits the journal's limit
+		chunk := ds[:min(len(ds), maxDeliverIDs)]
+		ds = ds[len(chunk):]
+		e := r.e.start(recDeliver).sub(r.id)
+		e.uint(uint64(len(chunk)))
+		for i := range chunk {
+			e.id(chunk[i].ID)
+		}
+		r.st.j.Append(e.b)
 	}
-	r.st.j.Append(e.b)
 }
+
+// maxDeliverIDs bounds the message IDs in one deliver record (16 bytes
+// each: 1 MiB).
+const maxDeliverIDs = 1 << 16
 
 func (r *subRec[T]) Retried(m *queue.Message[T], visibleAt time.Time, lastErr string) {
 	e := r.e.start(recRetry).key(r.id, m.ID)

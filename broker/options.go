@@ -301,8 +301,11 @@ func (c *publishConfig) apply(o PublishOption) error {
 		}
 		c.ttl = o.delay
 	case optDedup:
-		if o.text == "" {
+		switch {
+		case o.text == "":
 			return queue.Invalid("WithDedupID: empty id")
+		case len(o.text) > MaxDedupID:
+			return queue.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
 		}
 		c.dedupID = o.text
 	default:
@@ -347,13 +350,17 @@ func WithTTL(d time.Duration) PublishOption {
 	return PublishOption{kind: optTTL, delay: d}
 }
 
+// MaxDedupID is the longest publish dedup ID, in bytes (SQS allows 128
+// characters): IDs are kept in memory and in a durable broker's journal.
+const MaxDedupID = 1024
+
 // WithDedupID makes the publish idempotent (SQS FIFO deduplication ID,
 // JetStream Nats-Msg-Id): a second publish with the same id on the same
 // topic within the dedup window (WithDedupWindow, from the first publish)
 // is accepted and dropped, and returns the original message. A publish
 // that returns an error records nothing, so it can be retried. IDs are
 // remembered per topic: deleting a topic forgets them. id must not be
-// empty.
+// empty, and at most MaxDedupID bytes long.
 func WithDedupID(id string) PublishOption {
 	return PublishOption{kind: optDedup, text: id}
 }

@@ -89,7 +89,7 @@ func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error { return 
 
 // Fail reports a failed attempt with its cause: the message waits the
 // subscription's RetryPolicy delay, or is dead-lettered if that was its
-// last attempt; the dead letter keeps cause as LastError.
+// last attempt; the dead letter keeps cause as LastError (its first 4 KiB).
 func (s *Subscription[T]) Fail(id lease.ID, cause error) error { return s.q.Fail(id, cause) }
 
 // Reject gives up on the message: it is dead-lettered at once with

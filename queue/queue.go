@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
 
@@ -541,10 +542,11 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 // LastError: the message is visible again after the RetryPolicy's delay
 // for this attempt; on the last allowed attempt it is dead-lettered at
 // once. It needs a live lease, as Nack does. A nil cause is recorded as
-// "failed".
+// "failed"; the text kept is at most 4 KiB, cut with an ellipsis.
 func (q *Queue[T]) Fail(id lease.ID, cause error) error {
+	text := errText(cause) // cause.Error() is user code: not under the lock
 	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
-		e.lastErr = errText(cause)
+		e.lastErr = text
 		q.retryLocked(now, e, q.cfg.Retry.Delay(e.attempt))
 		q.recordRetry(e)
 	})
@@ -552,10 +554,12 @@ func (q *Queue[T]) Fail(id lease.ID, cause error) error {
 
 // Reject settles a lease by giving up on its message: it is dead-lettered
 // at once (ReasonRejected) with cause as its LastError, whatever attempts
-// remain. It needs a live lease, as Nack does.
+// remain. It needs a live lease, as Nack does. The text kept is at most
+// 4 KiB, as with Fail.
 func (q *Queue[T]) Reject(id lease.ID, cause error) error {
+	text := errText(cause)
 	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
-		e.lastErr = errText(cause)
+		e.lastErr = text
 		q.deadLetterLocked(now, e, ReasonRejected)
 	})
 }
@@ -1041,7 +1045,26 @@ func errText(err error) string {
 	if err == nil {
 		return "failed"
 	}
-	return err.Error()
+	return clipText(err.Error())
+}
+
+// maxErrText bounds the text of a failure's cause that a message keeps
+// (LastError): a dead letter needs the gist, and a durable broker's journal
+// records it beside the message.
+const maxErrText = 4 << 10
+
+// clipText cuts s to at most maxErrText bytes, at a rune boundary, marking
+// the cut with an ellipsis.
+func clipText(s string) string {
+	if len(s) <= maxErrText {
+		return s
+	}
+	const mark = "…"
+	cut := maxErrText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // Purge drops every message the queue holds — visible, delayed, held back
