@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -357,4 +358,36 @@ func TestDurableLargestMessageStillCompacts(t *testing.T) {
 	d.restart()
 	st := d.sub("t", "s").Stats()
 	require.Equal(t, 1, st.Visible+st.Delayed)
+}
+
+// TestDurableFarFutureTimesSurviveARestart: times were stored as int64 Unix
+// nanoseconds, so a delay or TTL reaching past April 2262 wrapped around
+// after a restart (delayed messages became visible at once; a 250-year TTL
+// expired). They are now kept as the latest time the journal can hold.
+func TestDurableFarFutureTimesSurviveARestart(t *testing.T) {
+	const years250 = 250 * 365 * 24 * time.Hour
+	d := openDur[string](t, broker.StringCodec{}) // on a mock clock in 2026
+	s := d.subscribe("t", "s")
+	d.publish("t", "delay-250y", broker.WithDelay(years250))
+	d.publish("t", "delay-max", broker.WithDelay(math.MaxInt64))
+	d.publish("t", "ttl-250y", broker.WithTTL(years250))
+	d.publish("t", "nack-max")
+	ds := s.TryPoll(2)
+	require.Len(t, ds, 2)
+	require.Equal(t, "ttl-250y", ds[0].Payload)
+	require.NoError(t, s.Release(ds[0].LeaseID))
+	require.NoError(t, s.Nack(ds[1].LeaseID, math.MaxInt64))
+	before := s.Stats()
+	require.Equal(t, 3, before.Delayed)
+	require.Equal(t, 1, before.Visible)
+
+	d.restart()
+	s = d.sub("t", "s")
+	after := s.Stats()
+	require.Equal(t, 3, after.Delayed, "still delayed after the restart")
+	require.Equal(t, 1, after.Visible)
+	require.Empty(t, d.DeadLetters(), "a 250-year TTL has not expired")
+	d.mock.Add(200 * 365 * 24 * time.Hour)
+	require.Equal(t, 3, s.Stats().Delayed)
+	require.Equal(t, []string{"ttl-250y/1"}, peek(t, s))
 }

@@ -66,17 +66,31 @@ func (e *enc) key(sub uint32, id uuid.UUID) *enc { e.sub(sub).id(id); return e }
 
 // stamp encodes a time as Unix nanoseconds, with 0 kept for the zero
 // time: a mock clock starts at the Unix epoch, which must not read back as
-// "no time".
+// "no time". A time outside what int64 nanoseconds hold (before 1678, after
+// April 2262: a delay or TTL of centuries) is stored as the nearest one
+// they hold, so that it reads back as about as far away, never wrapped
+// around.
 func stamp(t time.Time) int64 {
-	switch ns := t.UnixNano(); {
+	switch {
 	case t.IsZero():
 		return 0
-	case ns >= 0:
-		return ns + 1
-	default:
-		return ns
+	case t.After(maxStamp):
+		return math.MaxInt64
+	case t.Before(minStamp):
+		return math.MinInt64
 	}
+	ns := t.UnixNano()
+	if ns >= 0 {
+		return ns + 1
+	}
+	return ns
 }
+
+// The times stamp can hold.
+var (
+	maxStamp = time.Unix(0, math.MaxInt64-1)
+	minStamp = time.Unix(0, math.MinInt64)
+)
 
 func unstamp(v int64) time.Time {
 	switch {
