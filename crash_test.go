@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,16 @@ import (
 //   - no message whose Ack returned nil is there, and none is acked twice
 //     across all the runs;
 //   - nothing is there twice, and nothing that was never published.
+//   - every dedup ID the journal remembers has its message there, or its
+//     settled outcome: acked, or dropped by the subscription's filter.
+//
+// Every publish carries a dedup ID, and every fourth one is followed by a
+// republish of an earlier item under its ID, with another payload: a
+// duplicate must return the original, never queue the new payload. The
+// subscription's filter drops the items whose number ends in 3 (and yields
+// the processor, which widens the window between a publish's dedup
+// reservation and its offer), and the journal compacts at 64 KiB, so kills
+// land in compactions that race publishes.
 //
 // Then it runs a new child on the same directory, many times, for each
 // SyncMode. SyncNone promises this much too: a process crash loses nothing
@@ -42,9 +54,12 @@ const (
 	crashDirEnv   = "LEASEBUS_CRASH_DIR"
 	crashModeEnv  = "LEASEBUS_CRASH_MODE"
 	crashFirstEnv = "LEASEBUS_CRASH_FIRST"
+	crashSelfEnv  = "LEASEBUS_CRASH_SELF" // a payload whose publish compacts, then kills the child
 )
 
-func crashOpen(dir string, mode broker.SyncMode) (*broker.Broker[string], *broker.Subscription[string], error) {
+// crashOpen opens dir; hook, if not nil, runs in the subscription's filter
+// (inside a Publish, after its dedup reservation, before its offer).
+func crashOpen(dir string, mode broker.SyncMode, hook func(b *broker.Broker[string], payload string)) (*broker.Broker[string], *broker.Subscription[string], error) {
 	b, err := broker.Open(dir, broker.StringCodec{}, broker.WithSync(mode), broker.WithDeadLetterLimit(1<<20),
 		broker.WithCompactMin(64<<10)) // small, so that kills land in compactions too
 	if err != nil {
@@ -55,7 +70,13 @@ func crashOpen(dir string, mode broker.SyncMode) (*broker.Broker[string], *broke
 		return nil, nil, err
 	}
 	s, err := b.Subscribe("jobs", "work", broker.WithMaxAttempts(4), broker.WithVisibilityTimeout(time.Minute),
-		broker.WithRetry(queue.RetryPolicy{NoBackoff: true}))
+		broker.WithRetry(queue.RetryPolicy{NoBackoff: true}), broker.WithFilter(func(m queue.Message[string]) bool {
+			if hook != nil {
+				hook(b, m.Payload)
+			}
+			runtime.Gosched()
+			return !crashFiltered(m.Payload)
+		}))
 	if err != nil {
 		b.Close()
 		return nil, nil, err
@@ -63,12 +84,27 @@ func crashOpen(dir string, mode broker.SyncMode) (*broker.Broker[string], *broke
 	return b, s, nil
 }
 
+// crashFiltered reports whether the subscription's filter drops payload n.
+func crashFiltered(n string) bool { return strings.HasSuffix(n, "3") }
+
+// crashDedupID is the dedup ID of payload n.
+func crashDedupID(n string) string { return "item-" + n }
+
 // crashChild publishes and consumes until it is killed. Lines: "I n" before
 // publishing payload n, "P n" once Publish returned nil, "a n" before
 // acking payload n, "A n" once Ack returned nil. A kill between "a" and "A"
 // leaves the message acked or not: both are right.
-func crashChild(dir string, mode broker.SyncMode, first int) {
-	b, s, err := crashOpen(dir, mode)
+func crashChild(dir string, mode broker.SyncMode, first int, self string) {
+	b, s, err := crashOpen(dir, mode, func(b *broker.Broker[string], payload string) {
+		if payload == self { // compact with this publish in flight, then die
+			if err := b.Compact(); err != nil {
+				fmt.Fprintln(os.Stderr, "child: compact:", err)
+				os.Exit(6)
+			}
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(3)
@@ -84,8 +120,15 @@ func crashChild(dir string, mode broker.SyncMode, first int) {
 		go func() {
 			for n := first + p; ; n += 2 {
 				say("I %d", n)
-				if _, err := b.Publish(ctx, "jobs", strconv.Itoa(n)); err == nil {
+				if _, err := b.Publish(ctx, "jobs", strconv.Itoa(n), broker.WithDedupID(crashDedupID(strconv.Itoa(n)))); err == nil {
 					say("P %d", n)
+				}
+				if k := n - 8; k >= first && (n-first)%4 == 0 { // an earlier item, published again
+					id := crashDedupID(strconv.Itoa(k))
+					if m, err := b.Publish(ctx, "jobs", "dup-"+strconv.Itoa(k), broker.WithDedupID(id)); err == nil && m.Payload != strconv.Itoa(k) {
+						fmt.Fprintf(os.Stderr, "child: republish of %s queued %q\n", id, m.Payload)
+						os.Exit(5)
+					}
 				}
 			}
 		}()
@@ -124,7 +167,7 @@ func TestDurableCrash(t *testing.T) {
 	if dir := os.Getenv(crashDirEnv); dir != "" {
 		mode, _ := strconv.Atoi(os.Getenv(crashModeEnv))
 		first, _ := strconv.Atoi(os.Getenv(crashFirstEnv))
-		crashChild(dir, broker.SyncMode(mode), first)
+		crashChild(dir, broker.SyncMode(mode), first, os.Getenv(crashSelfEnv))
 		return
 	}
 	runs := 25
@@ -139,9 +182,16 @@ func TestDurableCrash(t *testing.T) {
 			published := map[string]bool{}
 			acking := map[string]bool{} // an ack was tried: it may have taken effect
 			acked := map[string]bool{}
-			compactions, lastSeg := 0, "seg-00000001.log"
+			compactions, lastSeg, selfKills := 0, "seg-00000001.log", 0
 			for run := range runs {
-				lines := crashRun(t, dir, mode, (run+1)*1_000_000, 20+r.IntN(2000))
+				first, self := (run+1)*1_000_000, ""
+				if run%3 == 1 { // dies compacting inside a publish of its first publisher
+					self = strconv.Itoa(first + 2*(3+r.IntN(40)))
+				}
+				lines := crashRun(t, dir, mode, first, self, 20+r.IntN(2000))
+				if self != "" && slices.Contains(lines, "I "+self) && !slices.Contains(lines, "P "+self) {
+					selfKills++
+				}
 				for _, ln := range lines {
 					op, n, ok := strings.Cut(ln, " ")
 					require.True(t, ok, "child line %q", ln)
@@ -165,17 +215,20 @@ func TestDurableCrash(t *testing.T) {
 				}
 			}
 			require.NotEmpty(t, acked)
-			t.Logf("%d runs: %d publishes returned nil, %d acks; compacted during %d runs", runs, len(published), len(acked), compactions)
+			require.Positive(t, selfKills)
+			t.Logf("%d runs: %d publishes returned nil, %d acks; compacted during %d runs; %d killed compacting inside a publish",
+				runs, len(published), len(acked), compactions, selfKills)
 		})
 	}
 }
 
 // crashRun starts a child on dir, kills it after it has printed kill lines,
 // and returns every line it printed.
-func crashRun(t *testing.T, dir string, mode broker.SyncMode, first, kill int) []string {
+func crashRun(t *testing.T, dir string, mode broker.SyncMode, first int, self string, kill int) []string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestDurableCrash$")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashModeEnv+"="+strconv.Itoa(int(mode)), crashFirstEnv+"="+strconv.Itoa(first))
+	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashModeEnv+"="+strconv.Itoa(int(mode)),
+		crashFirstEnv+"="+strconv.Itoa(first), crashSelfEnv+"="+self)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -209,7 +262,7 @@ func crashRun(t *testing.T, dir string, mode broker.SyncMode, first, kill int) [
 func crashCheck(t *testing.T, dir string, mode broker.SyncMode, run int, intended, published, acking, acked map[string]bool) string {
 	t.Helper()
 	segs, _ := filepath.Glob(filepath.Join(dir, "seg-*.log"))
-	b, s, err := crashOpen(dir, mode) // the dead child's lock is gone with it
+	b, s, err := crashOpen(dir, mode, nil) // the dead child's lock is gone with it
 	require.NoError(t, err, "run %d", run)
 	defer func() { require.NoError(t, b.Close()) }()
 	there := map[string]string{}
@@ -232,10 +285,37 @@ func crashCheck(t *testing.T, dir string, mode broker.SyncMode, run int, intende
 	st := s.Stats()
 	require.Zero(t, st.Delayed+st.InFlight+st.HeldBack, "run %d", run)
 	for n := range published {
-		if !acking[n] {
+		if !acking[n] && !crashFiltered(n) {
 			require.NotEmpty(t, there[n], "run %d: payload %s was published and never acked, and is lost", run, n)
 		}
 	}
+	for n, where := range there {
+		require.False(t, crashFiltered(n), "run %d: payload %s, which the filter drops, is in the %s", run, n, where)
+	}
+	crashCheckDedup(t, dir, run, intended, acking, there)
 	require.Len(t, segs, 1, "run %d: one live segment", run)
 	return filepath.Base(segs[0])
+}
+
+// crashCheckDedup probes, on a copy of dir, every dedup ID the child may
+// have published: one the journal remembers (a publish with it returns the
+// original message) must have its message there, or its settled outcome.
+func crashCheckDedup(t *testing.T, dir string, run int, intended, acking map[string]bool, there map[string]string) {
+	t.Helper()
+	cp := dirCopy(t, dir)
+	b, _, err := crashOpen(cp, broker.SyncNone, nil)
+	require.NoError(t, err, "run %d", run)
+	defer func() { require.NoError(t, b.Close()) }()
+	remembered := 0
+	for n := range intended {
+		m, err := b.Publish(context.Background(), "jobs", "probe", broker.WithDedupID(crashDedupID(n)))
+		require.NoError(t, err)
+		if m.Payload != n {
+			continue // not remembered: the probe was queued (on the copy)
+		}
+		remembered++
+		require.True(t, there[n] != "" || acking[n] || crashFiltered(n),
+			"run %d: dedup ID of payload %s is remembered, but its message is neither there, nor acked, nor filtered", run, n)
+	}
+	require.Positive(t, remembered, "run %d", run)
 }
