@@ -379,3 +379,29 @@ func TestPublishDedupConcurrentSameID(t *testing.T) {
 		require.Equal(t, ids[0], id)
 	}
 }
+
+// TestPublishDedupFullRefusesNewIDs: at the limit, with every ID inside its
+// window, a new ID is refused (ErrDedupFull) and nothing is published; a
+// duplicate of a remembered ID is still recognised; once the window has
+// passed, new IDs go in again.
+func TestPublishDedupFullRefusesNewIDs(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithDedupLimit(2), broker.WithDedupWindow(time.Minute))
+	s := brokertest.Subscribe(t, b, "t", "s")
+	for _, id := range []string{"a", "b"} {
+		_, err := b.Publish(ctx, "t", id, broker.WithDedupID(id))
+		require.NoError(t, err)
+	}
+	_, err := b.Publish(ctx, "t", "c", broker.WithDedupID("c"))
+	require.ErrorIs(t, err, broker.ErrDedupFull)
+	require.Equal(t, 2, s.Stats().Visible, "the refused publish queued nothing")
+	m, err := b.Publish(ctx, "t", "a again", broker.WithDedupID("a"))
+	require.NoError(t, err)
+	require.Equal(t, "a", m.Payload, "a duplicate is still recognised")
+	_, err = b.Publish(ctx, "t", "no id")
+	require.NoError(t, err, "a publish without an ID is not limited")
+
+	mock.Add(time.Minute)
+	_, err = b.Publish(ctx, "t", "c", broker.WithDedupID("c"))
+	require.NoError(t, err)
+	require.Equal(t, 4, s.Stats().Visible)
+}

@@ -2,6 +2,7 @@ package leasebus_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -103,4 +105,37 @@ func TestPublishBatchDurable(t *testing.T) {
 		require.Equal(t, ms[i].ID, d.ID)
 		require.Equal(t, payloads[i], d.Payload)
 	}
+}
+
+// TestPublishBatchDedupIDs: each payload of a batch can carry its dedup ID;
+// duplicates (of earlier publishes, or earlier in the batch) return the
+// original in their place and queue nothing.
+func TestPublishBatchDedupIDs(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	first, err := b.Publish(ctx, "t", "one", broker.WithDedupID("1"))
+	require.NoError(t, err)
+	ms, err := b.PublishBatch(ctx, "t", []string{"one again", "two", "two again", "three"},
+		broker.WithDedupIDs([]string{"1", "2", "2", "3"}))
+	require.NoError(t, err)
+	require.Equal(t, first, ms[0])
+	require.Equal(t, ms[1], ms[2])
+	require.Equal(t, []string{"one", "two", "two", "three"}, []string{ms[0].Payload, ms[1].Payload, ms[2].Payload, ms[3].Payload})
+	require.Equal(t, 3, s.Stats().Visible)
+
+	for _, tc := range []struct {
+		name string
+		ids  []string
+	}{
+		{"too few", []string{"x"}},
+		{"too many", []string{"x", "y", "z"}},
+		{"empty", []string{"x", ""}},
+		{"too long", []string{"x", strings.Repeat("i", broker.MaxDedupID+1)}},
+	} {
+		_, err := b.PublishBatch(ctx, "t", []string{"p", "q"}, broker.WithDedupIDs(tc.ids))
+		require.ErrorIs(t, err, queue.ErrInvalidArgument, tc.name)
+	}
+	require.Equal(t, 3, s.Stats().Visible, "invalid batches publish nothing")
+	_, err = b.Publish(ctx, "t", "p", broker.WithDedupIDs([]string{"x"}))
+	require.ErrorIs(t, err, queue.ErrInvalidArgument)
 }

@@ -35,6 +35,12 @@ var (
 	// ErrAlreadySubscribed: Subscribe with a (topic, name) that exists; use
 	// Broker.Subscription to share it between competing consumers.
 	ErrAlreadySubscribed = errors.New("broker: already subscribed")
+	// ErrDedupFull: a publish with a new dedup ID found the topic already
+	// remembering as many IDs as WithDedupLimit allows, all inside their
+	// window. Nothing was published. Forgetting one early would let its
+	// duplicate through, so the broker refuses instead: raise the limit,
+	// or shorten the window.
+	ErrDedupFull = errors.New("broker: too many dedup IDs inside their window")
 	// ErrLocked: Open found its directory held by another open broker, in
 	// this process or another.
 	ErrLocked = errors.New("broker: directory is locked by another open broker")
@@ -505,6 +511,9 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 			return queue.Message[T]{}, err
 		}
 	}
+	if pc.dedupIDs != nil {
+		return queue.Message[T]{}, queue.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
+	}
 	m, _, err := b.publish(ctx, topic, payload, &pc)
 	return m, err
 }
@@ -516,8 +525,9 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 // for the disk once, which under SyncAlways makes it many times faster
 // than as many Publish calls. A payload some subscription refuses
 // (OverflowReject, OverflowBlock) is still returned, and the error joins
-// each refusal. WithDedupID is invalid here (one ID cannot name many
-// messages); an empty batch returns nil.
+// each refusal. WithDedupIDs gives each payload its dedup ID (a duplicate
+// returns the original message in its place); WithDedupID is invalid here
+// (one ID cannot name many messages). An empty batch returns nil.
 func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
 	if ctx == nil {
 		return nil, queue.Invalid("PublishBatch: nil context")
@@ -528,8 +538,12 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 			return nil, err
 		}
 	}
-	if pc.dedupID != "" {
-		return nil, queue.Invalid("PublishBatch: WithDedupID cannot name a batch")
+	ids := pc.dedupIDs
+	switch {
+	case pc.dedupID != "":
+		return nil, queue.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
+	case ids != nil && len(ids) != len(payloads):
+		return nil, queue.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
 	}
 	t, subs, err := b.lookup(topic)
 	if err != nil {
@@ -543,14 +557,20 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	ms := make([]queue.Message[T], len(payloads))
 	var errs []error
 	for i, p := range payloads {
+		if ids != nil {
+			pc.dedupID = ids[i]
+		}
 		m, _, err := b.publishTo(ctx, t, subs, p, &pc, now)
 		ms[i] = m
 		if err != nil {
 			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
 		}
 	}
-	if len(subs) > 0 {
+	if b.store != nil && len(subs) > 0 {
 		if err := b.commit(); err != nil {
+			for i, id := range ids { // not stored after all
+				t.dedup.forgetMessage(id, ms[i])
+			}
 			errs = append(errs, err)
 		}
 	}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -9,7 +10,8 @@ import (
 )
 
 // dedup remembers one topic's publish dedup IDs for a fixed window from
-// their first publish, at most limit of them.
+// their first publish, at most limit of them: never forgets one inside its
+// window, but refuses a new ID (ErrDedupFull) when limit are.
 //
 // An ID is first reserved, pending, while its publish offers the message;
 // it is confirmed once the message is stored (and, on a durable broker, its
@@ -58,7 +60,10 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 		d.mu.Lock()
 	}
 	defer d.mu.Unlock()
-	d.expireLocked(now, window, limit-1) // room for the new one
+	d.expireLocked(now, window)
+	if len(d.byID) >= limit { // every one inside its window: forgetting one would break its promise
+		return nil, queue.Message[T]{}, false, fmt.Errorf("%w: %d IDs inside the %v window (see WithDedupLimit)", ErrDedupFull, len(d.byID), window)
+	}
 	if d.byID == nil {
 		d.byID = make(map[string]*dedupEntry[T])
 	}
@@ -68,13 +73,12 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 	return e, queue.Message[T]{}, false, nil
 }
 
-// expireLocked forgets the IDs whose window has passed at now, and the
-// oldest ones past keep.
-func (d *dedup[T]) expireLocked(now time.Time, window time.Duration, keep int) {
+// expireLocked forgets the IDs whose window has passed at now.
+func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
 	for d.head < len(d.order) {
 		e := d.order[d.head]
-		if e != nil && now.Before(e.at.Add(window)) && len(d.order)-d.head <= keep {
-			break
+		if e != nil && now.Before(e.at.Add(window)) {
+			break // and so are all after it: order is by first publish
 		}
 		if e != nil && d.byID[e.id] == e {
 			delete(d.byID, e.id)

@@ -112,7 +112,10 @@ func WithDedupWindow(d time.Duration) Option {
 
 // WithDedupLimit bounds the dedup IDs remembered per topic (default
 // DefaultDedupLimit, 100,000), so memory stays bounded whatever the
-// publish rate: past it the oldest ID is forgotten early. n must be >= 1.
+// publish rate. An ID is never forgotten inside its window: when n IDs
+// are, a publish with a new one fails with ErrDedupFull and publishes
+// nothing (duplicates of remembered IDs are still recognised). Each ID
+// costs about 250 bytes plus its length and the payload's. n must be >= 1.
 func WithDedupLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
@@ -255,7 +258,8 @@ type PublishOption struct {
 	priority queue.Priority
 	delay    time.Duration // the delay, or the TTL
 	headers  map[string]string
-	text     string // the key, or the dedup ID
+	text     string   // the key, or the dedup ID
+	texts    []string // the dedup IDs of a batch
 }
 
 type publishKind uint8
@@ -268,6 +272,7 @@ const (
 	optKey
 	optTTL
 	optDedup
+	optDedupIDs
 )
 
 type publishConfig struct {
@@ -277,6 +282,7 @@ type publishConfig struct {
 	key      string
 	ttl      time.Duration
 	dedupID  string
+	dedupIDs []string // PublishBatch's, one per payload
 }
 
 func (c *publishConfig) apply(o PublishOption) error {
@@ -308,6 +314,16 @@ func (c *publishConfig) apply(o PublishOption) error {
 			return queue.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
 		}
 		c.dedupID = o.text
+	case optDedupIDs:
+		for i, id := range o.texts {
+			switch {
+			case id == "":
+				return queue.Invalid("WithDedupIDs: empty id at %d", i)
+			case len(id) > MaxDedupID:
+				return queue.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
+			}
+		}
+		c.dedupIDs = o.texts
 	default:
 		return queue.Invalid("zero PublishOption: make options with the With functions")
 	}
@@ -363,4 +379,16 @@ const MaxDedupID = 1024
 // empty, and at most MaxDedupID bytes long.
 func WithDedupID(id string) PublishOption {
 	return PublishOption{kind: optDedup, text: id}
+}
+
+// WithDedupIDs gives each message of a PublishBatch its dedup ID, as
+// WithDedupID gives one to a Publish: ids[i] is the ID of payloads[i], and
+// a payload whose ID was published inside the window (earlier, or earlier
+// in the same batch) is not queued again: the batch returns the original
+// message in its place. This is how a batch job enqueues its input
+// idempotently at batch speed. len(ids) must equal the number of payloads;
+// each ID must be valid for WithDedupID. The slice is read during the call
+// only. Publish rejects this option.
+func WithDedupIDs(ids []string) PublishOption {
+	return PublishOption{kind: optDedupIDs, texts: ids}
 }
