@@ -391,3 +391,32 @@ func TestDurableFarFutureTimesSurviveARestart(t *testing.T) {
 	require.Equal(t, 3, s.Stats().Delayed)
 	require.Equal(t, []string{"ttl-250y/1"}, peek(t, s))
 }
+
+// TestDurableDedupSurvivesAckAndCompaction: a dedup record that refers to
+// its message's put (rather than repeating the envelope) still brings the
+// original back after the message was acked, and across compactions,
+// whether the message is still held or not.
+func TestDurableDedupSurvivesAckAndCompaction(t *testing.T) {
+	ctx := context.Background()
+	d := openDur[string](t, broker.StringCodec{})
+	s := d.subscribe("t", "s")
+	d.publish("t", "acked", broker.WithDedupID("a"))
+	d.publish("t", "held", broker.WithDedupID("h"))
+	ds := s.TryPoll(1)
+	require.Equal(t, "acked", ds[0].Payload)
+	require.NoError(t, s.Ack(ds[0].LeaseID))
+	check := func(when string) {
+		t.Helper()
+		for id, want := range map[string]string{"a": "acked", "h": "held"} {
+			m, err := d.Publish(ctx, "t", "again", broker.WithDedupID(id))
+			require.NoError(t, err)
+			require.Equal(t, want, m.Payload, "%s: dedup ID %s", when, id)
+		}
+		require.Equal(t, []string{"held/1"}, peek(t, d.sub("t", "s")), when)
+	}
+	d.restart()
+	check("after a restart")
+	require.NoError(t, d.Compact())
+	d.restart()
+	check("after a compaction and a restart")
+}

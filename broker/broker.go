@@ -694,11 +694,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	case err != nil:
 		t.dedup.forget(reserved)
 	case b.store != nil: // after the message's own records: a crash between loses only the dedup
-		t.dedup.confirm(reserved, func() {
-			b.store.record(func(e *enc) { e.start(recDedup).strs(t.name, pc.dedupID).b = append(e.b, env.b...) })
-		})
+		t.dedup.confirm(reserved, b.store, t.name, env.b, accepted > 0)
 	default:
-		t.dedup.confirm(reserved, nil)
+		t.dedup.confirm(reserved, nil, "", nil, false)
 	}
 	return *m, accepted, err
 }

@@ -23,15 +23,16 @@ type dedup[T any] struct {
 	byID  map[string]*dedupEntry[T]
 	order []*dedupEntry[T] // order[head:], by first publish
 	head  int
+	// settled is closed (and dropped) when a pending ID is confirmed or
+	// forgotten; nil while no publish waits for one.
+	settled chan struct{}
 }
 
 type dedupEntry[T any] struct {
-	id  string
-	msg queue.Message[T]
-	at  time.Time
-	// pending is non-nil while the publish that reserved the ID runs, and
-	// closed (and set to nil) when it ends.
-	pending chan struct{}
+	id      string
+	msg     queue.Message[T]
+	at      time.Time
+	pending bool // while the publish that reserved the ID runs
 }
 
 // reserve returns the message already published with id inside the
@@ -46,11 +47,14 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 		if !ok || !now.Before(e.at.Add(window)) {
 			break
 		}
-		if e.pending == nil {
+		if !e.pending {
 			d.mu.Unlock()
 			return nil, e.msg, true, nil
 		}
-		ch := e.pending
+		if d.settled == nil {
+			d.settled = make(chan struct{})
+		}
+		ch := d.settled
 		d.mu.Unlock()
 		select {
 		case <-ch:
@@ -67,7 +71,7 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 	if d.byID == nil {
 		d.byID = make(map[string]*dedupEntry[T])
 	}
-	e = &dedupEntry[T]{id: id, msg: m, at: now, pending: make(chan struct{})}
+	e = &dedupEntry[T]{id: id, msg: m, at: now, pending: true}
 	d.byID[id] = e
 	d.order = append(d.order, e)
 	return e, queue.Message[T]{}, false, nil
@@ -93,18 +97,19 @@ func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
 	}
 }
 
-// confirm ends e's pending state: its message is stored. record, if not
-// nil, runs under the lock, so that a compaction, which snapshots the IDs
-// under the same lock, sees either the pending ID and not its record, or
-// the record's effect.
-func (d *dedup[T]) confirm(e *dedupEntry[T], record func()) {
+// confirm ends e's pending state: its message is stored (stored: a put of
+// it is in the journal, which the dedup record may refer to instead of
+// repeating the envelope). On a durable broker (st not nil) it appends the
+// dedup record, under the lock, so that
+// a compaction, which snapshots the IDs under the same lock, sees either
+// the pending ID and not its record, or the record's effect.
+func (d *dedup[T]) confirm(e *dedupEntry[T], st *store[T], topic string, env []byte, stored bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if record != nil && d.byID[e.id] == e {
-		record()
+	if st != nil && d.byID[e.id] == e {
+		st.recordDedup(topic, e.id, env, stored)
 	}
-	close(e.pending)
-	e.pending = nil
+	d.settleLocked(e)
 }
 
 // forget drops e, whose publish failed, if it is still the one recorded
@@ -115,9 +120,14 @@ func (d *dedup[T]) forget(e *dedupEntry[T]) {
 	if d.byID[e.id] == e {
 		delete(d.byID, e.id) // its order slot expires harmlessly
 	}
-	if e.pending != nil {
-		close(e.pending)
-		e.pending = nil
+	d.settleLocked(e)
+}
+
+func (d *dedup[T]) settleLocked(e *dedupEntry[T]) {
+	e.pending = false
+	if d.settled != nil {
+		close(d.settled)
+		d.settled = nil
 	}
 }
 
@@ -149,7 +159,7 @@ func (d *dedup[T]) put(id string, m queue.Message[T]) {
 func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []*dedupEntry[T] {
 	var live []*dedupEntry[T]
 	for _, e := range d.order[d.head:] {
-		if e != nil && e.pending == nil && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
+		if e != nil && !e.pending && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
 			live = append(live, e)
 		}
 	}

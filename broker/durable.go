@@ -418,6 +418,21 @@ func (st *store[T]) record(fill func(e *enc)) {
 	st.mu.Unlock()
 }
 
+// recordDedup appends a dedup record: topic, ID, and the message's
+// envelope, or only its ID (ref) if a put of it is in the journal already.
+func (st *store[T]) recordDedup(topic, id string, env []byte, ref bool) {
+	st.mu.Lock()
+	st.e.start(recDedup).strs(topic, id)
+	if ref {
+		st.e.b[0] = recDedupRef
+		st.e.b = append(st.e.b, env[:16]...) // the message ID, first in an envelope
+	} else {
+		st.e.b = append(st.e.b, env...)
+	}
+	st.j.Append(st.e.b)
+	st.mu.Unlock()
+}
+
 // forget records that a dead letter left the store.
 func (st *store[T]) forget(sub uint32, id uuid.UUID) {
 	st.mu.Lock()
@@ -616,12 +631,29 @@ func (b *Broker[T]) compactLocked() error {
 				}
 			}
 		}
-		for i, name := range topics { // after the messages, as a publish writes them
+		var heldIDs map[uuid.UUID]bool // messages with a put in the snapshot
+		for i, name := range topics {  // after the messages, as a publish writes them
 			for _, dd := range dedups[i] {
+				if heldIDs == nil {
+					heldIDs = map[uuid.UUID]bool{}
+					for _, d := range dead {
+						heldIDs[d.dl.Message.ID] = true
+					}
+					for _, es := range held {
+						for _, en := range es {
+							heldIDs[en.Message.ID] = true
+						}
+					}
+				}
+				e.start(recDedup).strs(name, dd.id)
+				if heldIDs[dd.msg.ID] {
+					e.b[0] = recDedupRef
+					emit(append(e.b, dd.msg.ID[:]...))
+					continue
+				}
 				if env, err = envelope(env[:0], &dd.msg, st.codec); err != nil {
 					return fmt.Errorf("encode message %v: %w", dd.msg.ID, err)
 				}
-				e.start(recDedup).strs(name, dd.id)
 				emit(append(e.b, env...))
 			}
 		}
@@ -645,7 +677,8 @@ type replay struct {
 	topics  map[string]bool
 	subs    map[uint32]*rsub
 	deadSeq uint64
-	dedup   map[string][]rdedup // by topic, oldest first
+	dedup   map[string][]rdedup  // by topic, oldest first
+	envs    map[uuid.UUID][]byte // every message's envelope seen in a put, for recDedupRef
 }
 
 type rdedup struct {
@@ -684,7 +717,7 @@ const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 const expiredText = "lease expired"
 
 func newReplay() *replay {
-	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{}}
+	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{}, envs: map[uuid.UUID][]byte{}}
 }
 
 func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
@@ -706,7 +739,7 @@ func (rs *replay) apply(body []byte) error {
 	switch typ {
 	case recFormat:
 		magic, version := d.str(), d.uint()
-		if d.err == nil && (magic != formatMagic || version != formatVersion) {
+		if d.err == nil && (magic != formatMagic || version < 1 || version > formatVersion) {
 			return fmt.Errorf("journal format %q version %d, this is %q version %d", magic, version, formatMagic, formatVersion)
 		}
 	case recTopic:
@@ -725,6 +758,15 @@ func (rs *replay) apply(body []byte) error {
 			d.fail()
 		}
 		if d.err == nil {
+			rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, env})
+		}
+	case recDedupRef:
+		topic, id, mid := d.str(), d.str(), d.id()
+		if d.err == nil {
+			env := rs.envs[mid]
+			if env == nil {
+				return fmt.Errorf("dedup record of message %v, which no earlier record holds", mid)
+			}
 			rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, env})
 		}
 	case recSub:
@@ -754,6 +796,9 @@ func (rs *replay) apply(body []byte) error {
 		m.env = d.rest()
 		if d.err == nil && len(m.env) < 16 {
 			d.fail()
+		}
+		if d.err == nil {
+			rs.envs[uuid.UUID(m.env[:16])] = m.env // for a recDedupRef after it
 		}
 		s := rs.subs[sub]
 		if d.err == nil && s != nil && (!s.gone || m.dead) {

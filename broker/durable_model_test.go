@@ -343,7 +343,7 @@ func TestDurableJournalFormat(t *testing.T) {
 		first []byte
 		want  string
 	}{
-		"later version": {append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 2), `version 2, this is "leasebus" version 1`},
+		"later version": {append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 3), `version 3, this is "leasebus" version 2`},
 		"other magic":   {append(append([]byte{recFormat, 3}, "xyz"...), 1), `format "xyz"`},
 		"no format":     {append([]byte{recTopic, 1}, 't'), "not a leasebus journal"},
 	} {
@@ -360,4 +360,17 @@ func TestDurableJournalFormat(t *testing.T) {
 			require.Equal(t, seg, data, "the journal is left as it was")
 		})
 	}
+}
+
+// A journal written in format version 1 (before recDedupRef) still opens.
+func TestDurableJournalFormatVersion1Opens(t *testing.T) {
+	dir := t.TempDir()
+	var e enc
+	seg := journal.AppendFrame(nil, append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 1))
+	seg = journal.AppendFrame(seg, e.start(recTopic).strs("t").b)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "seg-00000001.log"), seg, 0o644))
+	b, err := Open(dir, StringCodec{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"t"}, b.Topics())
+	require.NoError(t, b.Close())
 }

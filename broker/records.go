@@ -32,6 +32,7 @@ const (
 	recForget               // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
 	recPurge                // sub: every message it holds goes
 	recDedup                // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
+	recDedupRef             // topic, dedup ID, message ID: recDedup whose envelope is that of a put of the message before it (version 2)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -39,7 +40,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 1
+	formatVersion = 2 // 2 added recDedupRef; Open reads 1 too
 )
 
 // Flags of a recPut.
