@@ -179,9 +179,17 @@ func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
 
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	// On a terminal one line is redrawn in place; into a pipe or a file,
+	// each report is a line of its own.
+	redraw := isTerminal(progress)
 	report := func() {
-		fmt.Fprintf(progress, "\rdelivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d ",
+		line := fmt.Sprintf("delivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d",
 			delivered.Load(), cfg.Webhooks, retried.Load(), dead.Load(), extended.Load(), pool.Stats().InFlight)
+		if redraw {
+			fmt.Fprintf(progress, "\r%s ", line)
+		} else {
+			fmt.Fprintln(progress, line)
+		}
 	}
 	redriven := false
 wait:
@@ -212,7 +220,9 @@ wait:
 		return s, err
 	}
 	report()
-	fmt.Fprintln(progress)
+	if redraw {
+		fmt.Fprintln(progress)
+	}
 
 	s.Audited = audit.Stats().Visible
 	s.Delivered, s.Retried = int(delivered.Load()), int(retried.Load())
@@ -227,4 +237,14 @@ func printSummary(w io.Writer, s summary) {
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f/s\t\n", s.Published, s.Delivered, s.Retried, s.DeadLettered,
 		s.Redriven, s.Extended, s.Audited, float64(s.Delivered)/s.Elapsed.Seconds())
 	tw.Flush()
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

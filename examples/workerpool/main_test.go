@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -12,9 +13,14 @@ func TestWorkerPoolDeliversEverything(t *testing.T) {
 	cfg := config{Webhooks: 120, Workers: 4, Visibility: 200 * time.Millisecond, Work: time.Millisecond, Slow: 500 * time.Millisecond, FlakyPct: 10}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := run(ctx, cfg, io.Discard)
+	var progress strings.Builder // not a terminal: a line per report
+	s, err := run(ctx, cfg, &progress)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out := progress.String(); strings.Contains(out, "\r") || !strings.HasSuffix(out, "\n") ||
+		!strings.Contains(out, fmt.Sprintf("delivered %4d/%d", cfg.Webhooks, cfg.Webhooks)) {
+		t.Errorf("progress into a non-terminal: want lines, one per report, the last with every webhook delivered; got %q", out)
 	}
 	flaky := 0
 	for i := range cfg.Webhooks {
