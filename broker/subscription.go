@@ -122,3 +122,13 @@ func (s *Subscription[T]) Parked() int { return s.q.Parked() }
 func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
 	return s.q.AwaitParked(ctx, n)
 }
+
+// AwaitIdle blocks until the subscription holds nothing: no message
+// visible, delayed, held back or in flight. It returns nil then, ctx's
+// error if ctx ends first, or an error matching queue.ErrClosed if the
+// subscription closes. It does not move time: a delayed message (or a
+// retry waiting out its backoff) keeps the subscription busy until the
+// clock reaches it. A batch program runs its pool until the work is done
+// with poller's RunUntilIdle, which relies on this; see
+// queue.Queue.AwaitIdle.
+func (s *Subscription[T]) AwaitIdle(ctx context.Context) error { return s.q.AwaitIdle(ctx) }

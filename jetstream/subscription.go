@@ -149,6 +149,9 @@ type Subscription[T any] struct {
 	codec   Codec[T]
 	cfg     subConfig
 	scope   uint64 // the scope of the lease ids this handle mints
+	// maxDeliver is the consumer's MaxDeliver as the server reported it
+	// when the handle opened: the attempts a message gets, 0 for no limit.
+	maxDeliver int
 
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
@@ -214,15 +217,19 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, err)
 	}
+	if info := cons.CachedInfo(); info != nil {
+		maxDeliver = info.Config.MaxDeliver // the server's word: the limit it enforces
+	}
 	h := fnv.New64a()
 	h.Write([]byte(b.cfg.stream + "/" + durable))
 	scope := h.Sum64() | 1 // never 0
 	s := &Subscription[T]{
 		bus: b, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
-		closed: make(chan struct{}),
-		advCh:  make(chan *nats.Msg, 64),
-		held:   make(map[lease.ID]*heldMsg),
-		latest: make(map[uint64]uint32),
+		maxDeliver: max(maxDeliver, 0), // the server's -1 (no limit) is a Delivery's 0
+		closed:     make(chan struct{}),
+		advCh:      make(chan *nats.Msg, 64),
+		held:       make(map[lease.ID]*heldMsg),
+		latest:     make(map[uint64]uint32),
 	}
 	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + b.cfg.stream + "." + durable
 	s.adv, err = b.nc.ChanQueueSubscribe(subj, durable, s.advCh)
@@ -328,9 +335,10 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 		Message: queue.Message[T]{
 			ID: mid, Topic: s.topic, Payload: payload, Headers: userHeaders(h), PublishedAt: md.Timestamp,
 		},
-		LeaseID:  id,
-		Attempt:  int(dc),
-		Deadline: hm.deadline,
+		LeaseID:     id,
+		Attempt:     int(dc),
+		Deadline:    hm.deadline,
+		MaxAttempts: s.maxDeliver,
 	}, true
 }
 
@@ -460,7 +468,7 @@ func (s *Subscription[T]) fail(op string, id lease.ID, delay time.Duration, caus
 	if err != nil {
 		return err
 	}
-	if s.cfg.maxAttempts != queue.UnlimitedAttempts && h.attempt >= s.cfg.maxAttempts {
+	if s.maxDeliver > 0 && h.attempt >= s.maxDeliver {
 		if err := s.deadLetter(h, queue.ReasonMaxAttempts, cause); err != nil {
 			s.putBack(id, h)
 			return fmt.Errorf("%s %v: %w", op, id, err)

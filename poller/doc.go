@@ -14,6 +14,10 @@
 //	...
 //	err = p.Run(ctx) // until ctx is done; then drains
 //
+// A batch program that stops when the work is done runs RunUntilIdle
+// instead: it returns nil once the source holds nothing (visible,
+// delayed, in flight or held back), after the same drain.
+//
 // # Results
 //
 // A handler's result settles its lease:
@@ -25,6 +29,11 @@
 //   - any other error: Fail(id, err): the source's retry policy picks the
 //     delay, and the dead letter keeps the last error.
 //   - a panic: recovered, counted, and settled as Fail with a *PanicError.
+//
+// A failure on the message's last attempt (Delivery.Attempt ==
+// Delivery.MaxAttempts) dead-letters it at the source: the poller reports
+// it as OutcomeDeadLettered and counts it in Stats.DeadLettered, not as a
+// retry.
 //
 // An error from the settling call itself (say queue.ErrLeaseExpired,
 // because the lease lapsed and the message went to another consumer) is

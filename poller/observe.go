@@ -18,12 +18,16 @@ const (
 	// OutcomeAcked: the handler returned nil; the poller acked the lease.
 	OutcomeAcked
 	// OutcomeRetried: the handler failed (an error, RetryAfter, a panic,
-	// or GiveUp on a source without Reject); the poller nacked or failed
-	// the lease. The source retries the message, or dead-letters it if
-	// that was its last attempt.
+	// or GiveUp on a source without Reject) on an attempt that was not
+	// the last; the poller nacked or failed the lease, and the source
+	// will deliver the message again. (A failure whose Nack or Fail the
+	// source refused is reported as OutcomeRetried with SourceErr set.)
 	OutcomeRetried
-	// OutcomeDeadLettered: the handler gave up (GiveUp); the poller
-	// rejected the lease.
+	// OutcomeDeadLettered: the message is dead: the handler gave up
+	// (GiveUp) and the poller rejected the lease, or the handler failed
+	// on the message's last attempt (Delivery.Attempt ==
+	// Delivery.MaxAttempts) and the poller's Nack or Fail made the source
+	// dead-letter it.
 	OutcomeDeadLettered
 	// OutcomeReleased: the message was leased but never started (a
 	// drain); the poller released the lease, so no attempt was spent.
@@ -80,8 +84,8 @@ type Event[T any] struct {
 type Stats struct {
 	Polled       uint64 // deliveries received from the source
 	Acked        uint64 // handlers that returned nil, their Ack accepted
-	Retried      uint64 // handler failures whose Nack or Fail was accepted
-	DeadLettered uint64 // GiveUps whose Reject was accepted
+	Retried      uint64 // handler failures, not on the last attempt, whose Nack or Fail was accepted
+	DeadLettered uint64 // GiveUps whose Reject was accepted, and last-attempt failures whose Nack or Fail was accepted
 	Extended     uint64 // lease extensions accepted
 	Released     uint64 // leases handed back unstarted, the Release accepted
 	Panics       uint64 // handler panics recovered (each also settled as a failure)

@@ -186,20 +186,83 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 	if ctx == nil {
 		return queue.Invalid("Run: nil context")
 	}
+	return p.run(ctx, nil)
+}
+
+// IdleAwaiter is implemented by a Source that can tell when it holds
+// nothing: AwaitIdle blocks until no message is visible, delayed, held
+// back or in flight, returning nil then, ctx's error if ctx ends first, or
+// an error matching queue.ErrClosed if the source closes. A
+// *broker.Subscription and a *queue.Queue implement it. RunUntilIdle needs
+// it.
+type IdleAwaiter interface {
+	AwaitIdle(ctx context.Context) error
+}
+
+// RunUntilIdle is Run for a batch: it runs the pool until the source is
+// idle — nothing visible, delayed, in flight or held back — then drains as
+// Run does when its context ends (there is nothing left to release or
+// finish, unless something was published meanwhile) and returns nil. Every
+// message has then been acked or dead-lettered (or dropped by the source).
+//
+// The source must implement IdleAwaiter; if it does not, RunUntilIdle
+// returns an error matching queue.ErrInvalidArgument at once.
+//
+// The source is never idle while the pool holds a lease, so a handler may
+// publish follow-up work to the same source: the new message is held
+// before the handler's own lease is settled, and the run goes on. Work
+// published by anyone else after the idle moment is left for another run.
+// A delayed message (a publish delay, a retry's backoff) keeps the source
+// busy: the pool waits for it on the source's clock.
+//
+// If ctx ends first, RunUntilIdle drains as Run does and returns ctx's
+// error (not nil, so that a nil error always means the work is done). If
+// the source closes it returns an error matching queue.ErrClosed, as Run
+// does. Another error from AwaitIdle stops the run (with a drain) and is
+// returned. A nil ctx is an invalid argument; while another Run or
+// RunUntilIdle is active it returns ErrRunning.
+func (p *Poller[T]) RunUntilIdle(ctx context.Context) error {
+	if ctx == nil {
+		return queue.Invalid("RunUntilIdle: nil context")
+	}
+	ia, ok := p.src.(IdleAwaiter)
+	if !ok {
+		return queue.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
+	}
+	return p.run(ctx, ia)
+}
+
+// run is Run, and with a non-nil idle RunUntilIdle: it also stops polling
+// (and drains) when idle.AwaitIdle returns.
+func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	if !p.active.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer p.active.Store(false)
 
+	// pollCtx is the run's: ctx, or an earlier stop when the source is idle.
+	pollCtx, stopPolling := context.WithCancel(ctx)
+	defer stopPolling()
 	r := &run[T]{
 		p:     p,
-		ctx:   ctx,
+		ctx:   pollCtx,
 		work:  make(chan *item[T], p.cfg.maxOutstanding),
 		slots: make(chan struct{}, p.cfg.maxOutstanding),
 		kick:  make(chan struct{}, 1),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
+
+	// The idle watcher: once it has an answer it stops the polling, so
+	// that the run drains.
+	var watcher sync.WaitGroup
+	idleErr := make(chan error, 1) // AwaitIdle's result, sent before polling stops
+	if idle != nil {
+		watcher.Go(func() {
+			idleErr <- idle.AwaitIdle(pollCtx)
+			stopPolling()
+		})
+	}
 
 	stopExt := make(chan struct{})
 	var ext sync.WaitGroup
@@ -209,6 +272,50 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 	}
 
 	err := r.pollLoop()
+	var (
+		werr    error
+		watched bool // the watcher answered before the drain
+	)
+	if idle != nil {
+		select {
+		case werr = <-idleErr:
+			watched = true
+		default:
+		}
+		if watched && err == nil && errors.Is(werr, queue.ErrClosed) {
+			// The source closed while every worker was busy: nothing a
+			// handler finishes can be settled, as when a Poll says so.
+			err = fmt.Errorf("poller: source closed: %w", werr)
+		}
+	}
+	r.drain(err)
+	close(stopExt)
+	ext.Wait()
+	stopPolling()
+	watcher.Wait()
+
+	if err != nil || idle == nil {
+		return err
+	}
+	if !watched {
+		werr = <-idleErr // it ended with the polling, or saw idle meanwhile
+	}
+	switch {
+	case werr == nil:
+		return nil // idle: the work is done
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("poller: await idle: %w", werr)
+}
+
+// drain ends a run whose poll loop has returned err (nil, or the error of
+// a closed source): no handler starts any more, what is leased but not
+// started is released, and it returns when every worker has ended. The
+// handlers get the drain timeout, unless the source is closed: then their
+// contexts are cancelled at once, with cause err.
+func (r *run[T]) drain(err error) {
+	p := r.p
 	r.closed.Store(err != nil)
 	r.stopping.Store(true)
 	var drain wake.Timer
@@ -238,9 +345,6 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 	} else {
 		<-done
 	}
-	close(stopExt)
-	ext.Wait()
-	return err
 }
 
 // logf logs at level if the poller has a logger.
@@ -428,6 +532,9 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	default:
 		out, serr = OutcomeRetried, p.src.Fail(id, herr)
 	}
+	if out == OutcomeRetried && serr == nil && lastAttempt(it.d) {
+		out = OutcomeDeadLettered // the source dead-lettered it rather than retry
+	}
 	if serr != nil {
 		p.errs.Add(1)
 		p.logf(slog.LevelWarn, "poller: settling lease failed", "outcome", out, "lease", id, "message", it.d.ID, "err", serr, "handler_err", herr)
@@ -443,6 +550,12 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	}
 	r.emit(out, it, deadline, herr, serr)
 	<-r.slots
+}
+
+// lastAttempt reports whether d is its message's last allowed attempt, so
+// that a failure of it dead-letters the message.
+func lastAttempt[T any](d queue.Delivery[T]) bool {
+	return d.MaxAttempts > 0 && d.Attempt >= d.MaxAttempts
 }
 
 // release hands its lease back unstarted and frees its slot. After the

@@ -198,7 +198,7 @@ func TestPanicIsFailure(t *testing.T) {
 	r := start(t, p)
 	awaitParked(t, sub, 1)
 	publish(t, b, "x")
-	e := ev.next(t, poller.OutcomeRetried)
+	e := ev.next(t, poller.OutcomeDeadLettered) // its one attempt: the failure dead-letters it
 	var pe *poller.PanicError
 	if !errors.As(e.Err, &pe) || pe.Value != "kaboom x" || !strings.Contains(string(pe.Stack), "poller_test") {
 		t.Fatalf("handler error %#v, want a *PanicError with value and stack", e.Err)
@@ -210,7 +210,7 @@ func TestPanicIsFailure(t *testing.T) {
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	if st := p.Stats(); st.Panics != 1 || st.Retried != 1 {
+	if st := p.Stats(); st.Panics != 1 || st.Retried != 0 || st.DeadLettered != 1 {
 		t.Fatalf("poller stats %+v", st)
 	}
 }

@@ -148,6 +148,7 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 	}
 	dead = append(dead, q.pending...)
 	q.pending, q.dirty = nil, false
+	q.signalIdleLocked()
 	q.mu.Unlock()
 	return dead, nil
 }

@@ -29,12 +29,20 @@ type Message[T any] struct {
 
 // Delivery is one delivery of a message to a consumer: the message (by
 // value, embedded so d.Payload works), its lease and how many attempts it
-// has had.
+// has had, out of how many.
+//
+// When MaxAttempts > 0 and Attempt == MaxAttempts this is the last
+// attempt: a failure of this delivery (Fail, Nack, or its lease expiring)
+// dead-letters the message (ReasonMaxAttempts) rather than retrying it.
 type Delivery[T any] struct {
 	Message[T]
 	LeaseID  lease.ID  // the receipt: pass it to Ack, Nack, Fail, Extend or Release
 	Attempt  int       // 1 on the first delivery; Release does not count one
 	Deadline time.Time // the lease expires at Deadline unless settled or extended
+	// MaxAttempts is the subscription's limit on attempts when this
+	// delivery was made; 0 means unlimited (the subscription has
+	// UnlimitedAttempts, or its backend does not say).
+	MaxAttempts int
 }
 
 // DeadLetter is a message a subscription gave up on, with why.

@@ -60,6 +60,7 @@ type Queue[T any] struct {
 	parked int           // Polls waiting with their timer armed
 	parkCh chan struct{} // closed and dropped when parked changes
 	room   chan struct{} // closed and dropped when room appears (OverflowBlock)
+	idle   chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait
 }
 
 // New returns an empty queue. onDead, if not nil, receives every message the
@@ -471,6 +472,50 @@ func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
 	}
 }
 
+// AwaitIdle blocks until the queue holds nothing at all: no message
+// visible, delayed, held back behind its ordering key or in flight. It
+// settles what is due at the clock's now first, as every call does, so an
+// expired lease on its last attempt counts as dead-lettered, and it is
+// woken by every change that can empty the queue (an ack, a dead letter, a
+// purge, an expiry settled by another call). It does not wait on the clock
+// itself: a delayed message keeps the queue busy until whoever moves the
+// clock, or a Poll waiting on it, makes it due.
+//
+// Idle is a moment, not a promise: a publish right after it returns makes
+// the queue busy again. A worker pool that stops at idle (poller's
+// RunUntilIdle) relies on this: while it holds a lease the queue is not
+// idle, and a message a handler publishes is held before its own lease is
+// settled.
+//
+// It returns nil when the queue is idle, ctx's error if ctx ends first, an
+// error matching ErrClosed if the queue closes, and an error matching
+// ErrInvalidArgument for a nil ctx.
+func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("AwaitIdle: nil context")
+	}
+	for {
+		if _, err := q.lock(); err != nil {
+			return fmt.Errorf("await idle: %w", err)
+		}
+		if q.nheld == 0 {
+			return q.unlock()
+		}
+		if q.idle == nil {
+			q.idle = make(chan struct{})
+		}
+		ch := q.idle
+		if err := q.unlock(); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Ack settles a lease as done and deletes its message. It succeeds even
 // after the deadline, as long as the message has not been delivered again
 // (a late ack saves a duplicate and loses nothing). A lease whose message
@@ -688,7 +733,12 @@ func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
 
 // unlock unlocks the queue, commits what was recorded (a durable queue) and
 // then hands pending dead letters to onDead. It returns the commit's error.
+//
+// Every change of what the queue holds passes through here (or through
+// Restore, which ends the same way), so this is where AwaitIdle's waiters
+// are woken: when the queue is empty or closed.
 func (q *Queue[T]) unlock() error {
+	q.signalIdleLocked()
 	dirty := q.dirty
 	q.dirty = false
 	if len(q.pending) == 0 && !dirty {
@@ -708,6 +758,15 @@ func (q *Queue[T]) unlock() error {
 		}
 	}
 	return err
+}
+
+// signalIdleLocked wakes the AwaitIdle calls waiting, if the queue holds
+// nothing or is closed.
+func (q *Queue[T]) signalIdleLocked() {
+	if q.idle != nil && (q.nheld == 0 || q.closed) {
+		close(q.idle)
+		q.idle = nil
+	}
 }
 
 // settleLocked applies everything due at now: expired leases come back (or
@@ -761,6 +820,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 	}
 	start := len(dst)
 	deadline := now.Add(vis)
+	maxAttempts := max(q.cfg.MaxAttempts, 0) // UnlimitedAttempts is 0 in a Delivery
 	for range k {
 		e := q.ready.pop()
 		if e.ttlIndex >= 0 {
@@ -777,7 +837,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		if e.attempt > 1 {
 			q.stats.Redelivered++
 		}
-		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline})
+		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline, MaxAttempts: maxAttempts})
 	}
 	if q.rec != nil {
 		q.dirty = true

@@ -123,7 +123,7 @@ func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
 		brokertest.AwaitParked(t, sub, 1)
 		mock.Add(backoff)
 	}
-	next(t, events, poller.OutcomeRetried) // attempt 3, the last
+	next(t, events, poller.OutcomeDeadLettered) // attempt 3, the last: the pool sees it die
 
 	dls := b.DeadLetters()
 	if len(dls) != 1 {

@@ -13,7 +13,8 @@
 // poller.Source interface only: batch and blocking Poll, Ack (and a second
 // Ack), Nack with a delay, Fail with the retry policy's backoff, Extend,
 // attempt counts, redelivery after the visibility timeout, dead-lettering
-// after the last attempt (failed or expired), fan-out isolation between two
+// after the last attempt (failed or expired), the attempt limit each
+// delivery carries (Delivery.MaxAttempts), fan-out isolation between two
 // subscriptions of one topic, and Close.
 //
 // # Capabilities

@@ -60,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"ReleaseKeepsAttempt", s.testReleaseKeepsAttempt},
 		{"MaxAttemptsAfterFail", s.testMaxAttemptsFail},
 		{"MaxAttemptsAfterExpiry", s.testMaxAttemptsExpiry},
+		{"DeliveryMaxAttempts", s.testDeliveryMaxAttempts},
 		{"FanOutIsolation", s.testFanOut},
 		{"Priorities", s.testPriorities},
 		{"Close", s.testClose},
@@ -616,6 +617,44 @@ func (s *suite) testMaxAttemptsExpiry(t *testing.T) {
 		t.Fatalf("dead letter %+v, want slow, max-attempts, 1 attempt, a last error saying the lease expired", dl)
 	}
 	s.expectNoneAfter(t, sub, s.vis)
+}
+
+// testDeliveryMaxAttempts checks that each delivery carries the
+// subscription's limit, and that a Fail of the delivery where Attempt
+// reaches it dead-letters the message, as Delivery.MaxAttempts promises.
+func (s *suite) testDeliveryMaxAttempts(t *testing.T) {
+	topic := s.topic(t)
+	o := s.opts()
+	o.MaxAttempts = 2
+	o.RetryInitial = s.unit
+	sub := s.subscribe(t, topic, "max-delivery", o)
+	other := s.subscribe(t, topic, "max-delivery-default", s.opts())
+	s.publish(t, topic, "m")
+	if d := s.pollOne(t, other); d.MaxAttempts != s.opts().MaxAttempts {
+		t.Fatalf("delivery MaxAttempts %d, want the subscription's %d", d.MaxAttempts, s.opts().MaxAttempts)
+	} else {
+		ok(t, "Ack", other.Ack(d.LeaseID))
+	}
+	for attempt := 1; attempt <= 2; attempt++ {
+		d := s.pollOne(t, sub)
+		check(t, d, "m", attempt)
+		if d.MaxAttempts != 2 {
+			t.Fatalf("attempt %d: delivery MaxAttempts %d, want the subscription's 2", attempt, d.MaxAttempts)
+		}
+		if last := d.Attempt == d.MaxAttempts; last != (attempt == 2) {
+			t.Fatalf("attempt %d: Attempt == MaxAttempts is %v", attempt, last)
+		}
+		ok(t, "Fail", sub.Fail(d.LeaseID, fmt.Errorf("boom %d", attempt)))
+		if attempt == 1 {
+			s.elapse(t, o.Retry().Delay(1))
+		}
+	}
+	// The Fail on the last attempt dead-lettered it: it never comes back.
+	dl := s.deadLetters(t, sub, 1)[0]
+	if dl.Payload != "m" || dl.Reason != queue.ReasonMaxAttempts || dl.Attempts != 2 {
+		t.Fatalf("dead letter %+v, want m, max-attempts, 2 attempts", dl)
+	}
+	s.expectNoneAfter(t, sub, s.vis+o.Retry().Delay(2))
 }
 
 func (s *suite) testFanOut(t *testing.T) {

@@ -112,7 +112,7 @@ func run(ctx context.Context, url string, jobs int, out io.Writer) error {
 		poller.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		poller.WithObserver(func(ev poller.Event[Job]) {
 			final := ev.Outcome == poller.OutcomeAcked ||
-				ev.Outcome == poller.OutcomeRetried && ev.Delivery.Attempt >= 3
+				ev.Outcome == poller.OutcomeDeadLettered // its last attempt failed
 			if final && ev.SourceErr == nil && settled.Add(1) == int64(jobs) {
 				close(all)
 			}
@@ -136,7 +136,7 @@ func run(ctx context.Context, url string, jobs int, out io.Writer) error {
 	}
 
 	st := p.Stats()
-	fmt.Fprintf(out, "%d jobs: %d acked, %d retries\n", jobs, st.Acked, st.Retried)
+	fmt.Fprintf(out, "%d jobs: %d acked, %d retries, %d dead-lettered\n", jobs, st.Acked, st.Retried, st.DeadLettered)
 	dls, err := jetstream.FetchDeadLetters[Job](ctx, bus, "jobs", name, 1)
 	if err != nil {
 		return err

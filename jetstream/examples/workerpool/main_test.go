@@ -20,7 +20,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(out.String())
-	for _, want := range []string{"20 jobs: 19 acked", "dead letter: job 13 after 3 attempts (max-attempts): mailbox does not exist"} {
+	for _, want := range []string{"20 jobs: 19 acked", "6 retries, 1 dead-lettered", "dead letter: job 13 after 3 attempts (max-attempts): mailbox does not exist"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
