@@ -294,7 +294,8 @@ func TestRunUntilIdleNeedsIdleAwaiter(t *testing.T) {
 	if err := p.RunUntilIdle(context.Background()); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Fatalf("RunUntilIdle without IdleAwaiter = %v, want ErrInvalidArgument", err)
 	}
-	if err := p.RunUntilIdle(nil); !errors.Is(err, queue.ErrInvalidArgument) {
+	var noCtx context.Context // a nil context, on purpose
+	if err := p.RunUntilIdle(noCtx); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Fatalf("RunUntilIdle(nil) = %v, want ErrInvalidArgument", err)
 	}
 	if st := p.Stats(); st.Polled != 0 {

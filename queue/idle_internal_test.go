@@ -104,7 +104,8 @@ func TestAwaitIdleEmptyReturnsAtOnce(t *testing.T) {
 
 func TestAwaitIdleInvalidAndClosed(t *testing.T) {
 	q, _ := newIdleQueue(t, Config{})
-	if err := q.AwaitIdle(nil); !errors.Is(err, ErrInvalidArgument) {
+	var noCtx context.Context // a nil context, on purpose
+	if err := q.AwaitIdle(noCtx); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("AwaitIdle(nil) = %v, want ErrInvalidArgument", err)
 	}
 	offer(t, q, "a", 0)
