@@ -201,6 +201,12 @@ type limboLetter[T any] struct {
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
 //
+// Limits: a durable broker refuses (queue.ErrInvalidArgument, nothing
+// changed) a message whose encoded envelope (payload, headers, key, topic)
+// is over 64 MiB − 8 KiB, so that every record fits the journal's 64 MiB
+// frames; a broker from New has no such limit. A dedup ID is at most
+// MaxDedupID bytes, and a failure's text is kept up to 4 KiB, in both.
+//
 // A journal that ends in a torn record (a crash in the middle of a write,
 // or a disk that lost an unsynced tail: a bad record with no whole record
 // anywhere after it) is cut at its last whole record, and

@@ -11,10 +11,16 @@
 // (no retry will fix it) and reported with its line number.
 //
 // With -state DIR the queue is kept in DIR (broker.Open) and each line is
-// published with a dedup ID: if the job is killed, running it again with
-// the same -state publishes nothing twice and processes only what was not
-// done (a line being worked on at the kill is done again). Remove DIR to
-// start over.
+// enqueued with a dedup ID (its line number), in batches
+// (broker.WithDedupIDs): if the job is killed, running it again with the
+// same -state enqueues nothing twice and processes only what was not done
+// (a line being worked on at the kill is done again). The IDs are kept for
+// -horizon (default 30 days): the job's own horizon, past which a rerun
+// starts over; an input over -max-items lines fails loudly rather than
+// enqueue anything twice. Remove DIR to start over.
+//
+// The pool runs until the queue is idle (poller.RunUntilIdle): every item
+// acked or dead-lettered, nothing delayed or in flight.
 package main
 
 import (
@@ -24,13 +30,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
@@ -54,15 +61,40 @@ type report struct {
 
 // config is how a run goes.
 type config struct {
-	workers int
-	state   string      // directory of a durable queue; "" for memory
-	done    func(n int) // called after each processed item with the count so far (tests stop a run with it)
+	workers  int
+	state    string        // directory of a durable queue; "" for memory
+	horizon  time.Duration // how long a durable queue remembers what it enqueued
+	maxItems int           // the most items a run may hold (queue and dedup IDs)
+	sync     broker.SyncMode
+	clock    clock.Clock // nil: the real one
+	// Hooks for tests: after each enqueued batch (with the count so far),
+	// after each item is processed (with the count so far), and after each
+	// ack that returned nil.
+	enqueued func(n int)
+	done     func(it item, n int)
+	acked    func(it item)
 }
+
+// defaults fills in what a test's config leaves zero.
+func (c config) defaults() config {
+	if c.horizon == 0 {
+		c.horizon = 30 * 24 * time.Hour
+	}
+	if c.maxItems == 0 {
+		c.maxItems = 1_000_000
+	}
+	return c
+}
+
+// enqueueBatch is how many lines go in one PublishBatch.
+const enqueueBatch = 1000
 
 func main() {
 	input := flag.String("input", "examples/batchjob/orders.csv", "CSV file of order lines")
 	workers := flag.Int("workers", 4, "concurrent workers")
 	state := flag.String("state", "", "keep the queue in this directory, to resume after a crash")
+	horizon := flag.Duration("horizon", 30*24*time.Hour, "with -state: how long a rerun recognises lines enqueued before")
+	maxItems := flag.Int("max-items", 1_000_000, "the most lines a run may hold")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -73,7 +105,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer f.Close()
-	r, err := run(ctx, f, config{workers: *workers, state: *state})
+	r, err := run(ctx, f, config{workers: *workers, state: *state, horizon: *horizon, maxItems: *maxItems})
 	printReport(os.Stdout, r)
 	switch {
 	case err != nil:
@@ -87,14 +119,18 @@ func main() {
 // run enqueues every item of in and processes them with a pool until the
 // queue is idle.
 func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
+	cfg = cfg.defaults()
 	var r report
-	opts := []broker.Option{broker.WithMaxAttempts(3)}
+	opts := []broker.Option{broker.WithMaxAttempts(3), broker.WithMaxQueue(cfg.maxItems)}
+	if cfg.clock != nil {
+		opts = append(opts, broker.WithClock(cfg.clock))
+	}
 	var b *broker.Broker[item]
 	var err error
 	if cfg.state == "" {
 		b, err = broker.New[item](opts...)
-	} else { // every line's dedup ID is remembered for a day, however long the input
-		opts = append(opts, broker.WithDedupWindow(24*time.Hour), broker.WithDedupLimit(math.MaxInt))
+	} else { // every line's dedup ID is remembered for the job's horizon
+		opts = append(opts, broker.WithDedupWindow(cfg.horizon), broker.WithDedupLimit(cfg.maxItems), broker.WithSync(cfg.sync))
 		b, err = broker.Open(cfg.state, broker.JSONCodec[item]{}, opts...)
 	}
 	if err != nil {
@@ -109,27 +145,7 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	if err != nil {
 		return r, err
 	}
-
-	sc := bufio.NewScanner(in)
-	for n := 1; sc.Scan(); n++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		var opts []broker.PublishOption
-		if cfg.state != "" {
-			opts = append(opts, broker.WithDedupID(strconv.Itoa(n)))
-		}
-		m, err := b.Publish(ctx, "orders", item{Line: n, Text: text}, opts...)
-		if err != nil {
-			return r, err
-		}
-		r.Items++
-		if m.PublishedAt.Before(start) { // a duplicate: the message of an earlier run
-			r.Earlier++
-		}
-	}
-	if err := sc.Err(); err != nil {
+	if err := enqueue(ctx, b, in, cfg.state != "", start, &r, cfg.enqueued); err != nil {
 		return r, err
 	}
 
@@ -143,32 +159,78 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 		total.Add(cents)
 		n := processed.Add(1)
 		if cfg.done != nil {
-			cfg.done(int(n))
+			cfg.done(d.Payload, int(n))
 		}
 		return nil
 	}
-	// Stop the pool once the subscription holds nothing: every item is
-	// acked or dead-lettered.
-	poolCtx, stopPool := context.WithCancel(ctx)
-	defer stopPool()
-	idle := func(poller.Event[item]) {
-		if st := sub.Stats(); st.Visible+st.Delayed+st.InFlight+st.HeldBack == 0 {
-			stopPool()
-		}
+	popts := []poller.Option{poller.WithWorkers(cfg.workers)}
+	if cfg.acked != nil {
+		popts = append(popts, poller.WithObserver(func(ev poller.Event[item]) {
+			if ev.Outcome == poller.OutcomeAcked && ev.SourceErr == nil {
+				cfg.acked(ev.Delivery.Payload)
+			}
+		}))
 	}
-	pool, err := poller.New(sub, handle, poller.WithWorkers(cfg.workers), poller.WithObserver(idle))
+	pool, err := poller.New(sub, handle, popts...)
 	if err != nil {
 		return r, err
 	}
-	if st := sub.Stats(); st.Visible+st.Delayed+st.InFlight+st.HeldBack == 0 {
-		stopPool() // nothing to do (an empty input, or a finished job run again)
-	}
-	if err := pool.Run(poolCtx); err != nil {
-		return r, err
-	}
+	// Every item acked or dead-lettered, nothing delayed or in flight: done.
+	// (Or ctx ended: the pool drained, and the report says how far it got.)
+	err = pool.RunUntilIdle(ctx)
 	r.Processed, r.Total = int(processed.Load()), total.Load()
 	r.Failed = b.DeadLetters()
-	return r, ctx.Err()
+	return r, err
+}
+
+// enqueue publishes every item of in, in batches; with dedup, each under
+// its line number as dedup ID, counting in r.Earlier those an earlier run
+// had enqueued.
+func enqueue(ctx context.Context, b *broker.Broker[item], in io.Reader, dedup bool, start time.Time, r *report, enqueued func(int)) error {
+	var items []item
+	var ids []string
+	flush := func() error {
+		var opts []broker.PublishOption
+		if dedup {
+			opts = append(opts, broker.WithDedupIDs(ids))
+		}
+		ms, err := b.PublishBatch(ctx, "orders", items, opts...)
+		if err != nil {
+			return err
+		}
+		r.Items += len(ms)
+		for _, m := range ms {
+			if m.PublishedAt.Before(start) { // a duplicate: the message of an earlier run
+				r.Earlier++
+			}
+		}
+		items, ids = items[:0], ids[:0]
+		if enqueued != nil {
+			enqueued(r.Items)
+		}
+		return nil
+	}
+	sc := bufio.NewScanner(in)
+	for n := 1; sc.Scan(); n++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		items = append(items, item{Line: n, Text: text})
+		ids = append(ids, strconv.Itoa(n))
+		if len(items) == enqueueBatch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(items) > 0 {
+		return flush()
+	}
+	return nil
 }
 
 var errMalformed = errors.New("malformed line")

@@ -71,7 +71,7 @@ func TestBatchJobResumes(t *testing.T) {
 		return r
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	first := runWith(ctx, config{done: func(n int) {
+	first := runWith(ctx, config{done: func(_ item, n int) {
 		if n == 50 {
 			stop() // as a kill would, but the pool drains: what it started is done
 		}
