@@ -25,23 +25,32 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// TestDurableBitFlipIsCorruptionNotATornTail: one bit flipped in the middle
-// of a SyncAlways journal used to make Open cut everything after it and
-// return nil. Now a damaged record with whole records after it is refused
-// with a *CorruptError that says where, and the file is left byte for byte
-// as it was; Salvage then keeps the readable prefix and a backup.
-func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
+// journalOf returns the directory of a closed SyncAlways broker with topic
+// "t", subscription "s" and n messages "m000", "m001", ... published, one
+// record each.
+func journalOf(t *testing.T, n int) string {
+	t.Helper()
 	dir := t.TempDir()
 	b, err := broker.Open(dir, broker.StringCodec{})
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("t"))
 	_, err = b.Subscribe("t", "s")
 	require.NoError(t, err)
-	for i := range 100 {
+	for i := range n {
 		_, err := b.Publish(context.Background(), "t", fmt.Sprintf("m%03d", i))
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.Close())
+	return dir
+}
+
+// TestDurableBitFlipIsCorruptionNotATornTail: one bit flipped in the middle
+// of a SyncAlways journal used to make Open cut everything after it and
+// return nil. Now a damaged record with whole records after it is refused
+// with a *CorruptError that says where, and the file is left byte for byte
+// as it was; Salvage then keeps the readable prefix and a backup.
+func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
+	dir := journalOf(t, 100)
 	seg, size := segFile(t, dir)
 	orig, err := os.ReadFile(seg)
 	require.NoError(t, err)
@@ -68,7 +77,7 @@ func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, flipped, backup, "the backup is the journal as it was")
 
-	b, err = broker.Open(dir, broker.StringCodec{})
+	b, err := broker.Open(dir, broker.StringCodec{})
 	require.NoError(t, err)
 	defer b.Close()
 	s, err := b.Subscription("t", "s")
@@ -86,18 +95,8 @@ func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
 // unchanged, or, in the very last record, reads as a torn tail that costs
 // that record alone.
 func TestDurableRandomBitFlips(t *testing.T) {
-	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec{})
-	require.NoError(t, err)
-	require.NoError(t, b.CreateTopic("t"))
-	_, err = b.Subscribe("t", "s")
-	require.NoError(t, err)
 	const n = 40
-	for i := range n {
-		_, err := b.Publish(context.Background(), "t", fmt.Sprintf("m%03d", i))
-		require.NoError(t, err)
-	}
-	require.NoError(t, b.Close())
+	dir := journalOf(t, n)
 	seg, size := segFile(t, dir)
 	orig, err := os.ReadFile(seg)
 	require.NoError(t, err)

@@ -24,21 +24,7 @@ var (
 // startUntilIdle runs p.RunUntilIdle(ctx) in the background.
 func startUntilIdle[T any](t *testing.T, ctx context.Context, p *poller.Poller[T]) *running {
 	t.Helper()
-	ctx, cancel := context.WithCancel(ctx)
-	r := &running{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		r.err = p.RunUntilIdle(ctx)
-		close(r.done)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-r.done:
-		case <-time.After(hangGuard):
-			t.Error("RunUntilIdle did not return")
-		}
-	})
-	return r
+	return startRun(t, ctx, p.RunUntilIdle)
 }
 
 // outcomes receives n events and returns, by payload, the outcomes seen in

@@ -59,10 +59,17 @@ type running struct {
 
 func start[T any](t *testing.T, p *poller.Poller[T]) *running {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return startRun(t, context.Background(), p.Run)
+}
+
+// startRun runs run(ctx) (p.Run or p.RunUntilIdle) in the background, and
+// makes sure it has returned when the test ends.
+func startRun(t *testing.T, ctx context.Context, run func(context.Context) error) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	r := &running{cancel: cancel, done: make(chan struct{})}
 	go func() {
-		r.err = p.Run(ctx)
+		r.err = run(ctx)
 		close(r.done)
 	}()
 	t.Cleanup(func() {
@@ -70,7 +77,7 @@ func start[T any](t *testing.T, p *poller.Poller[T]) *running {
 		select {
 		case <-r.done:
 		case <-time.After(hangGuard):
-			t.Error("Run did not return")
+			t.Error("the run did not return")
 		}
 	})
 	return r
