@@ -129,12 +129,9 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 
 		var t wake.Timer
 		if !next.IsZero() {
-			d := next.Sub(clk.Now())
-			if d <= 0 {
-				r.runDue()
-				continue
-			}
-			t = wake.After(clk, d) // armed outside the lock: arming takes the clock's lock
+			// Armed outside the lock (arming takes the clock's lock), for
+			// the absolute time: a mock moved meanwhile cannot make it late.
+			t = wake.At(clk, next)
 		}
 		select {
 		case <-t.C: // nil, so never, when nothing is due

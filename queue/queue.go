@@ -382,11 +382,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time, timed bool) error {
 	var fire <-chan struct{}
 	if timed {
-		d := next.Sub(q.clock.Now())
-		if d <= 0 {
-			return nil // due already: go round again
-		}
-		t := wake.After(q.clock, d) // never a mock channel timer (see package wake)
+		t := wake.At(q.clock, next) // never a mock channel timer, never late (see package wake)
 		defer t.Stop()
 		fire = t.C
 	}

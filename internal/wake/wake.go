@@ -29,13 +29,44 @@ type Timer struct {
 // so callers handle d <= 0 themselves, without waiting.
 func After(c clock.Clock, d time.Duration) Timer {
 	ch := make(chan struct{}, 1)
-	t := c.AfterFunc(d, func() {
+	return Timer{C: ch, t: c.AfterFunc(d, signal(ch))}
+}
+
+// At arms a wake-up for when c reaches at, and signals at once if it has.
+// A mock registers a timer relative to its time at registration, so if the
+// mock moves between the read of its time and the registration (another
+// goroutine moving it), a timer for at - now would fire late, or never in
+// a test that waits for it before moving the mock again. At detects that
+// and arms again, until the mock stood still while it armed. (A clock with
+// an Add method is taken for a mock; on another, a timer can be late only
+// by the nanoseconds that arming takes.)
+func At(c clock.Clock, at time.Time) Timer {
+	ch := make(chan struct{}, 1)
+	fire := signal(ch)
+	_, mock := c.(interface{ Add(time.Duration) }) // a clock moved by hand: clock.Mock, or one that embeds it
+	for {
+		now := c.Now()
+		if !now.Before(at) {
+			fire()
+			return Timer{C: ch}
+		}
+		t := c.AfterFunc(at.Sub(now), fire)
+		if !mock || c.Now().Equal(now) { // a real clock's timer is late by nanoseconds at most
+			return Timer{C: ch, t: t}
+		}
+		t.Stop() // the mock moved while it was armed
+	}
+}
+
+// signal returns a func that sends on ch without blocking: a second tick
+// of a mock timer finds the signal already there.
+func signal(ch chan struct{}) func() {
+	return func() {
 		select {
 		case ch <- struct{}{}:
-		default: // a second tick of a mock timer: already signalled
+		default:
 		}
-	})
-	return Timer{C: ch, t: t}
+	}
 }
 
 // Stop disarms the wake-up. It is safe on the zero Timer and more than once.

@@ -70,3 +70,57 @@ func TestAfterOnTheRealClock(t *testing.T) {
 	defer w.Stop()
 	<-w.C
 }
+
+func TestAtFiresAtItsTime(t *testing.T) {
+	mock := clock.NewMock()
+	at := mock.Now().Add(time.Second)
+	w := At(mock, at)
+	defer w.Stop()
+	mock.Add(999 * time.Millisecond)
+	select {
+	case <-w.C:
+		t.Fatal("fired before its time")
+	default:
+	}
+	mock.Add(time.Millisecond)
+	<-w.C
+}
+
+func TestAtDueAlreadySignalsAtOnce(t *testing.T) {
+	mock := clock.NewMock()
+	w := At(mock, mock.Now())
+	defer w.Stop()
+	<-w.C
+	w = At(clock.New(), time.Now().Add(-time.Second))
+	<-w.C
+}
+
+// moving is a mock that another goroutine moves while a timer is armed:
+// its first AfterFunc call moves it half a second first.
+type moving struct {
+	*clock.Mock
+	moved bool
+}
+
+func (m *moving) AfterFunc(d time.Duration, f func()) *clock.Timer {
+	if !m.moved {
+		m.moved = true
+		m.Mock.Add(500 * time.Millisecond)
+	}
+	return m.Mock.AfterFunc(d, f)
+}
+
+// At re-arms when the mock moved while it armed; a timer for the duration
+// it had read would fire half a second late.
+func TestAtIsNotLateWhenTheMockMovesWhileArming(t *testing.T) {
+	m := &moving{Mock: clock.NewMock()}
+	at := m.Now().Add(time.Second)
+	w := At(m, at)
+	defer w.Stop()
+	m.Mock.Add(500 * time.Millisecond) // now at: it must fire
+	select {
+	case <-w.C:
+	case <-time.After(10 * time.Second): // a watchdog, not a wait for state
+		t.Fatal("the wake-up did not fire at its time: it was armed late")
+	}
+}
