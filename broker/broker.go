@@ -496,7 +496,9 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 // A subscription that is full applies its overflow policy. Under
 // OverflowReject or OverflowBlock a full subscription can refuse the
 // message while others accept it: Publish then returns the message and an
-// error naming each refusing subscription, matching queue.ErrQueueFull.
+// error naming each refusing subscription, matching queue.ErrQueueFull;
+// errors.As with a *queue.FullError gives a refusing subscription and its
+// limit (errors.Join keeps each: use a loop over Unwrap() []error for all).
 // A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed. A
 // Publish racing Close returns queue.ErrClosed unless every subscription
 // took the message first: a nil error means that every subscription that

@@ -25,13 +25,40 @@ var (
 
 	// ErrQueueFull: the subscription holds MaxQueue messages and its
 	// overflow policy refused a new one (OverflowReject, or OverflowBlock
-	// when the publisher's context ended first).
+	// when the publisher's context ended first), or a redrive found it
+	// full. The error is a *FullError, which says which subscription.
 	ErrQueueFull = errors.New("queue: full")
 
 	// ErrInvalidArgument: an argument is out of range; the error's text
 	// says which.
 	ErrInvalidArgument = errors.New("queue: invalid argument")
 )
+
+// FullError is a full subscription's refusal of a message: errors.As gives
+// the subscription and its limit, and it matches ErrQueueFull (and, for
+// OverflowBlock, the context error that ended the wait).
+type FullError struct {
+	Subscription string // the subscription's (queue's) name
+	Limit        int    // its MaxQueue
+	Err          error  // why a blocked publisher stopped waiting (OverflowBlock), or nil
+}
+
+// Error names the subscription and its limit.
+func (e *FullError) Error() string {
+	msg := fmt.Sprintf("subscription %q: %v (%d messages)", e.Subscription, ErrQueueFull, e.Limit)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns ErrQueueFull and, if set, Err.
+func (e *FullError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{ErrQueueFull, e.Err}
+	}
+	return []error{ErrQueueFull}
+}
 
 // invalid returns an error matching ErrInvalidArgument that names what is
 // wrong.

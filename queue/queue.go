@@ -188,7 +188,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		case OverflowReject:
 			q.stats.Rejected++
 			q.unlock()
-			return fmt.Errorf("subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+			return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue}
 		case OverflowDropOldest:
 			if e := q.ready.popOldestLowest(); e != nil {
 				q.stats.Dropped++
@@ -207,7 +207,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			if err := ctx.Err(); err != nil {
 				q.stats.Rejected++
 				q.unlock()
-				return fmt.Errorf("subscription %q: %w: %w", q.cfg.Name, ErrQueueFull, err)
+				return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue, Err: err}
 			}
 			if q.room == nil {
 				q.room = make(chan struct{})
@@ -263,7 +263,7 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 		return err
 	}
 	if q.nheld >= q.cfg.MaxQueue {
-		full := fmt.Errorf("redrive to subscription %q: %w (%d messages)", q.cfg.Name, ErrQueueFull, q.cfg.MaxQueue)
+		full := fmt.Errorf("redrive: %w", &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue})
 		if err := q.unlock(); err != nil {
 			return err
 		}
