@@ -134,12 +134,12 @@ func TestBadInputBroker(t *testing.T) {
 		{"CreateTopic(empty segment)", queue.ErrInvalidArgument, func(f *badFixture) error { return f.b.CreateTopic("a..b") }},
 		{"CreateTopic(existing)", nil, func(f *badFixture) error { return f.b.CreateTopic("t") }},
 		{"DeleteTopic(missing)", broker.ErrTopicNotFound, func(f *badFixture) error { return f.b.DeleteTopic("missing") }},
-		{"DeleteTopic(\"\")", broker.ErrTopicNotFound, func(f *badFixture) error { return f.b.DeleteTopic("") }},
-		{"DeleteTopic(pattern)", broker.ErrTopicNotFound, func(f *badFixture) error { return f.b.DeleteTopic("t.*") }},
+		{"DeleteTopic(\"\")", queue.ErrInvalidArgument, func(f *badFixture) error { return f.b.DeleteTopic("") }},
+		{"DeleteTopic(pattern)", queue.ErrInvalidArgument, func(f *badFixture) error { return f.b.DeleteTopic("t.*") }},
 		{"Subscriptions(missing)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Subscriptions("missing"); return err }},
 		// subscribe
 		{"Subscribe(missing topic)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Subscribe("missing", "x"); return err }},
-		{"Subscribe(\"\" topic)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Subscribe("", "x"); return err }},
+		{"Subscribe(\"\" topic)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("", "x"); return err }},
 		{"Subscribe(\"\" name)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", ""); return err }},
 		{"Subscribe(name with space)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", "a b"); return err }},
 		{"Subscribe(256-byte name)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", long); return err }},
@@ -163,8 +163,8 @@ func TestBadInputBroker(t *testing.T) {
 			return err
 		}},
 		{"Publish(missing topic)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Publish(ctx, "missing", "x"); return err }},
-		{"Publish(\"\" topic)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Publish(ctx, "", "x"); return err }},
-		{"Publish(pattern)", broker.ErrTopicNotFound, func(f *badFixture) error { _, err := f.b.Publish(ctx, "t.*", "x"); return err }},
+		{"Publish(\"\" topic)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Publish(ctx, "", "x"); return err }},
+		{"Publish(pattern)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Publish(ctx, "t.*", "x"); return err }},
 		{"Publish(PublishOption{})", queue.ErrInvalidArgument, func(f *badFixture) error {
 			_, err := f.b.Publish(ctx, "t", "x", broker.PublishOption{})
 			return err

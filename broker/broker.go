@@ -152,9 +152,9 @@ func (b *Broker[T]) CreateTopic(name string) error {
 		return err
 	}
 	b.mu.Lock()
-	if b.closed {
+	if err := b.usableLocked("create topic", name); err != nil {
 		b.mu.Unlock()
-		return fmt.Errorf("create topic %q: %w", name, queue.ErrClosed)
+		return err
 	}
 	if _, ok := b.topics[name]; ok {
 		b.mu.Unlock()
@@ -176,14 +176,10 @@ func (b *Broker[T]) CreateTopic(name string) error {
 // the topic stay open (they keep what they hold).
 func (b *Broker[T]) DeleteTopic(name string) error {
 	b.mu.Lock()
-	if b.closed {
+	t, err := b.topicLocked("delete topic", name)
+	if err != nil {
 		b.mu.Unlock()
-		return fmt.Errorf("delete topic %q: %w", name, queue.ErrClosed)
-	}
-	t, ok := b.topics[name]
-	if !ok {
-		b.mu.Unlock()
-		return fmt.Errorf("delete topic %q: %w", name, ErrTopicNotFound)
+		return err
 	}
 	delete(b.topics, name)
 	if b.store != nil {
@@ -434,11 +430,14 @@ func (b *Broker[T]) Subscription(topic, name string) (*Subscription[T], error) {
 		if _, err := b.topicLocked("subscription", topic); err != nil {
 			return nil, err
 		}
-	} else if b.closed {
-		return nil, fmt.Errorf("subscription %q on %q: %w", name, topic, queue.ErrClosed)
+	} else if err := b.usableLocked("subscription on", topic); err != nil {
+		return nil, err
 	}
 	if s := b.findLocked(topic, name); s != nil {
 		return s, nil
+	}
+	if err := validName("subscription", name); err != nil {
+		return nil, err
 	}
 	return nil, fmt.Errorf("subscription %q on %q: %w", name, topic, ErrSubscriptionNotFound)
 }
@@ -451,9 +450,9 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 	pattern := isPattern(topic)
 	var t *topicEntry[T]
 	if pattern {
-		if b.closed {
+		if err := b.usableLocked("unsubscribe from", topic); err != nil {
 			b.mu.Unlock()
-			return fmt.Errorf("unsubscribe %q from %q: %w", name, topic, queue.ErrClosed)
+			return err
 		}
 	} else {
 		var err error
@@ -465,6 +464,9 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 	s := b.findLocked(topic, name)
 	if s == nil {
 		b.mu.Unlock()
+		if err := validName("subscription", name); err != nil {
+			return err
+		}
 		return fmt.Errorf("unsubscribe %q from %q: %w", name, topic, ErrSubscriptionNotFound)
 	}
 	without := func(l []*Subscription[T]) []*Subscription[T] {
@@ -879,15 +881,33 @@ func (b *Broker[T]) allLocked() []*Subscription[T] {
 }
 
 func (b *Broker[T]) topicLocked(op, name string) (*topicEntry[T], error) {
-	if b.closed {
-		return nil, fmt.Errorf("%s %q: %w", op, name, queue.ErrClosed)
+	if err := b.usableLocked(op, name); err != nil {
+		return nil, err
 	}
 	t, ok := b.topics[name]
 	if !ok {
+		if err := validTopic(name); err != nil { // only on a miss: the hot path pays nothing
+			return nil, fmt.Errorf("%s %q: %w", op, name, err)
+		}
 		return nil, fmt.Errorf("%s %q: %w", op, name, ErrTopicNotFound)
 	}
 	return t, nil
 }
+
+// usableLocked returns an error for a zero Broker (one not made by New or
+// Open) or a closed one.
+func (b *Broker[T]) usableLocked(op, name string) error {
+	switch {
+	case b.topics == nil && !b.closed:
+		return fmt.Errorf("%s %q: %w", op, name, errZeroBroker)
+	case b.closed:
+		return fmt.Errorf("%s %q: %w", op, name, queue.ErrClosed)
+	}
+	return nil
+}
+
+// errZeroBroker is what a zero Broker's calls return.
+var errZeroBroker = queue.Invalid("zero Broker: make one with broker.New or broker.Open")
 
 // validName checks a subscription or topic name: non-empty UTF-8 of at
 // most 255 bytes, without spaces or control characters.
