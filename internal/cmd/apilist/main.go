@@ -61,7 +61,7 @@ func listing(root string) ([]byte, error) {
 		}
 		if d.IsDir() {
 			switch name := d.Name(); {
-			case path != root && (strings.HasPrefix(name, ".") || name == "internal" || name == "testdata" || name == "durability-lab"):
+			case path != root && (strings.HasPrefix(name, ".") || name == "internal" || name == "testdata"):
 				return filepath.SkipDir
 			}
 			dirs = append(dirs, path)
