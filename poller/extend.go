@@ -1,11 +1,11 @@
 package poller
 
 import (
-	"container/heap"
 	"context"
 	"log/slog"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -98,13 +98,13 @@ func (r *run[T]) scheduleLocked(it *item[T]) {
 	switch {
 	case next.IsZero():
 		if it.index >= 0 {
-			heap.Remove(&r.due, it.index)
+			r.due.Remove(it.index)
 		}
 		return
 	case it.index >= 0:
-		heap.Fix(&r.due, it.index)
+		r.due.Fix(it.index)
 	default:
-		heap.Push(&r.due, it)
+		r.due.Push(it)
 	}
 	if r.armed.IsZero() || next.Before(r.armed) {
 		select {
@@ -121,8 +121,8 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 	for {
 		r.mu.Lock()
 		var next time.Time
-		if len(r.due) > 0 {
-			next = r.due[0].next()
+		if r.due.Len() > 0 {
+			next = r.due.S[0].next()
 		}
 		r.armed = next
 		r.mu.Unlock()
@@ -155,8 +155,8 @@ func (r *run[T]) runDue() {
 	var timeouts []context.CancelCauseFunc
 	var extend []*item[T]
 	r.mu.Lock()
-	for len(r.due) > 0 && !r.due[0].next().After(now) {
-		it := r.due[0]
+	for r.due.Len() > 0 && !r.due.S[0].next().After(now) {
+		it := r.due.S[0]
 		if !it.timeoutAt.IsZero() && !it.timeoutAt.After(now) {
 			timeouts = append(timeouts, it.cancel)
 			it.timeoutAt, it.cancel = time.Time{}, nil
@@ -217,27 +217,10 @@ func (r *run[T]) extend(it *item[T]) {
 	// changed nothing, and nobody needs to hear of it.
 }
 
-// itemHeap is a min-heap of items by next(); each item knows its index.
-type itemHeap[T any] []*item[T]
-
-func (h itemHeap[T]) Len() int           { return len(h) }
-func (h itemHeap[T]) Less(i, j int) bool { return h[i].next().Before(h[j].next()) }
-func (h itemHeap[T]) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-
-func (h *itemHeap[T]) Push(x any) {
-	it := x.(*item[T])
-	it.index = len(*h)
-	*h = append(*h, it)
-}
-
-func (h *itemHeap[T]) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	old[len(old)-1] = nil
-	it.index = -1
-	*h = old[:len(old)-1]
-	return it
+// newDue returns the heap of items by next(), each item knowing its index.
+func newDue[T any]() minheap.Heap[*item[T]] {
+	return minheap.Heap[*item[T]]{
+		Less:     func(a, b *item[T]) bool { return a.next().Before(b.next()) },
+		SetIndex: func(it *item[T], i int) { it.index = i },
+	}
 }

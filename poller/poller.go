@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
@@ -249,6 +250,7 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 		work:  make(chan *item[T], p.cfg.maxOutstanding),
 		slots: make(chan struct{}, p.cfg.maxOutstanding),
 		kick:  make(chan struct{}, 1),
+		due:   newDue[T](),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
@@ -369,7 +371,7 @@ type run[T any] struct {
 	kick chan struct{} // wakes extendLoop to look at the heap again
 
 	mu    sync.Mutex // guards everything below, and the guarded fields of every item
-	due   itemHeap[T]
+	due   minheap.Heap[*item[T]]
 	armed time.Time // the time extendLoop waits for; zero when it waits for no time
 }
 
