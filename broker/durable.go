@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/internal/journal"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -719,8 +720,9 @@ type rmsg struct {
 // last error: frame, type, subscription, place, attempts, flags and times.
 const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 
-// expiredText is the LastError the queue gives a message whose lease expired.
-const expiredText = "lease expired"
+// expiredText is the LastError the queue gives a message whose lease
+// expired: replay must spell it as the queue does.
+const expiredText = vocab.LeaseExpired
 
 func newReplay() *replay {
 	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{}, envs: map[uuid.UUID][]byte{}}

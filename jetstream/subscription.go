@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -30,7 +31,7 @@ const (
 
 // errExpiredText is what a dead letter records when its last lease
 // expired (as in the in-memory broker).
-const errExpiredText = "lease expired"
+const errExpiredText = vocab.LeaseExpired
 
 // SubscribeOption configures Subscribe.
 type SubscribeOption func(*subConfig)

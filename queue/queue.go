@@ -19,6 +19,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 )
@@ -27,7 +28,7 @@ import (
 const chunk = 1024
 
 // errExpiredText is what a dead letter records when its last lease expired.
-const errExpiredText = "lease expired"
+const errExpiredText = vocab.LeaseExpired
 
 // Queue is one subscription's bounded queue of leased messages. It is safe
 // for concurrent use. Create one with New.
