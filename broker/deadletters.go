@@ -10,9 +10,11 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// deadLetters is the broker's bounded dead-letter store. Its lock is a
-// leaf: nothing else is locked while it is held, and no user code runs
-// under it.
+// deadLetters is the broker's bounded dead-letter store. No user code runs
+// under its lock. It is not a leaf: in a durable broker, forget (called
+// under it) takes the store's lock to append a record, and compaction
+// takes it after the queues' locks; so the order is queues, then this,
+// then the durable store's.
 type deadLetters[T any] struct {
 	mu      sync.Mutex // guards everything below
 	limit   int

@@ -689,8 +689,10 @@ func (q *Queue[T]) Stats() Stats {
 }
 
 // Close closes the queue: every blocked Poll and blocked publisher returns
-// ErrClosed, and so does every later call. Messages still held are
-// discarded (the queue is not durable). Close is idempotent and returns nil.
+// ErrClosed, and so does every later call. A queue made by New discards the
+// messages it still holds; one with a Recorder (a durable broker's) has
+// them recorded already, and its broker keeps them. Close is idempotent and
+// returns nil.
 func (q *Queue[T]) Close() error {
 	q.mu.Lock()
 	defer q.unlock()

@@ -93,8 +93,8 @@ type Journal struct {
 	lock       *os.File
 	minCompact int64
 
-	mu       sync.Mutex
-	cond     sync.Cond // signalled when a flush ends
+	mu       sync.Mutex // guards everything below; never held during a write or fsync
+	cond     sync.Cond  // on mu: broadcast when a flush ends, a Rewrite ends, or the journal closes
 	pend     []byte    // framed records not yet written
 	spare    []byte
 	appended int64 // bytes appended since Open (a logical position)
