@@ -95,7 +95,7 @@ type Journal struct {
 
 	mu       sync.Mutex // guards everything below; never held during a write or fsync
 	cond     sync.Cond  // on mu: broadcast when a flush ends, a Rewrite ends, or the journal closes
-	pend     []byte    // framed records not yet written
+	pend     []byte     // framed records not yet written
 	spare    []byte
 	appended int64 // bytes appended since Open (a logical position)
 	written  int64 // appended bytes in the file
