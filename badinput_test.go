@@ -652,42 +652,6 @@ func TestBadInputLease(t *testing.T) {
 	if !(lease.Lease{}).Expired(time.Time{}) {
 		t.Error("a lease is expired at its deadline")
 	}
-
-	var tbl lease.Table[int] // the zero Table is ready to use
-	unknown := lease.NewID(1, 2, 3)
-	if _, ok := tbl.Next(); ok {
-		t.Error("Next on an empty table")
-	}
-	if _, _, ok := tbl.PopExpired(time.Now()); ok {
-		t.Error("PopExpired on an empty table")
-	}
-	if _, _, ok := tbl.Get(unknown); ok {
-		t.Error("Get(unknown)")
-	}
-	if _, _, ok := tbl.Remove(unknown); ok {
-		t.Error("Remove(unknown)")
-	}
-	if tbl.SetDeadline(unknown, time.Now()) {
-		t.Error("SetDeadline(unknown)")
-	}
-	for range tbl.All() {
-		t.Error("All on an empty table yields")
-	}
-	tbl.Clear()
-	l := lease.Lease{ID: unknown, Attempt: 1, Deadline: time.Unix(10, 0)}
-	if !tbl.Add(l, 1) || tbl.Add(lease.Lease{ID: unknown, Deadline: time.Unix(1, 0)}, 2) {
-		t.Error("Add, then Add of the same ID again")
-	}
-	if got, v, ok := tbl.Get(unknown); !ok || got != l || v != 1 || tbl.Len() != 1 {
-		t.Errorf("a refused duplicate Add changed the table: %v %v %v len %d", got, v, ok, tbl.Len())
-	}
-	if _, _, ok := tbl.PopExpired(time.Unix(9, 0)); ok {
-		t.Error("PopExpired before the deadline")
-	}
-	tbl.Clear()
-	if tbl.Len() != 0 || !tbl.Add(l, 3) {
-		t.Error("Clear, then Add")
-	}
 }
 
 func TestBadInputDeduperHeadersRetry(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
@@ -49,7 +50,7 @@ type Queue[T any] struct {
 	ready    ready[T]
 	delayed  entryHeap[T] // by (visibleAt, place)
 	ttl      entryHeap[T] // waiting entries that have a TTL, by expiresAt
-	inflight lease.Heap[*entry[T]]
+	inflight leaseheap.Heap[*entry[T]]
 	keys     map[string]*keyQueue[T] // ordering keys with a message held
 	heldBack int                     // entries held back behind their key's head
 	nextSeq  uint64                  // the last place handed out

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/minheap"
-	"github.com/leasebus/leasebus/lease"
 )
 
 // entryState says which structure holds an entry.
@@ -37,9 +37,9 @@ type entry[T any] struct {
 	index     int       // position in a heap, or -1 in a lane's FIFO
 	key       string    // ordering key, "" for none
 	ttl       time.Duration
-	expiresAt time.Time             // zero: never
-	ttlIndex  int                   // position in the TTL heap, or -1
-	lz        lease.Item[*entry[T]] // its lease while in flight
+	expiresAt time.Time                 // zero: never
+	ttlIndex  int                       // position in the TTL heap, or -1
+	lz        leaseheap.Item[*entry[T]] // its lease while in flight
 }
 
 // seq is the seq of this hold's lease IDs: its slot and generation.

@@ -1,11 +1,13 @@
-package lease
+package leaseheap
 
 import (
 	"iter"
 	"time"
+
+	"github.com/leasebus/leasebus/lease"
 )
 
-// Table is the in-flight table: leases by ID, plus a Heap by deadline so
+// Table is the in-flight table: leases by lease.ID, plus a Heap by deadline so
 // the earliest expiry is found in O(1) and removed in O(log n). Each lease
 // carries a value of the caller's. (Package queue indexes its leases
 // itself and uses a Heap directly.)
@@ -14,7 +16,7 @@ import (
 // concurrent use. Items are recycled, so a steady stream of Add and Remove
 // allocates nothing once the table has grown.
 type Table[V any] struct {
-	byID map[ID]*Item[V]
+	byID map[lease.ID]*Item[V]
 	heap Heap[V]
 	free []*Item[V] // recycled items
 }
@@ -23,10 +25,10 @@ type Table[V any] struct {
 func (t *Table[V]) Len() int { return t.heap.Len() }
 
 // Add puts a lease in the table. It reports false, and changes nothing, if
-// a lease with the same ID is already there.
-func (t *Table[V]) Add(l Lease, v V) bool {
+// a lease with the same lease.ID is already there.
+func (t *Table[V]) Add(l lease.Lease, v V) bool {
 	if t.byID == nil {
-		t.byID = make(map[ID]*Item[V])
+		t.byID = make(map[lease.ID]*Item[V])
 	}
 	if _, dup := t.byID[l.ID]; dup {
 		return false
@@ -45,29 +47,29 @@ func (t *Table[V]) Add(l Lease, v V) bool {
 	return true
 }
 
-// Get returns the lease with the given ID and its value.
-func (t *Table[V]) Get(id ID) (Lease, V, bool) {
+// Get returns the lease with the given lease.ID and its value.
+func (t *Table[V]) Get(id lease.ID) (lease.Lease, V, bool) {
 	if it, ok := t.byID[id]; ok {
 		return it.Lease, it.Value, true
 	}
 	var zero V
-	return Lease{}, zero, false
+	return lease.Lease{}, zero, false
 }
 
-// Remove takes the lease with the given ID out of the table and returns it.
-func (t *Table[V]) Remove(id ID) (Lease, V, bool) {
+// Remove takes the lease with the given lease.ID out of the table and returns it.
+func (t *Table[V]) Remove(id lease.ID) (lease.Lease, V, bool) {
 	it, ok := t.byID[id]
 	if !ok {
 		var zero V
-		return Lease{}, zero, false
+		return lease.Lease{}, zero, false
 	}
 	t.heap.Remove(it)
 	return t.forget(it)
 }
 
-// SetDeadline moves the deadline of the lease with the given ID and
+// SetDeadline moves the deadline of the lease with the given lease.ID and
 // reports whether it was found.
-func (t *Table[V]) SetDeadline(id ID, deadline time.Time) bool {
+func (t *Table[V]) SetDeadline(id lease.ID, deadline time.Time) bool {
 	it, ok := t.byID[id]
 	if ok {
 		t.heap.SetDeadline(it, deadline)
@@ -76,29 +78,29 @@ func (t *Table[V]) SetDeadline(id ID, deadline time.Time) bool {
 }
 
 // Next returns the lease with the earliest deadline, if any.
-func (t *Table[V]) Next() (Lease, bool) {
+func (t *Table[V]) Next() (lease.Lease, bool) {
 	if it, ok := t.heap.Peek(); ok {
 		return it.Lease, true
 	}
-	return Lease{}, false
+	return lease.Lease{}, false
 }
 
 // PopExpired removes and returns the lease with the earliest deadline if
 // it has expired at now (now >= Deadline). Call it in a loop to collect
 // every expired lease, earliest first.
-func (t *Table[V]) PopExpired(now time.Time) (Lease, V, bool) {
+func (t *Table[V]) PopExpired(now time.Time) (lease.Lease, V, bool) {
 	it, ok := t.heap.PopExpired(now)
 	if !ok {
 		var zero V
-		return Lease{}, zero, false
+		return lease.Lease{}, zero, false
 	}
 	return t.forget(it)
 }
 
 // All yields every lease in the table with its value, in no particular
 // order. The table must not be changed during the iteration.
-func (t *Table[V]) All() iter.Seq2[Lease, V] {
-	return func(yield func(Lease, V) bool) {
+func (t *Table[V]) All() iter.Seq2[lease.Lease, V] {
+	return func(yield func(lease.Lease, V) bool) {
 		for _, it := range t.heap.all() {
 			if !yield(it.Lease, it.Value) {
 				return
@@ -115,7 +117,7 @@ func (t *Table[V]) Clear() {
 }
 
 // forget drops it from the index and recycles it.
-func (t *Table[V]) forget(it *Item[V]) (Lease, V, bool) {
+func (t *Table[V]) forget(it *Item[V]) (lease.Lease, V, bool) {
 	delete(t.byID, it.Lease.ID)
 	l, v := it.Lease, it.Value
 	*it = Item[V]{}

@@ -1,9 +1,12 @@
-package lease
+// Package leaseheap is the in-flight table's heap: leases by deadline,
+// each knowing its place, so a settle is O(log n) and allocates nothing.
+package leaseheap
 
 import (
 	"time"
 
 	"github.com/leasebus/leasebus/internal/minheap"
+	"github.com/leasebus/leasebus/lease"
 )
 
 // Item is one lease in a Heap, with a value of the caller's. A caller that
@@ -11,7 +14,7 @@ import (
 // its address to the Heap, which then needs no map and allocates nothing.
 // An Item may be in one Heap at a time.
 type Item[V any] struct {
-	Lease Lease
+	Lease lease.Lease
 	Value V
 	stamp uint64 // insertion order: equal deadlines expire first in, first out
 	index int    // position in the heap
