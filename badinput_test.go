@@ -24,6 +24,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -527,14 +528,14 @@ func TestBadInputQueue(t *testing.T) {
 		"Retry.Multiplier 0.9": {Retry: queue.RetryPolicy{Multiplier: 0.9}},
 	}
 	for name, cfg := range badConfigs {
-		err := callSafely(func() error { _, err := queue.New[int](cfg, nil); return err })
-		wantErr(t, "queue.New("+name+")", err, queue.ErrInvalidArgument)
+		err := callSafely(func() error { _, err := core.New[int](cfg, nil); return err })
+		wantErr(t, "core.New("+name+")", err, queue.ErrInvalidArgument)
 		wantErr(t, "Config.Validate("+name+")", cfg.Validate(), queue.ErrInvalidArgument)
 	}
 
-	newQ := func(t *testing.T) (*queue.Queue[int], *clock.Mock) {
+	newQ := func(t *testing.T) (*core.Queue[int], *clock.Mock) {
 		mock := clock.NewMock()
-		q, err := queue.New[int](queue.Config{Clock: mock, MaxQueue: 2, Overflow: queue.OverflowReject}, nil)
+		q, err := core.New[int](queue.Config{Clock: mock, MaxQueue: 2, Overflow: queue.OverflowReject}, nil)
 		must(t, err)
 		t.Cleanup(func() { q.Close() })
 		must(t, q.Offer(ctx, &queue.Message[int]{Payload: 1}, 0))
@@ -544,32 +545,32 @@ func TestBadInputQueue(t *testing.T) {
 	calls := []struct {
 		name string
 		want error
-		fn   func(q *queue.Queue[int]) error
+		fn   func(q *core.Queue[int]) error
 	}{
-		{"Offer(nil ctx)", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error {
+		{"Offer(nil ctx)", queue.ErrInvalidArgument, func(q *core.Queue[int]) error {
 			//lint:ignore SA1012 a nil context is the invalid input under test
 			return q.Offer(nil, msg, 0)
 		}},
-		{"Offer(nil msg)", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error { return q.Offer(ctx, nil, 0) }},
-		{"Offer(priority 3)", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error { return q.Offer(ctx, &queue.Message[int]{Priority: 3}, 0) }},
-		{"Offer(delay -1)", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error { return q.Offer(ctx, msg, -1) }},
-		{"Offer(WithTTL(0))", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error { return q.Offer(ctx, msg, 0, queue.WithTTL(0)) }},
-		{"Offer(WithTTL(MinInt64))", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error {
-			return q.Offer(ctx, msg, 0, queue.WithTTL(math.MinInt64))
+		{"Offer(nil msg)", queue.ErrInvalidArgument, func(q *core.Queue[int]) error { return q.Offer(ctx, nil, 0) }},
+		{"Offer(priority 3)", queue.ErrInvalidArgument, func(q *core.Queue[int]) error { return q.Offer(ctx, &queue.Message[int]{Priority: 3}, 0) }},
+		{"Offer(delay -1)", queue.ErrInvalidArgument, func(q *core.Queue[int]) error { return q.Offer(ctx, msg, -1) }},
+		{"Offer(WithTTL(0))", queue.ErrInvalidArgument, func(q *core.Queue[int]) error { return q.Offer(ctx, msg, 0, core.WithTTL(0)) }},
+		{"Offer(WithTTL(MinInt64))", queue.ErrInvalidArgument, func(q *core.Queue[int]) error {
+			return q.Offer(ctx, msg, 0, core.WithTTL(math.MinInt64))
 		}},
-		{"Redrive(priority 5)", queue.ErrInvalidArgument, func(q *queue.Queue[int]) error {
-			return q.Redrive(queue.DeadLetter[int]{Message: queue.Message[int]{Priority: 5}})
+		{"Redrive(priority 5)", queue.ErrInvalidArgument, func(q *core.Queue[int]) error {
+			return q.Redrive(core.Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: queue.Message[int]{Priority: 5}}})
 		}},
-		{"Redrive(full queue)", queue.ErrQueueFull, func(q *queue.Queue[int]) error {
+		{"Redrive(full queue)", queue.ErrQueueFull, func(q *core.Queue[int]) error {
 			must(t, q.Offer(ctx, &queue.Message[int]{Payload: 2}, 0))
 			before := q.Stats()
-			err := q.Redrive(queue.DeadLetter[int]{Message: queue.Message[int]{Payload: 3}})
+			err := q.Redrive(core.Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: queue.Message[int]{Payload: 3}}})
 			if after := q.Stats(); after != before {
 				return fmt.Errorf("a refused Redrive changed %+v to %+v", before, after)
 			}
 			return err
 		}},
-		{"Offer(full queue, OverflowReject)", queue.ErrQueueFull, func(q *queue.Queue[int]) error {
+		{"Offer(full queue, OverflowReject)", queue.ErrQueueFull, func(q *core.Queue[int]) error {
 			must(t, q.Offer(ctx, &queue.Message[int]{Payload: 2}, 0))
 			return q.Offer(ctx, msg, 0)
 		}},
@@ -600,7 +601,7 @@ func TestBadInputQueue(t *testing.T) {
 	id := ds[0].LeaseID
 	afterClose := map[string]func() error{
 		"Offer":              func() error { return q.Offer(ctx, msg, 0) },
-		"Redrive":            func() error { return q.Redrive(queue.DeadLetter[int]{}) },
+		"Redrive":            func() error { return q.Redrive(core.Letter[int]{}) },
 		"Poll":               func() error { _, err := q.Poll(ctx, 1); return err },
 		"PollWithVisibility": func() error { _, err := q.PollWithVisibility(ctx, 1, time.Second); return err },
 		"PollInto":           func() error { _, err := q.PollInto(ctx, make([]queue.Delivery[int], 1)); return err },

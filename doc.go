@@ -15,11 +15,10 @@
 //
 //   - [github.com/leasebus/leasebus/broker]: topics, subscriptions,
 //     publish, dead letters, redrive. Start here.
-//   - [github.com/leasebus/leasebus/queue]: one subscription's queue and
-//     the value types (Message, Delivery, DeadLetter, Stats), errors and
-//     the Deduper for idempotent consumers.
-//   - [github.com/leasebus/leasebus/lease]: lease IDs (receipts) and the
-//     in-flight table.
+//   - [github.com/leasebus/leasebus/queue]: the vocabulary: the value
+//     types (Message, Delivery, DeadLetter, Stats, Config), policies,
+//     errors and the Deduper for idempotent consumers.
+//   - [github.com/leasebus/leasebus/lease]: lease IDs (receipts).
 //   - [github.com/leasebus/leasebus/poller]: a worker pool that polls,
 //     extends leases while handlers run, and drains gracefully.
 //   - [github.com/leasebus/leasebus/broker/brokertest]: test helpers on a

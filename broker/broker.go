@@ -21,6 +21,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -93,7 +94,7 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 		return nil, err
 	}
 	if cfg.durableOnly != "" {
-		return nil, queue.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
+		return nil, core.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
 	}
 	return b, nil
 }
@@ -104,7 +105,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 		compactMin: DefaultCompactMin}
 	for i, o := range opts {
 		if o == nil {
-			return nil, cfg, queue.Invalid("option %d is nil", i)
+			return nil, cfg, core.Invalid("option %d is nil", i)
 		}
 		o.applyBroker(&cfg)
 	}
@@ -137,7 +138,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 
 func filterMismatch[T any](f any) error {
 	var zero T
-	return queue.Invalid("WithFilter: %T does not take the broker's queue.Message[%T]", f, any(zero))
+	return core.Invalid("WithFilter: %T does not take the broker's queue.Message[%T]", f, any(zero))
 }
 
 // Clock returns the broker's clock.
@@ -262,7 +263,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	cfg := b.defs
 	for i, o := range opts {
 		if o == nil {
-			return nil, queue.Invalid("Subscribe: option %d is nil", i)
+			return nil, core.Invalid("Subscribe: option %d is nil", i)
 		}
 		o.applySub(&cfg)
 	}
@@ -329,13 +330,13 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 // attachLocked gives s its queue and adds it to its topic (t) or, for a
 // pattern (t nil), to the patterns.
 func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.Config, filter func(queue.Message[T]) bool, dlTopic string) error {
-	onDead := func(dl queue.DeadLetter[T]) { b.deadLetter(s, dl) }
-	var q *queue.Queue[T]
+	onDead := func(dl core.Letter[T]) { b.deadLetter(s, dl) }
+	var q *core.Queue[T]
 	var err error
 	if b.store != nil {
-		q, err = queue.NewRecorded(qc, onDead, queue.Recorder[T](&subRec[T]{b: b, st: b.store, id: s.jid, topic: s.topic}))
+		q, err = core.NewRecorded(qc, onDead, core.Recorder[T](&subRec[T]{b: b, st: b.store, id: s.jid, topic: s.topic}))
 	} else {
-		q, err = queue.New(qc, onDead)
+		q, err = core.New(qc, onDead)
 	}
 	if err != nil {
 		return err
@@ -507,7 +508,7 @@ func (b *Broker[T]) Unsubscribe(topic, name string) error {
 // accepted the message holds it (on a durable broker, in the journal).
 func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
 	if ctx == nil {
-		return queue.Message[T]{}, queue.Invalid("Publish: nil context")
+		return queue.Message[T]{}, core.Invalid("Publish: nil context")
 	}
 	var pc publishConfig
 	for _, o := range opts {
@@ -516,7 +517,7 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 		}
 	}
 	if pc.dedupIDs != nil {
-		return queue.Message[T]{}, queue.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
+		return queue.Message[T]{}, core.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
 	}
 	m, _, err := b.publish(ctx, topic, payload, &pc)
 	return m, err
@@ -534,7 +535,7 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 // (one ID cannot name many messages). An empty batch returns nil.
 func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
 	if ctx == nil {
-		return nil, queue.Invalid("PublishBatch: nil context")
+		return nil, core.Invalid("PublishBatch: nil context")
 	}
 	var pc publishConfig
 	for _, o := range opts {
@@ -545,9 +546,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	ids := pc.dedupIDs
 	switch {
 	case pc.dedupID != "":
-		return nil, queue.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
+		return nil, core.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
 	case ids != nil && len(ids) != len(payloads):
-		return nil, queue.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
+		return nil, core.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
 	}
 	t, subs, err := b.lookup(topic)
 	if err != nil {
@@ -650,10 +651,10 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		Headers:     queue.NewHeaders(pc.headers),
 		PublishedAt: now,
 	}
-	var opts [3]queue.OfferOption
+	var opts [3]core.OfferOption
 	offer := opts[:0]
 	if pc.ttl > 0 {
-		offer = append(offer, queue.WithTTL(pc.ttl))
+		offer = append(offer, core.WithTTL(pc.ttl))
 	}
 	var env *envBuf
 	if b.store != nil { // encoded once, logged by every subscription, committed once
@@ -663,7 +664,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 		}
 		defer b.store.recycle(env)
-		offer = append(offer, queue.WithNote(env), queue.WithDeferredCommit())
+		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
 	}
 	var reserved *dedupEntry[T]
 	if pc.dedupID != "" {
@@ -722,7 +723,7 @@ const (
 // message that already came through a dead-letter topic goes to the store
 // when it dies again, so routing cannot loop (a subscription whose
 // dead-letter topic feeds itself, directly or through a pattern).
-func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
+func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 	if b.enter() { // else closed: the letter is in the journal already, and goes to the store
 		defer b.leave()
 	}
@@ -740,7 +741,7 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl queue.DeadLetter[T]) {
 
 // route publishes a dead letter to its subscription's dead-letter topic and
 // reports whether a subscription there took it.
-func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl queue.DeadLetter[T]) bool {
+func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T]) bool {
 	h := dl.Message.Headers.Map()
 	h[HeaderDeadLetterReason] = dl.Reason.String()
 	h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
@@ -788,7 +789,7 @@ func (b *Broker[T]) DeadLettersDropped() uint64 {
 // queue.ErrQueueFull). match runs without any lock held.
 func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 	if match == nil {
-		return 0, queue.Invalid("Redrive: nil func")
+		return 0, core.Invalid("Redrive: nil func")
 	}
 	if !b.enter() {
 		return 0, fmt.Errorf("redrive: %w", queue.ErrClosed)
@@ -797,7 +798,7 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 	b.settleAll()
 	var chosen []storedLetter[T]
 	for _, it := range b.dead.snapshot() {
-		if match(it.dl) {
+		if match(it.dl.DeadLetter) {
 			chosen = append(chosen, it)
 		}
 	}
@@ -907,20 +908,20 @@ func (b *Broker[T]) usableLocked(op, name string) error {
 }
 
 // errZeroBroker is what a zero Broker's calls return.
-var errZeroBroker = queue.Invalid("zero Broker: make one with broker.New or broker.Open")
+var errZeroBroker = core.Invalid("zero Broker: make one with broker.New or broker.Open")
 
 // validName checks a subscription or topic name: non-empty UTF-8 of at
 // most 255 bytes, without spaces or control characters.
 func validName(kind, name string) error {
 	switch {
 	case name == "":
-		return queue.Invalid("empty %s name", kind)
+		return core.Invalid("empty %s name", kind)
 	case len(name) > 255:
-		return queue.Invalid("%s name of %d bytes, at most 255", kind, len(name))
+		return core.Invalid("%s name of %d bytes, at most 255", kind, len(name))
 	case !utf8.ValidString(name):
-		return queue.Invalid("%s name %q is not UTF-8", kind, name)
+		return core.Invalid("%s name %q is not UTF-8", kind, name)
 	case strings.ContainsFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }):
-		return queue.Invalid("%s name %q has a space or control character", kind, name)
+		return core.Invalid("%s name %q has a space or control character", kind, name)
 	}
 	return nil
 }
@@ -941,10 +942,10 @@ func validTopic(name string) error {
 		return err
 	}
 	if strings.ContainsAny(name, "*>#") {
-		return queue.Invalid("topic name %q has a wildcard character (*, > or #)", name)
+		return core.Invalid("topic name %q has a wildcard character (*, > or #)", name)
 	}
 	if slices.Contains(strings.Split(name, "."), "") {
-		return queue.Invalid("topic name %q has an empty dot-separated segment", name)
+		return core.Invalid("topic name %q has an empty dot-separated segment", name)
 	}
 	return nil
 }

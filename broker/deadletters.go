@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -32,10 +33,10 @@ type storedLetter[T any] struct {
 	id    uint64
 	topic string // the topic of the subscription that dead-lettered it
 	sub   uint32 // that subscription's journal id (durable broker)
-	dl    queue.DeadLetter[T]
+	dl    core.Letter[T]
 }
 
-func (s *deadLetters[T]) add(topic string, sub uint32, dl queue.DeadLetter[T]) {
+func (s *deadLetters[T]) add(topic string, sub uint32, dl core.Letter[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
@@ -65,7 +66,7 @@ func (s *deadLetters[T]) list() []queue.DeadLetter[T] {
 	defer s.mu.Unlock()
 	out := make([]queue.DeadLetter[T], 0, len(s.items)-s.head)
 	for _, it := range s.items[s.head:] {
-		out = append(out, it.dl)
+		out = append(out, it.dl.DeadLetter)
 	}
 	return out
 }

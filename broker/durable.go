@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
@@ -53,7 +54,7 @@ func (m SyncMode) String() string {
 func WithSync(m SyncMode) Option {
 	return brokerOption(func(cfg *config) {
 		if m > SyncNone {
-			cfg.sub.fail(queue.Invalid("WithSync: unknown mode %v", m))
+			cfg.sub.fail(core.Invalid("WithSync: unknown mode %v", m))
 			return
 		}
 		cfg.sync, cfg.durableOnly = m, "WithSync"
@@ -132,7 +133,7 @@ func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
 	}
 	if n := len(eb.b); n > maxEnvelope {
 		st.recycle(eb)
-		return nil, queue.Invalid("message of %d bytes encoded, at most %d in a durable broker", n, maxEnvelope)
+		return nil, core.Invalid("message of %d bytes encoded, at most %d in a durable broker", n, maxEnvelope)
 	}
 	return eb, nil
 }
@@ -156,7 +157,7 @@ type letter[T any] struct {
 	seq   uint64
 	sub   uint32
 	topic string
-	dl    queue.DeadLetter[T]
+	dl    core.Letter[T]
 }
 
 type dlKey struct {
@@ -168,7 +169,7 @@ type limboLetter[T any] struct {
 	seq   uint64 // arrival order: the order the store will get them in
 	sub   uint32
 	topic string
-	dl    queue.DeadLetter[T]
+	dl    core.Letter[T]
 }
 
 // Open returns a durable broker kept in dir (created if missing): every
@@ -230,10 +231,10 @@ type limboLetter[T any] struct {
 // unknown; Close and Open again to carry on from what did.
 func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error) {
 	if codec == nil {
-		return nil, queue.Invalid("Open: nil codec")
+		return nil, core.Invalid("Open: nil codec")
 	}
 	if dir == "" {
-		return nil, queue.Invalid("Open: empty directory name")
+		return nil, core.Invalid("Open: empty directory name")
 	}
 	b, cfg, err := newBroker[T](opts)
 	if err != nil {
@@ -327,7 +328,7 @@ type SalvageInfo struct {
 // a codec that can, or cut by hand at the offset the CorruptError names.
 func Salvage(dir string) (SalvageInfo, error) {
 	if dir == "" {
-		return SalvageInfo{}, queue.Invalid("Salvage: empty directory name")
+		return SalvageInfo{}, core.Invalid("Salvage: empty directory name")
 	}
 	si, err := journal.Salvage(dir, newReplay().apply)
 	if errors.Is(err, journal.ErrLocked) {
@@ -455,7 +456,7 @@ func (st *store[T]) landed(sub uint32, id uuid.UUID) {
 	st.mu.Unlock()
 }
 
-// subRec is a subscription's queue.Recorder: it logs the queue's changes
+// subRec is a subscription's Recorder: it logs the queue's changes
 // under the queue's lock, with a buffer of its own.
 type subRec[T any] struct {
 	b     *Broker[T]
@@ -465,7 +466,7 @@ type subRec[T any] struct {
 	e     enc // under the queue's lock
 }
 
-func appendPut[T any](e *enc, sub uint32, en queue.Entry[T], env []byte) {
+func appendPut[T any](e *enc, sub uint32, en core.Entry[T], env []byte) {
 	e.start(recPut).sub(sub)
 	e.uint(en.Place)
 	e.uint(uint64(en.Attempts))
@@ -486,7 +487,7 @@ func appendPut[T any](e *enc, sub uint32, en queue.Entry[T], env []byte) {
 	e.b = append(e.b, env...)
 }
 
-func (r *subRec[T]) Offered(en queue.Entry[T], note any) {
+func (r *subRec[T]) Offered(en core.Entry[T], note any) {
 	var env []byte
 	if eb, ok := note.(*envBuf); ok {
 		env = eb.b
@@ -533,7 +534,7 @@ func (r *subRec[T]) Removed(m *queue.Message[T]) {
 	r.st.j.Append(r.e.start(recRemove).key(r.id, m.ID).b)
 }
 
-func (r *subRec[T]) DeadLettered(dl queue.DeadLetter[T]) {
+func (r *subRec[T]) DeadLettered(dl core.Letter[T]) {
 	e := r.e.start(recDead).key(r.id, dl.Message.ID)
 	e.byte(byte(dl.Reason))
 	e.uint(uint64(dl.Attempts))
@@ -557,7 +558,7 @@ func (b *Broker[T]) compactLocked() error {
 	st := b.store
 	subs := b.allLocked()
 	slices.SortFunc(subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
-	held := make([][]queue.Entry[T], len(subs))
+	held := make([][]core.Entry[T], len(subs))
 	for i, s := range subs {
 		es, thaw := s.q.Freeze()
 		defer thaw()
@@ -615,7 +616,7 @@ func (b *Broker[T]) compactLocked() error {
 		}
 		var env []byte
 		var err error
-		put := func(sub uint32, en queue.Entry[T]) error {
+		put := func(sub uint32, en core.Entry[T]) error {
 			if env, err = envelope(env[:0], en.Message, st.codec); err != nil {
 				return fmt.Errorf("encode message %v: %w", en.Message.ID, err)
 			}
@@ -625,7 +626,7 @@ func (b *Broker[T]) compactLocked() error {
 		}
 		for _, d := range dead {
 			m := d.dl.Message
-			en := queue.Entry[T]{Message: &m, Place: d.dl.Place(), Attempts: d.dl.Attempts, TTL: d.dl.TTL(),
+			en := core.Entry[T]{Message: &m, Place: d.dl.Place, Attempts: d.dl.Attempts, TTL: d.dl.TTL,
 				LastError: d.dl.LastError, Dead: true, Reason: d.dl.Reason, DeadAt: d.dl.At}
 			if err := put(d.sub, en); err != nil {
 				return err
@@ -925,7 +926,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 	var letters []letter[T] // recovered dead letters, to order by seq
 	type restored struct {
 		s     *Subscription[T]
-		fresh []queue.DeadLetter[T] // dead-lettered by the restore itself
+		fresh []core.Letter[T] // dead-lettered by the restore itself
 	}
 	var subs []restored
 	var live int64 // about what a snapshot would take
@@ -934,7 +935,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 		st.nextSub = max(st.nextSub, id+1)
 		// In place order, which Restore needs (and then need not sort).
 		rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
-		es := make([]queue.Entry[T], 0, len(rms))
+		es := make([]core.Entry[T], 0, len(rms))
 		var seqs []uint64 // of the dead entries, in their order
 		for _, rm := range rms {
 			live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
@@ -942,7 +943,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 			if err != nil {
 				return err
 			}
-			es = append(es, queue.Entry[T]{
+			es = append(es, core.Entry[T]{
 				Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
 				VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
 				Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
@@ -964,7 +965,7 @@ func (b *Broker[T]) restore(rs *replay) error {
 		if s == nil { // gone, or its topic is: only its dead letters stay
 			for _, en := range es {
 				if en.Dead {
-					letters = append(letters, letter[T]{seqs[0], id, rsub.topic, queue.DeadLetterOf(rsub.name, en)})
+					letters = append(letters, letter[T]{seqs[0], id, rsub.topic, core.DeadLetterOf(rsub.name, en)})
 					seqs = seqs[1:]
 				}
 			}

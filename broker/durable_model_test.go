@@ -14,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
@@ -77,8 +78,9 @@ func view(b *Broker[string]) (map[string][]held, []deadView) {
 	b.mu.Unlock()
 	slices.SortFunc(subs, func(x, y *Subscription[string]) int { return cmp.Compare(x.jid, y.jid) })
 	var dead []deadView
-	for _, dl := range b.dead.list() {
-		dead = append(dead, deadView{dl.Subscription, dl.Message.ID.String(), dl.Message.Payload, dl.LastError, dl.Reason, dl.Attempts, nanos(dl.At), dl.Place()})
+	for _, it := range b.dead.snapshot() {
+		dl := it.dl
+		dead = append(dead, deadView{dl.Subscription, dl.Message.ID.String(), dl.Message.Payload, dl.LastError, dl.Reason, dl.Attempts, nanos(dl.At), dl.Place})
 	}
 	var fresh []deadView // dead-lettered by the restart itself
 	out := map[string][]held{}
@@ -86,7 +88,7 @@ func view(b *Broker[string]) (map[string][]held, []deadView) {
 		es, thaw := s.q.Freeze()
 		thaw()
 		maxAttempts := s.q.Config().MaxAttempts
-		slices.SortFunc(es, func(x, y queue.Entry[string]) int { return cmp.Compare(x.Place, y.Place) })
+		slices.SortFunc(es, func(x, y core.Entry[string]) int { return cmp.Compare(x.Place, y.Place) })
 		var hs []held
 		for _, e := range es {
 			m := e.Message

@@ -6,6 +6,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -77,7 +78,7 @@ func (c *subConfig) fail(err error) {
 func WithClock(c clock.Clock) Option {
 	return brokerOption(func(cfg *config) {
 		if c == nil {
-			cfg.sub.fail(queue.Invalid("WithClock: nil clock"))
+			cfg.sub.fail(core.Invalid("WithClock: nil clock"))
 			return
 		}
 		cfg.clock = c
@@ -90,7 +91,7 @@ func WithClock(c clock.Clock) Option {
 func WithDeadLetterLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
-			cfg.sub.fail(queue.Invalid("WithDeadLetterLimit: n = %d, must be >= 1", n))
+			cfg.sub.fail(core.Invalid("WithDeadLetterLimit: n = %d, must be >= 1", n))
 			return
 		}
 		cfg.deadLetterLimit = n
@@ -103,7 +104,7 @@ func WithDeadLetterLimit(n int) Option {
 func WithDedupWindow(d time.Duration) Option {
 	return brokerOption(func(cfg *config) {
 		if d <= 0 {
-			cfg.sub.fail(queue.Invalid("WithDedupWindow: %v, must be > 0", d))
+			cfg.sub.fail(core.Invalid("WithDedupWindow: %v, must be > 0", d))
 			return
 		}
 		cfg.dedupWindow = d
@@ -119,7 +120,7 @@ func WithDedupWindow(d time.Duration) Option {
 func WithDedupLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
-			cfg.sub.fail(queue.Invalid("WithDedupLimit: %d, must be >= 1", n))
+			cfg.sub.fail(core.Invalid("WithDedupLimit: %d, must be >= 1", n))
 			return
 		}
 		cfg.dedupLimit = n
@@ -134,7 +135,7 @@ func WithDedupLimit(n int) Option {
 func WithMessageTTL(d time.Duration) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if d <= 0 {
-			c.fail(queue.Invalid("WithMessageTTL: %v, must be > 0", d))
+			c.fail(core.Invalid("WithMessageTTL: %v, must be > 0", d))
 			return
 		}
 		c.queue.TTL = d
@@ -166,7 +167,7 @@ func WithDeadLetterTopic(topic string) SubscribeOption {
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if d <= 0 {
-			c.fail(queue.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
+			c.fail(core.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 			return
 		}
 		c.queue.VisibilityTimeout = d
@@ -178,7 +179,7 @@ func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 func WithMaxAttempts(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
-			c.fail(queue.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
+			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 			return
 		}
 		c.queue.MaxAttempts = n
@@ -203,7 +204,7 @@ func WithRetry(p queue.RetryPolicy) SubscribeOption {
 func WithMaxQueue(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 {
-			c.fail(queue.Invalid("WithMaxQueue: %d, must be >= 1", n))
+			c.fail(core.Invalid("WithMaxQueue: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxQueue = n
@@ -215,7 +216,7 @@ func WithMaxQueue(n int) SubscribeOption {
 func WithOverflow(p queue.OverflowPolicy) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if p > queue.OverflowDropOldest {
-			c.fail(queue.Invalid("WithOverflow: %v, not a policy", p))
+			c.fail(core.Invalid("WithOverflow: %v, not a policy", p))
 			return
 		}
 		c.queue.Overflow = p
@@ -227,7 +228,7 @@ func WithOverflow(p queue.OverflowPolicy) SubscribeOption {
 func WithMaxInFlight(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 {
-			c.fail(queue.Invalid("WithMaxInFlight: %d, must be >= 1", n))
+			c.fail(core.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxInFlight = n
@@ -243,7 +244,7 @@ func WithMaxInFlight(n int) SubscribeOption {
 func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if f == nil {
-			c.fail(queue.Invalid("WithFilter: nil func"))
+			c.fail(core.Invalid("WithFilter: nil func"))
 			return
 		}
 		c.filter = f
@@ -289,43 +290,43 @@ func (c *publishConfig) apply(o PublishOption) error {
 	switch o.kind {
 	case optPriority:
 		if !o.priority.Valid() {
-			return queue.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
+			return core.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
 		}
 		c.priority = o.priority
 	case optHeaders:
 		c.headers = o.headers
 	case optDelay:
 		if o.delay < 0 {
-			return queue.Invalid("WithDelay: %v, must be >= 0", o.delay)
+			return core.Invalid("WithDelay: %v, must be >= 0", o.delay)
 		}
 		c.delay = o.delay
 	case optKey:
 		c.key = o.text
 	case optTTL:
 		if o.delay <= 0 {
-			return queue.Invalid("WithTTL: %v, must be > 0", o.delay)
+			return core.Invalid("WithTTL: %v, must be > 0", o.delay)
 		}
 		c.ttl = o.delay
 	case optDedup:
 		switch {
 		case o.text == "":
-			return queue.Invalid("WithDedupID: empty id")
+			return core.Invalid("WithDedupID: empty id")
 		case len(o.text) > MaxDedupID:
-			return queue.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
+			return core.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
 		}
 		c.dedupID = o.text
 	case optDedupIDs:
 		for i, id := range o.texts {
 			switch {
 			case id == "":
-				return queue.Invalid("WithDedupIDs: empty id at %d", i)
+				return core.Invalid("WithDedupIDs: empty id at %d", i)
 			case len(id) > MaxDedupID:
-				return queue.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
+				return core.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
 			}
 		}
 		c.dedupIDs = o.texts
 	default:
-		return queue.Invalid("zero PublishOption: make options with the With functions")
+		return core.Invalid("zero PublishOption: make options with the With functions")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -18,7 +19,7 @@ import (
 // Every method returns an error matching queue.ErrClosed once the
 // subscription is unsubscribed, its topic deleted or its broker closed.
 type Subscription[T any] struct {
-	q      *queue.Queue[T]
+	q      *core.Queue[T]
 	topic  string
 	name   string
 	filter atomic.Pointer[func(queue.Message[T]) bool] // nil: accept all
@@ -75,12 +76,15 @@ func (s *Subscription[T]) TryPollInto(dst []queue.Delivery[T]) (int, error) {
 	return s.q.TryPollInto(dst)
 }
 
-// Ack deletes the leased message. A late Ack (after the deadline) still
-// succeeds while the message has not been delivered again; see
-// queue.Queue.Ack for every case.
+// Ack deletes the leased message. It succeeds even after the deadline, as
+// long as the message has not been delivered again (a late ack saves a
+// duplicate and loses nothing). A lease whose message was delivered again
+// is queue.ErrLeaseExpired; one never issued here, or already acked,
+// dead-lettered or purged, is queue.ErrLeaseNotFound. Both change nothing.
 func (s *Subscription[T]) Ack(id lease.ID) error { return s.q.Ack(id) }
 
-// AckBatch acks many leases under one lock; see queue.Queue.AckBatch.
+// AckBatch acks many leases under one lock, each as Ack would; the
+// error joins those of the leases it could not ack.
 func (s *Subscription[T]) AckBatch(ids []lease.ID) error { return s.q.AckBatch(ids) }
 
 // Nack reports a failed attempt: the message is visible again after delay
@@ -129,6 +133,5 @@ func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
 // subscription closes. It does not move time: a delayed message (or a
 // retry waiting out its backoff) keeps the subscription busy until the
 // clock reaches it. A batch program runs its pool until the work is done
-// with poller's RunUntilIdle, which relies on this; see
-// queue.Queue.AwaitIdle.
+// with poller's RunUntilIdle, which relies on this.
 func (s *Subscription[T]) AwaitIdle(ctx context.Context) error { return s.q.AwaitIdle(ctx) }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -60,7 +61,7 @@ type Option func(*busConfig)
 func WithStream(name string) Option {
 	return func(c *busConfig) {
 		if name == "" {
-			c.err = queue.Invalid("WithStream: empty name")
+			c.err = core.Invalid("WithStream: empty name")
 		}
 		c.stream = name
 	}
@@ -72,7 +73,7 @@ func WithStream(name string) Option {
 func WithSubjectPrefix(p string) Option {
 	return func(c *busConfig) {
 		if p == "" {
-			c.err = queue.Invalid("WithSubjectPrefix: empty prefix")
+			c.err = core.Invalid("WithSubjectPrefix: empty prefix")
 		}
 		c.prefix = p
 	}
@@ -86,7 +87,7 @@ func WithMemoryStorage() Option { return func(c *busConfig) { c.storage = js.Mem
 func WithReplicas(n int) Option {
 	return func(c *busConfig) {
 		if n < 1 {
-			c.err = queue.Invalid("WithReplicas: %d, must be >= 1", n)
+			c.err = core.Invalid("WithReplicas: %d, must be >= 1", n)
 		}
 		c.replicas = n
 	}
@@ -99,7 +100,7 @@ func WithReplicas(n int) Option {
 // dropped, as the in-memory broker does.
 func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	if nc == nil {
-		return nil, queue.Invalid("jetstream.Open: nil connection")
+		return nil, core.Invalid("jetstream.Open: nil connection")
 	}
 	cfg := busConfig{stream: DefaultStream, prefix: DefaultSubjectPrefix, storage: js.FileStorage, replicas: 1}
 	for _, o := range opts {
@@ -143,11 +144,11 @@ func (b *Bus) JetStream() js.JetStream { return b.js }
 // dashes, so that it is one subject token and fits a consumer name.
 func validToken(kind, s string) error {
 	if s == "" {
-		return queue.Invalid("%s name is empty", kind)
+		return core.Invalid("%s name is empty", kind)
 	}
 	for _, r := range s {
 		if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return queue.Invalid("%s name %q: only letters, digits and '-' are allowed", kind, s)
+			return core.Invalid("%s name %q: only letters, digits and '-' are allowed", kind, s)
 		}
 	}
 	return nil
@@ -204,7 +205,7 @@ func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts .
 	}
 	codec, ok := codecFor[T](pc.codec)
 	if !ok {
-		return queue.Message[T]{}, queue.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
+		return queue.Message[T]{}, core.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
 	}
 	data, err := codec.Encode(payload)
 	if err != nil {
@@ -268,7 +269,7 @@ func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n 
 	}
 	codec, ok := codecFor[T](cfg.codec)
 	if !ok {
-		return nil, queue.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
+		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
 	oc, err := b.dlStream.OrderedConsumer(ctx, js.OrderedConsumerConfig{FilterSubjects: []string{b.DeadLetterSubject(topic, name)}})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
@@ -69,7 +70,7 @@ func newSubConfig(opts []SubscribeOption) (subConfig, error) {
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(queue.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
+			c.fail(core.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 		}
 		c.vis = d
 	}
@@ -81,7 +82,7 @@ func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 func WithMaxAttempts(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
-			c.fail(queue.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
+			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 		}
 		c.maxAttempts = n
 	}
@@ -103,7 +104,7 @@ func WithRetry(p queue.RetryPolicy) SubscribeOption {
 func WithMaxInFlight(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 {
-			c.fail(queue.Invalid("WithMaxInFlight: %d, must be >= 1", n))
+			c.fail(core.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 		}
 		c.maxInFlight = n
 	}
@@ -115,7 +116,7 @@ func WithMaxInFlight(n int) SubscribeOption {
 func WithPollSlice(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(queue.Invalid("WithPollSlice: %v, must be > 0", d))
+			c.fail(core.Invalid("WithPollSlice: %v, must be > 0", d))
 		}
 		c.pollSlice = d
 	}
@@ -126,7 +127,7 @@ func WithPollSlice(d time.Duration) SubscribeOption {
 func WithSettleTimeout(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(queue.Invalid("WithSettleTimeout: %v, must be > 0", d))
+			c.fail(core.Invalid("WithSettleTimeout: %v, must be > 0", d))
 		}
 		c.settleTimeout = d
 	}
@@ -199,7 +200,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	}
 	codec, ok := codecFor[T](cfg.codec)
 	if !ok {
-		return nil, queue.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
+		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
 	durable := topic + "_" + name
 	maxDeliver := cfg.maxAttempts
@@ -277,7 +278,7 @@ func (s *Subscription[T]) errClosed(op string) error {
 // returned.
 func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
 	if n < 1 {
-		return nil, queue.Invalid("Poll: n = %d, must be >= 1", n)
+		return nil, core.Invalid("Poll: n = %d, must be >= 1", n)
 	}
 	for {
 		if s.isClosed() {
@@ -432,7 +433,7 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 // (ReasonMaxAttempts) and terminated. It needs a live lease.
 func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error {
 	if delay < 0 {
-		return queue.Invalid("Nack: delay %v, must be >= 0", delay)
+		return core.Invalid("Nack: delay %v, must be >= 0", delay)
 	}
 	return s.fail("nack", id, delay, "nacked")
 }
@@ -514,7 +515,7 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 // + the visibility timeout. It needs a live lease.
 func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 	if timeout <= 0 {
-		return queue.Invalid("Extend: timeout %v, must be > 0", timeout)
+		return core.Invalid("Extend: timeout %v, must be > 0", timeout)
 	}
 	if s.isClosed() {
 		return s.errClosed("extend")

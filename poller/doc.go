@@ -4,7 +4,7 @@
 // run, and drains gracefully when asked to stop.
 //
 // The source is a small interface, Source, that a *broker.Subscription
-// and a *queue.Queue satisfy, and that another backend (a remote one
+// satisfies, and that another backend (a remote one
 // handing out its own lease IDs) can satisfy too. The poller imports
 // neither the broker nor any backend.
 //

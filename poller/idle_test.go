@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -18,7 +19,7 @@ import (
 // Both of leasebus's own sources can say when they are idle.
 var (
 	_ poller.IdleAwaiter = (*broker.Subscription[string])(nil)
-	_ poller.IdleAwaiter = (*queue.Queue[string])(nil)
+	_ poller.IdleAwaiter = (*core.Queue[string])(nil)
 )
 
 // startUntilIdle runs p.RunUntilIdle(ctx) in the background.
@@ -172,9 +173,9 @@ func TestRunUntilIdleEmptyReturnsAtOnce(t *testing.T) {
 	}
 }
 
-// A queue.Queue is a source too.
+// A core.Queue is a source too.
 func TestRunUntilIdleOnAQueue(t *testing.T) {
-	q, err := queue.New[int](queue.Config{}, nil)
+	q, err := core.New[int](queue.Config{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/internal/core"
 )
 
 // Defaults of the options' zero values.
@@ -53,7 +53,7 @@ func (c *config) fail(err error) {
 func WithWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(queue.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
+			c.fail(core.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.workers = n
@@ -66,7 +66,7 @@ func WithWorkers(n int) Option {
 func WithBatch(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(queue.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
+			c.fail(core.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.batch = n
@@ -82,7 +82,7 @@ func WithBatch(n int) Option {
 func WithMaxOutstanding(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(queue.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
+			c.fail(core.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
 			return
 		}
 		c.maxOutstanding = n
@@ -96,7 +96,7 @@ func WithMaxOutstanding(n int) Option {
 func WithHandlerTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail(queue.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
+			c.fail(core.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.handlerTimeout = d
@@ -116,11 +116,11 @@ func WithHandlerTimeout(d time.Duration) Option {
 func WithExtension(margin, limit time.Duration) Option {
 	return func(c *config) {
 		if margin < 0 {
-			c.fail(queue.Invalid("WithExtension: margin %v, must be >= 0", margin))
+			c.fail(core.Invalid("WithExtension: margin %v, must be >= 0", margin))
 			return
 		}
 		if limit < 0 && limit != NoExtension {
-			c.fail(queue.Invalid("WithExtension: limit %v, must be >= 0 or NoExtension", limit))
+			c.fail(core.Invalid("WithExtension: limit %v, must be >= 0 or NoExtension", limit))
 			return
 		}
 		c.margin, c.maxExtension = margin, limit
@@ -134,7 +134,7 @@ func WithExtension(margin, limit time.Duration) Option {
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail(queue.Invalid("WithDrainTimeout: %v, must be >= 0", d))
+			c.fail(core.Invalid("WithDrainTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.drainTimeout = d
@@ -145,12 +145,12 @@ func WithDrainTimeout(d time.Duration) Option {
 // extension, handler timeouts, drain timeout and error backoff. It must be
 // the clock of the source, since lease deadlines come from there. The
 // default is the source's own clock when the source reports one through a
-// Config() queue.Config method (a *broker.Subscription or *queue.Queue
-// does), else the real clock. nil is invalid.
+// Config() queue.Config method (a *broker.Subscription does), else the
+// real clock. nil is invalid.
 func WithClock(clk clock.Clock) Option {
 	return func(c *config) {
 		if clk == nil {
-			c.fail(queue.Invalid("WithClock: nil clock"))
+			c.fail(core.Invalid("WithClock: nil clock"))
 			return
 		}
 		c.clock = clk

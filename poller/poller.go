@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
@@ -19,7 +20,7 @@ import (
 )
 
 // Source is what a Poller pulls from: a *broker.Subscription or a
-// *queue.Queue, or another backend that hands out leased deliveries.
+// JetStream subscription, or another backend that hands out leased deliveries.
 // Its methods must be safe for concurrent use and mean what they mean on
 // a broker.Subscription: Poll blocks until at least one delivery is ready,
 // ctx is done (returning an error) or the source closes (an error matching
@@ -90,15 +91,15 @@ type Poller[T any] struct {
 // option, is an error matching queue.ErrInvalidArgument.
 func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error) {
 	if src == nil {
-		return nil, queue.Invalid("poller.New: nil source")
+		return nil, core.Invalid("poller.New: nil source")
 	}
 	if h == nil {
-		return nil, queue.Invalid("poller.New: nil handler")
+		return nil, core.Invalid("poller.New: nil handler")
 	}
 	var cfg config
 	for i, o := range opts {
 		if o == nil {
-			return nil, queue.Invalid("poller.New: option %d is nil", i)
+			return nil, core.Invalid("poller.New: option %d is nil", i)
 		}
 		o(&cfg)
 	}
@@ -115,7 +116,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		cfg.maxOutstanding = cfg.workers
 	}
 	if cfg.maxOutstanding < cfg.workers {
-		return nil, queue.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
+		return nil, core.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
 	}
 	if cfg.drainTimeout == 0 {
 		cfg.drainTimeout = DefaultDrainTimeout
@@ -137,7 +138,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		f, ok := cfg.observer.(func(Event[T]))
 		if !ok {
 			var zero T
-			return nil, queue.Invalid("WithObserver: %T does not take the poller's Event[%T]", cfg.observer, any(zero))
+			return nil, core.Invalid("WithObserver: %T does not take the poller's Event[%T]", cfg.observer, any(zero))
 		}
 		p.observe = f
 	}
@@ -185,7 +186,7 @@ func (p *Poller[T]) Stats() Stats {
 // returns ErrRunning. A nil ctx is an invalid argument.
 func (p *Poller[T]) Run(ctx context.Context) error {
 	if ctx == nil {
-		return queue.Invalid("Run: nil context")
+		return core.Invalid("Run: nil context")
 	}
 	return p.run(ctx, nil)
 }
@@ -194,7 +195,7 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 // nothing: AwaitIdle blocks until no message is visible, delayed, held
 // back or in flight, returning nil then, ctx's error if ctx ends first, or
 // an error matching queue.ErrClosed if the source closes. A
-// *broker.Subscription and a *queue.Queue implement it. RunUntilIdle needs
+// *broker.Subscription implements it. RunUntilIdle needs
 // it.
 type IdleAwaiter interface {
 	AwaitIdle(ctx context.Context) error
@@ -224,11 +225,11 @@ type IdleAwaiter interface {
 // RunUntilIdle is active it returns ErrRunning.
 func (p *Poller[T]) RunUntilIdle(ctx context.Context) error {
 	if ctx == nil {
-		return queue.Invalid("RunUntilIdle: nil context")
+		return core.Invalid("RunUntilIdle: nil context")
 	}
 	ia, ok := p.src.(IdleAwaiter)
 	if !ok {
-		return queue.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
+		return core.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
 	}
 	return p.run(ctx, ia)
 }

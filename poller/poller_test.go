@@ -14,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -22,9 +23,9 @@ import (
 // Both of leasebus's own sources satisfy the interfaces.
 var (
 	_ poller.Source[string] = (*broker.Subscription[string])(nil)
-	_ poller.Source[string] = (*queue.Queue[string])(nil)
+	_ poller.Source[string] = (*core.Queue[string])(nil)
 	_ poller.Rejecter       = (*broker.Subscription[string])(nil)
-	_ poller.Rejecter       = (*queue.Queue[string])(nil)
+	_ poller.Rejecter       = (*core.Queue[string])(nil)
 )
 
 var epoch = time.Unix(0, 0)

@@ -7,7 +7,7 @@ import (
 	"github.com/benbjohnson/clock"
 )
 
-// Defaults of Config's zero fields.
+// Defaults of Config's zero fields (a subscription's settings).
 const (
 	DefaultVisibilityTimeout = 30 * time.Second // as SQS
 	DefaultMaxAttempts       = 5
@@ -58,8 +58,9 @@ func (p OverflowPolicy) String() string {
 	return fmt.Sprintf("OverflowPolicy(%d)", uint8(p))
 }
 
-// Config configures a Queue. The zero value of every field means its
-// documented default.
+// Config is a subscription's settings (its queue's), as the broker's
+// options set them and Subscription.Config reports them. The zero value of
+// every field means its documented default.
 type Config struct {
 	// Name names the subscription in errors and dead letters.
 	Name string
@@ -109,21 +110,4 @@ func (c Config) Validate() error {
 		return invalid("TTL = %v, must be >= 0", c.TTL)
 	}
 	return c.Retry.Validate()
-}
-
-// withDefaults fills the zero fields.
-func (c Config) withDefaults() Config {
-	if c.Clock == nil {
-		c.Clock = clock.New()
-	}
-	if c.VisibilityTimeout == 0 {
-		c.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
-	}
-	if c.MaxQueue == 0 {
-		c.MaxQueue = DefaultMaxQueue
-	}
-	return c
 }

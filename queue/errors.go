@@ -65,8 +65,3 @@ func (e *FullError) Unwrap() []error {
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
-
-// Invalid returns an error matching ErrInvalidArgument that names what is
-// wrong. Packages built on queue use it so every invalid argument in
-// leasebus matches the one sentinel.
-func Invalid(format string, args ...any) error { return invalid(format, args...) }

@@ -1,7 +1,6 @@
 package queue_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -33,20 +32,4 @@ func ExampleDeduper() {
 	// charged card, attempt 2
 	// attempt 2 ran: true err: <nil>
 	// attempt 3 ran: false err: <nil>
-}
-
-// A Queue works on its own, without a broker: Offer stores, Poll leases.
-func ExampleNew() {
-	ctx := context.Background()
-	q, _ := queue.New[string](queue.Config{Name: "solo", MaxAttempts: 3}, func(dl queue.DeadLetter[string]) {
-		fmt.Println("dead:", dl.Message.Payload, dl.Reason)
-	})
-	defer q.Close()
-	q.Offer(ctx, &queue.Message[string]{Payload: "hello"}, 0)
-	ds, _ := q.Poll(ctx, 1)
-	q.Reject(ds[0].LeaseID, errors.New("not today"))
-	fmt.Printf("%+v\n", q.Stats())
-	// Output:
-	// dead: hello rejected
-	// {Visible:0 Delayed:0 InFlight:0 HeldBack:0 Published:1 Delivered:1 Acked:0 Redelivered:0 DeadLettered:1 Dropped:0 Redriven:0 Rejected:0}
 }

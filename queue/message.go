@@ -56,10 +56,6 @@ type DeadLetter[T any] struct {
 	// KeyContinued is true for a message with an ordering key when later
 	// messages of that key were waiting behind it: they went on without it.
 	KeyContinued bool
-
-	origin uint64        // the scope of the queue that dead-lettered it
-	place  uint64        // its place (publish sequence) in that queue
-	ttl    time.Duration // its time to live, counted again from a redrive
 }
 
 // Stats is a snapshot of one subscription's queue. Visible, Delayed and
@@ -98,8 +94,6 @@ const (
 	PriorityHigh     Priority = 1
 	PriorityCritical Priority = 2
 )
-
-const numPriorities = 4
 
 // Valid reports whether p is one of the four priorities.
 func (p Priority) Valid() bool { return p >= PriorityLow && p <= PriorityCritical }

@@ -1,4 +1,4 @@
-package queue
+package core
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -48,87 +47,6 @@ func TestConfigValidate(t *testing.T) {
 func nan() float64 { z := 0.0; return z / z }
 func inf() float64 { z := 0.0; return 1 / z }
 
-func TestRetryPolicyDelay(t *testing.T) {
-	half := func() float64 { return 0.5 }
-	for _, tc := range []struct {
-		p       RetryPolicy
-		attempt int
-		want    time.Duration
-	}{
-		{RetryPolicy{}, 1, time.Second},
-		{RetryPolicy{}, 2, 2 * time.Second},
-		{RetryPolicy{}, 7, time.Minute}, // 64s capped
-		{RetryPolicy{}, 0, time.Second},
-		{RetryPolicy{}, 10_000, time.Minute}, // overflow-safe
-		{RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 3}, 3, 900 * time.Millisecond},
-		{RetryPolicy{Initial: 100 * time.Millisecond, Max: time.Second, Multiplier: 3}, 4, time.Second},
-		{RetryPolicy{Initial: 2 * time.Minute}, 1, 2 * time.Minute}, // Initial above the default cap
-		{RetryPolicy{Jitter: 0.5, Rand: half}, 1, 750 * time.Millisecond},
-		{RetryPolicy{Jitter: 1, Rand: half}, 2, time.Second},
-		{RetryPolicy{NoBackoff: true}, 5, 0},
-	} {
-		if got := tc.p.Delay(tc.attempt); got != tc.want {
-			t.Errorf("%+v.Delay(%d) = %v, want %v", tc.p, tc.attempt, got, tc.want)
-		}
-	}
-}
-
-func TestRetryJitterStaysInRange(t *testing.T) {
-	p := RetryPolicy{Jitter: 0.3}
-	for range 1000 {
-		if d := p.Delay(1); d < 700*time.Millisecond || d > time.Second {
-			t.Fatalf("Delay = %v out of [700ms, 1s]", d)
-		}
-	}
-}
-
-func TestHeaders(t *testing.T) {
-	src := map[string]string{"b": "2", "a": "1"}
-	h := NewHeaders(src)
-	src["a"] = "changed"
-	if h.Get("a") != "1" || h.Len() != 2 || h.Get("zz") != "" {
-		t.Errorf("headers = %v", h)
-	}
-	if _, ok := h.Lookup("b"); !ok {
-		t.Error("Lookup(b)")
-	}
-	var keys []string
-	for k := range h.All() {
-		keys = append(keys, k)
-	}
-	if !slices.Equal(keys, []string{"a", "b"}) {
-		t.Errorf("All yields %v, want sorted keys", keys)
-	}
-	m := h.Map()
-	m["a"] = "mutated"
-	if h.Get("a") != "1" {
-		t.Error("Map is not a copy")
-	}
-	if (Headers{}).Len() != 0 || h.String() != "map[a:1 b:2]" {
-		t.Errorf("String = %q", h.String())
-	}
-}
-
-func TestPriorityAndReasonStrings(t *testing.T) {
-	for p, want := range map[Priority]string{PriorityLow: "low", PriorityNormal: "normal", PriorityHigh: "high", PriorityCritical: "critical", 9: "Priority(9)"} {
-		if p.String() != want {
-			t.Errorf("%d.String() = %q", p, p.String())
-		}
-	}
-	for r, want := range map[Reason]string{ReasonMaxAttempts: "max-attempts", ReasonOverflow: "overflow", ReasonExpired: "expired", ReasonRejected: "rejected", 0: "Reason(0)"} {
-		if r.String() != want {
-			t.Errorf("%d.String() = %q", r, r.String())
-		}
-	}
-	for p, want := range map[OverflowPolicy]string{OverflowDeadLetter: "dead-letter", OverflowReject: "reject", OverflowBlock: "block", OverflowDropOldest: "drop-oldest", 7: "OverflowPolicy(7)"} {
-		if p.String() != want {
-			t.Errorf("%d.String() = %q", p, p.String())
-		}
-	}
-}
-
-// TestReadyOrder checks the lanes against a sort by (priority desc, place)
-// for random pushes of fresh and returning entries.
 func TestReadyOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r ready[int]
@@ -168,66 +86,11 @@ func TestReadyOrder(t *testing.T) {
 	}
 }
 
-func TestDeduper(t *testing.T) {
-	d, err := NewDeduper(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b, c := uuid.New(), uuid.New(), uuid.New()
-	calls := 0
-	ok := func() error { calls++; return nil }
-	fail := func() error { calls++; return errors.New("boom") }
-
-	if ran, err := d.Do(a, fail); !ran || err == nil {
-		t.Errorf("failed first run: %v %v", ran, err)
-	}
-	if d.Seen(a) {
-		t.Error("a failure was recorded")
-	}
-	if ran, err := d.Do(a, ok); !ran || err != nil {
-		t.Errorf("retry: %v %v", ran, err)
-	}
-	if ran, err := d.Do(a, ok); ran || err != nil {
-		t.Errorf("duplicate ran: %v %v", ran, err)
-	}
-	d.Do(b, ok)
-	d.Do(c, ok) // evicts a
-	if d.Seen(a) || !d.Seen(c) || d.Len() != 2 {
-		t.Errorf("eviction: seen(a)=%v seen(c)=%v len=%d", d.Seen(a), d.Seen(c), d.Len())
-	}
-	if calls != 4 {
-		t.Errorf("calls = %d", calls)
-	}
-
-	inner := make(chan struct{})
-	release := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Do(a, func() error { close(inner); <-release; return nil })
-	}()
-	<-inner
-	if _, err := d.Do(a, ok); !errors.Is(err, ErrInProgress) {
-		t.Errorf("concurrent duplicate: %v", err)
-	}
-	close(release)
-	<-done
-
-	if _, err := NewDeduper(0); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("NewDeduper(0) = %v", err)
-	}
-	if _, err := d.Do(a, nil); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("Do(nil) = %v", err)
-	}
-}
-
-// TestStateReturnsToEmpty checks white-box that acked, dead-lettered,
-// dropped and redriven messages leave nothing behind.
 func TestStateReturnsToEmpty(t *testing.T) {
 	mock := clock.NewMock()
-	var dead []DeadLetter[int]
+	var dead []Letter[int]
 	q, err := New(Config{Clock: mock, MaxAttempts: 2, MaxQueue: 50, Overflow: OverflowDropOldest, VisibilityTimeout: time.Second},
-		func(dl DeadLetter[int]) { dead = append(dead, dl) })
+		func(dl Letter[int]) { dead = append(dead, dl) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,6 +189,6 @@ func (r *countingRecorder) Delivered([]Delivery[int])                {}
 func (r *countingRecorder) Retried(*Message[int], time.Time, string) {}
 func (r *countingRecorder) Released(*Message[int])                   {}
 func (r *countingRecorder) Removed(*Message[int])                    {}
-func (r *countingRecorder) DeadLettered(DeadLetter[int])             {}
+func (r *countingRecorder) DeadLettered(Letter[int])                 {}
 func (r *countingRecorder) Purged()                                  {}
 func (r *countingRecorder) Commit() error                            { r.commits++; return nil }

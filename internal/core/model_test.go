@@ -1,4 +1,4 @@
-package queue
+package core
 
 // A reference model of one queue, driven side by side with the real Queue.
 //
@@ -35,6 +35,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // ---------------------------------------------------------------- operations
@@ -284,7 +285,7 @@ type mEntry struct {
 
 // mDead is a dead letter the model expects, with what a redrive needs.
 type mDead struct {
-	dl    DeadLetter[int] // public fields only
+	dl    queue.DeadLetter[int] // public fields only
 	place uint64
 	ttl   time.Duration
 }
@@ -384,7 +385,7 @@ func (m *model) deadLetter(now time.Time, e *mEntry, reason Reason) {
 		}
 	}
 	m.dead = append(m.dead, mDead{
-		dl: DeadLetter[int]{
+		dl: queue.DeadLetter[int]{
 			Subscription: m.cfg.Name, Message: *e.msg, Reason: reason, Attempts: e.attempt,
 			LastError: e.lastErr, At: now, KeyContinued: continued,
 		},
@@ -549,7 +550,7 @@ func (m *model) offer(at time.Time, msg *Message[int], delay, ttl time.Duration)
 		m.stats.DeadLettered++
 		m.nextPlace++ // its publish order, kept by a redrive: after everything held
 		m.dead = append(m.dead, mDead{
-			dl:    DeadLetter[int]{Subscription: m.cfg.Name, Message: *msg, Reason: ReasonOverflow, At: at},
+			dl:    queue.DeadLetter[int]{Subscription: m.cfg.Name, Message: *msg, Reason: ReasonOverflow, At: at},
 			place: m.nextPlace, ttl: ttl,
 		})
 		return nil
@@ -752,7 +753,7 @@ type attemptTrack struct {
 }
 
 type deadPair struct {
-	real DeadLetter[int]
+	real Letter[int]
 	exp  mDead
 }
 
@@ -763,8 +764,8 @@ type harness struct {
 	clk    driver
 	q      *Queue[int]
 	m      *model
-	got    []DeadLetter[int] // delivered to onDead, not yet compared
-	dead   []deadPair        // dead letters not yet redriven
+	got    []Letter[int] // delivered to onDead, not yet compared
+	dead   []deadPair    // dead letters not yet redriven
 	leases []*leaseRec
 	seen   map[lease.ID]bool
 	lseq   map[*mEntry]uint64
@@ -793,7 +794,7 @@ func newHarness(t tester, cfgBytes [configBytes]byte, clk driver) *harness {
 	}
 	cfg := rc.cfg
 	cfg.Clock = clk
-	q, err := New(cfg, func(dl DeadLetter[int]) { h.got = append(h.got, dl) })
+	q, err := New(cfg, func(dl Letter[int]) { h.got = append(h.got, dl) })
 	if err != nil {
 		t.Fatalf("New(%v): %v", rc, err)
 	}
@@ -1289,8 +1290,8 @@ func (h *harness) redrive(o op, now time.Time) {
 		msg := Message[int]{ID: payloadID(p), Payload: p, Priority: Priority(int(o.A%4) - 1), Key: key}
 		h.logf("%v: Redrive foreign msg %d prio %v key %q", o, p, msg.Priority, key)
 		h.track[p] = &attemptTrack{}
-		dl := DeadLetter[int]{Subscription: "elsewhere", Message: msg, Reason: ReasonMaxAttempts, Attempts: 3}
-		h.sameErr("Redrive foreign", h.q.Redrive(dl), h.m.redrive(now, mDead{dl: dl}, false))
+		dl := Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: msg, Reason: ReasonMaxAttempts, Attempts: 3}}
+		h.sameErr("Redrive foreign", h.q.Redrive(dl), h.m.redrive(now, mDead{dl: dl.DeadLetter}, false))
 		return
 	}
 	if len(h.dead) == 0 {
@@ -1409,8 +1410,8 @@ func (h *harness) bad(o op, now time.Time) {
 		}
 	case 6:
 		calls = []call{
-			{"Redrive(priority 9)", h.q.Redrive(DeadLetter[int]{Message: Message[int]{Priority: 9}}), ErrInvalidArgument},
-			{"Redrive(priority MinInt8)", h.q.Redrive(DeadLetter[int]{Message: Message[int]{Priority: math.MinInt8}}), ErrInvalidArgument},
+			{"Redrive(priority 9)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: Message[int]{Priority: 9}}}), ErrInvalidArgument},
+			{"Redrive(priority MinInt8)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: Message[int]{Priority: math.MinInt8}}}), ErrInvalidArgument},
 		}
 	case 7:
 		_, e1 := h.q.Poll(ctx, 0)
@@ -1487,7 +1488,7 @@ func (h *harness) compareDead() {
 			d.Message.Priority != w.Message.Priority || d.Message.Key != w.Message.Key ||
 			d.Reason != w.Reason || d.Attempts != w.Attempts || d.LastError != w.LastError ||
 			!d.At.Equal(w.At) || d.KeyContinued != w.KeyContinued {
-			h.fail("dead letter %d:\n got  %s\n want %s", i, dlString(d), dlString(w))
+			h.fail("dead letter %d:\n got  %s\n want %s", i, dlString(d.DeadLetter), dlString(w))
 		}
 		h.dead = append(h.dead, deadPair{real: d, exp: exp[i]})
 		h.cover["dead letter:"+d.Reason.String()]++
@@ -1497,7 +1498,7 @@ func (h *harness) compareDead() {
 	}
 }
 
-func dlString(d DeadLetter[int]) string {
+func dlString(d queue.DeadLetter[int]) string {
 	return fmt.Sprintf("{sub %q msg %d prio %v key %q reason %v attempts %d lastErr %q at %v keyContinued %v}",
 		d.Subscription, d.Message.Payload, d.Message.Priority, d.Message.Key, d.Reason, d.Attempts, d.LastError, d.At, d.KeyContinued)
 }

@@ -1,4 +1,4 @@
-package queue
+package core
 
 // Minimal reproductions of the bugs the model found (see model_test.go),
 // kept as regression tests: fixed in b4e5c2b.
@@ -12,15 +12,17 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/lease"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
-func newMockQueue(t *testing.T, cfg Config) (*Queue[int], *clock.Mock, *[]DeadLetter[int]) {
+func newMockQueue(t *testing.T, cfg Config) (*Queue[int], *clock.Mock, *[]Letter[int]) {
 	t.Helper()
 	mock := clock.NewMock()
 	mock.Set(modelEpoch)
 	cfg.Clock = mock
-	var dead []DeadLetter[int]
-	q, err := New(cfg, func(dl DeadLetter[int]) { dead = append(dead, dl) })
+	var dead []Letter[int]
+	q, err := New(cfg, func(dl Letter[int]) { dead = append(dead, dl) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func TestRedrivenOverflowDeadLetterKeepsItsPlace(t *testing.T) {
 // dead letter redriven into a queue with a TTL used to get none.
 func TestForeignRedriveGetsConfigTTL(t *testing.T) {
 	q, mock, dead := newMockQueue(t, Config{TTL: time.Second})
-	if err := q.Redrive(DeadLetter[int]{Subscription: "elsewhere", Message: Message[int]{Payload: 7}}); err != nil {
+	if err := q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: Message[int]{Payload: 7}}}); err != nil {
 		t.Fatal(err)
 	}
 	mock.Add(time.Second - 1)

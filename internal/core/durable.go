@@ -1,9 +1,11 @@
-package queue
+package core
 
 import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // This file is the queue's side of durability: the hooks a durable store
@@ -36,7 +38,7 @@ type Recorder[T any] interface {
 	// Removed: a message is gone (acked, or dropped by OverflowDropOldest).
 	Removed(m *Message[T])
 	// DeadLettered: a message left the queue as a dead letter.
-	DeadLettered(dl DeadLetter[T])
+	DeadLettered(dl Letter[T])
 	// Purged: every message the queue held is gone.
 	Purged()
 	// Commit is called without the queue's lock before a call that
@@ -76,7 +78,7 @@ func WithNote(v any) OfferOption { return OfferOption{kind: offerNote, note: v} 
 func WithDeferredCommit() OfferOption { return OfferOption{kind: offerDeferred} }
 
 // NewRecorded is New with a Recorder that is told of every change.
-func NewRecorded[T any](cfg Config, onDead func(DeadLetter[T]), rec Recorder[T]) (*Queue[T], error) {
+func NewRecorded[T any](cfg Config, onDead func(Letter[T]), rec Recorder[T]) (*Queue[T], error) {
 	q, err := New(cfg, onDead)
 	if err != nil {
 		return nil, err
@@ -84,14 +86,6 @@ func NewRecorded[T any](cfg Config, onDead func(DeadLetter[T]), rec Recorder[T])
 	q.rec = rec
 	return q, nil
 }
-
-// Place returns the dead letter's place in its subscription's order
-// (priority, then publish sequence), which a redrive keeps.
-func (dl DeadLetter[T]) Place() uint64 { return dl.place }
-
-// TTL returns the dead letter's time to live, counted again from a redrive
-// (0: none).
-func (dl DeadLetter[T]) TTL() time.Duration { return dl.ttl }
 
 // Restore puts back what a durable store logged, into a queue that has not
 // been used yet (it may be called more than once before that). Live entries
@@ -106,12 +100,12 @@ func (dl DeadLetter[T]) TTL() time.Duration { return dl.ttl }
 // store restoring many queues routes them and commits once all are back.
 // It ignores the MaxQueue bound (nothing recovered is dropped) and returns
 // ErrClosed on a closed queue.
-func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
+func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 	now, err := q.lock()
 	if err != nil {
 		return nil, err
 	}
-	var dead []DeadLetter[T]
+	var dead []Letter[T]
 	live := make([]Entry[T], 0, len(es))
 	for _, r := range es {
 		q.nextSeq = max(q.nextSeq, r.Place)
@@ -158,10 +152,13 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]DeadLetter[T], error) {
 // store restoring a dead letter whose subscription is gone: a Redrive
 // treats it as coming from another queue. (Restore makes the dead letters
 // of a queue that still exists.)
-func DeadLetterOf[T any](sub string, e Entry[T]) DeadLetter[T] {
-	return DeadLetter[T]{
-		Subscription: sub, Message: *e.Message, Reason: e.Reason, Attempts: e.Attempts,
-		LastError: e.LastError, At: e.DeadAt, place: e.Place, ttl: e.TTL,
+func DeadLetterOf[T any](sub string, e Entry[T]) Letter[T] {
+	return Letter[T]{
+		DeadLetter: queue.DeadLetter[T]{
+			Subscription: sub, Message: *e.Message, Reason: e.Reason, Attempts: e.Attempts,
+			LastError: e.LastError, At: e.DeadAt,
+		},
+		Place: e.Place, TTL: e.TTL,
 	}
 }
 
@@ -200,7 +197,7 @@ func (q *Queue[T]) Reconfigure(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	cfg = cfg.withDefaults()
+	cfg = withDefaults(cfg)
 	if _, err := q.lock(); err != nil {
 		return err
 	}

@@ -1,11 +1,12 @@
-// Package queue is one subscription's queue: the message envelope,
-// priorities, the bounded ready lanes, the delayed heap, the in-flight
-// table, attempts, retry backoff, dead-lettering and the blocking Poll.
+// Package core is one subscription's queue: priorities, the bounded ready
+// lanes, the delayed heap, the in-flight table, attempts, retry backoff,
+// dead-lettering and the blocking Poll, with the hooks a durable broker
+// needs (a Recorder, Restore, Freeze). Its words are package queue's.
 //
-// A Queue owns its lock and its wake-ups; the lease package below it is pure
-// data. Package broker builds topics and fan-out on top of it; most users
-// meet a Queue through a broker.Subscription, which has the same methods.
-package queue
+// A Queue owns its lock and its wake-ups; the lease heap below it is pure
+// data. Package broker builds topics and fan-out on top of it; users meet a
+// Queue through a broker.Subscription.
+package core
 
 import (
 	"cmp"
@@ -23,6 +24,7 @@ import (
 	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // chunk is how many entries the arena allocates at once.
@@ -36,9 +38,9 @@ const errExpiredText = vocab.LeaseExpired
 type Queue[T any] struct {
 	cfg    Config // immutable after New; defaults filled in
 	clock  clock.Clock
-	scope  uint64              // the scope of every lease ID this queue issues
-	onDead func(DeadLetter[T]) // receives dead letters, called outside the lock; may be nil
-	rec    Recorder[T]         // told of every change (durable mode); nil in memory
+	scope  uint64          // the scope of every lease ID this queue issues
+	onDead func(Letter[T]) // receives dead letters, called outside the lock; may be nil
+	rec    Recorder[T]     // told of every change (durable mode); nil in memory
 
 	mu       sync.Mutex // guards everything below
 	closed   bool
@@ -55,7 +57,7 @@ type Queue[T any] struct {
 	heldBack int                     // entries held back behind their key's head
 	nextSeq  uint64                  // the last place handed out
 	stats    Stats                   // the counters; Stats fills in the gauges
-	pending  []DeadLetter[T]         // dead letters to hand to onDead after unlocking
+	pending  []Letter[T]             // dead letters to hand to onDead after unlocking
 	dirty    bool                    // something was recorded since the last unlock
 
 	wake   chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
@@ -68,11 +70,11 @@ type Queue[T any] struct {
 // New returns an empty queue. onDead, if not nil, receives every message the
 // queue dead-letters, in order, outside the queue's lock (it may call back
 // into the queue); with a nil onDead dead letters are only counted.
-func New[T any](cfg Config, onDead func(DeadLetter[T])) (*Queue[T], error) {
+func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = withDefaults(cfg)
 	q := &Queue[T]{
 		cfg:    cfg,
 		clock:  cfg.Clock,
@@ -226,14 +228,14 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			q.stats.Published++
 			q.stats.DeadLettered++
 			q.nextSeq++ // its place, had it fitted: a redrive puts it there
-			dl := DeadLetter[T]{
-				Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now,
-				origin: q.scope, place: q.nextSeq, ttl: ttl,
+			dl := Letter[T]{
+				DeadLetter: queue.DeadLetter[T]{Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now},
+				origin:     q.scope, Place: q.nextSeq, TTL: ttl,
 			}
 			q.pending = append(q.pending, dl)
 			if q.rec != nil {
 				q.dirty = true
-				q.rec.Offered(Entry[T]{Message: m, Place: dl.place, TTL: ttl}, note)
+				q.rec.Offered(Entry[T]{Message: m, Place: dl.Place, TTL: ttl}, note)
 				q.rec.DeadLettered(dl)
 			}
 			return q.unlockOffer(deferred)
@@ -256,7 +258,7 @@ func (q *Queue[T]) unlockOffer(deferred bool) error {
 // its place (priority and publish order); one from elsewhere queues as if
 // just published. It never blocks, drops or dead-letters: when the queue
 // is full it returns an error matching ErrQueueFull and changes nothing.
-func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
+func (q *Queue[T]) Redrive(dl Letter[T]) error {
 	if !dl.Message.Priority.Valid() {
 		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
 	}
@@ -275,7 +277,7 @@ func (q *Queue[T]) Redrive(dl DeadLetter[T]) error {
 	e := q.newEntryLocked(&m)
 	ttl := q.cfg.TTL // a stranger queues as if just published here
 	if dl.origin == q.scope {
-		e.place, ttl = dl.place, dl.ttl
+		e.place, ttl = dl.Place, dl.TTL
 	}
 	if ttl > 0 {
 		e.ttl, e.expiresAt = ttl, now.Add(ttl)
@@ -988,17 +990,19 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 	if kq := q.keys[e.key]; e.key != "" && kq != nil {
 		continued = kq.hasAfter(e.place)
 	}
-	dl := DeadLetter[T]{
-		Subscription: q.cfg.Name,
-		Message:      *e.msg,
-		Reason:       reason,
-		Attempts:     e.attempt,
-		LastError:    e.lastErr,
-		At:           now,
-		KeyContinued: continued,
-		origin:       q.scope,
-		place:        e.place,
-		ttl:          e.ttl,
+	dl := Letter[T]{
+		DeadLetter: queue.DeadLetter[T]{
+			Subscription: q.cfg.Name,
+			Message:      *e.msg,
+			Reason:       reason,
+			Attempts:     e.attempt,
+			LastError:    e.lastErr,
+			At:           now,
+			KeyContinued: continued,
+		},
+		origin: q.scope,
+		Place:  e.place,
+		TTL:    e.ttl,
 	}
 	q.pending = append(q.pending, dl)
 	if q.rec != nil {

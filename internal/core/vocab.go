@@ -1,0 +1,76 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// The words of package queue, as this package's code spells them.
+type (
+	Message[T any]  = queue.Message[T]
+	Delivery[T any] = queue.Delivery[T]
+	Stats           = queue.Stats
+	Priority        = queue.Priority
+	Reason          = queue.Reason
+	Headers         = queue.Headers
+	RetryPolicy     = queue.RetryPolicy
+	OverflowPolicy  = queue.OverflowPolicy
+	FullError       = queue.FullError
+	Config          = queue.Config
+)
+
+const (
+	PriorityLow      = queue.PriorityLow
+	PriorityNormal   = queue.PriorityNormal
+	PriorityHigh     = queue.PriorityHigh
+	PriorityCritical = queue.PriorityCritical
+	numPriorities    = int(PriorityCritical-PriorityLow) + 1
+
+	ReasonMaxAttempts = queue.ReasonMaxAttempts
+	ReasonOverflow    = queue.ReasonOverflow
+	ReasonExpired     = queue.ReasonExpired
+	ReasonRejected    = queue.ReasonRejected
+
+	OverflowDeadLetter = queue.OverflowDeadLetter
+	OverflowReject     = queue.OverflowReject
+	OverflowBlock      = queue.OverflowBlock
+	OverflowDropOldest = queue.OverflowDropOldest
+
+	UnlimitedAttempts        = queue.UnlimitedAttempts
+	DefaultVisibilityTimeout = queue.DefaultVisibilityTimeout
+	DefaultMaxAttempts       = queue.DefaultMaxAttempts
+	DefaultMaxQueue          = queue.DefaultMaxQueue
+)
+
+// The errors of package queue (the same values: errors.Is matches them).
+var (
+	ErrLeaseExpired    = queue.ErrLeaseExpired
+	ErrLeaseNotFound   = queue.ErrLeaseNotFound
+	ErrClosed          = queue.ErrClosed
+	ErrQueueFull       = queue.ErrQueueFull
+	ErrInvalidArgument = queue.ErrInvalidArgument
+)
+
+// NewHeaders is queue.NewHeaders.
+func NewHeaders(m map[string]string) Headers { return queue.NewHeaders(m) }
+
+// Letter is a dead letter with what a redrive needs to put it back where
+// it was: its place (publish sequence) in the queue that dead-lettered it,
+// and its time to live, counted again from the redrive. The broker keeps
+// Letters in its store and shows users their DeadLetter.
+type Letter[T any] struct {
+	queue.DeadLetter[T]
+	Place  uint64
+	TTL    time.Duration
+	origin uint64 // the scope of the queue that dead-lettered it
+}
+
+// Invalid returns an error matching queue.ErrInvalidArgument that says
+// what is wrong; the broker, the poller and other backends use it too.
+func Invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", queue.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+func invalid(format string, args ...any) error { return Invalid(format, args...) }
