@@ -1,0 +1,154 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// record appends one broker-level record built by fill.
+func (st *store[T]) record(fill func(e *enc)) {
+	st.mu.Lock()
+	st.e.b = st.e.b[:0]
+	fill(&st.e)
+	st.j.Append(st.e.b)
+	st.mu.Unlock()
+}
+
+// recordDedup appends a dedup record: topic, ID, and the message's
+// envelope, or only its ID (ref) if a put of it is in the journal already.
+func (st *store[T]) recordDedup(topic, id string, env []byte, ref bool) {
+	st.mu.Lock()
+	st.e.start(recDedup).strs(topic, id)
+	if ref {
+		st.e.b[0] = recDedupRef
+		st.e.b = append(st.e.b, env[:16]...) // the message ID, first in an envelope
+	} else {
+		st.e.b = append(st.e.b, env...)
+	}
+	st.j.Append(st.e.b)
+	st.mu.Unlock()
+}
+
+// forget records that a dead letter left the store.
+func (st *store[T]) forget(sub uint32, id uuid.UUID) {
+	st.mu.Lock()
+	delete(st.limbo, dlKey{sub, id})
+	st.j.Append(st.e.start(recForget).key(sub, id).b)
+	st.mu.Unlock()
+}
+
+// landed takes a dead letter out of limbo: it is in the store now.
+func (st *store[T]) landed(sub uint32, id uuid.UUID) {
+	st.mu.Lock()
+	delete(st.limbo, dlKey{sub, id})
+	st.mu.Unlock()
+}
+
+// subRec is a subscription's Recorder: it logs the queue's changes
+// under the queue's lock, with a buffer of its own.
+type subRec[T any] struct {
+	b     *Broker[T]
+	st    *store[T]
+	id    uint32
+	topic string
+	e     enc // under the queue's lock
+}
+
+func appendPut[T any](e *enc, sub uint32, en core.Entry[T], env []byte) {
+	e.start(recPut).sub(sub)
+	e.uint(en.Place)
+	e.uint(uint64(en.Attempts))
+	var flags byte
+	if en.InFlight {
+		flags |= putInFlight
+	}
+	if en.Dead {
+		flags |= putDead
+	}
+	e.byte(flags)
+	e.time(en.VisibleAt)
+	e.dur(en.TTL)
+	e.time(en.ExpiresAt)
+	e.str(en.LastError)
+	e.byte(byte(en.Reason))
+	e.time(en.DeadAt)
+	e.b = append(e.b, env...)
+}
+
+func (r *subRec[T]) Offered(en core.Entry[T], note any) {
+	var env []byte
+	if eb, ok := note.(*envBuf); ok {
+		env = eb.b
+	} else { // a redrive: encode it again
+		var err error
+		if env, err = envelope(nil, en.Message, r.st.codec); err != nil {
+			r.st.j.Fail(fmt.Errorf("encode message %v: %w", en.Message.ID, err))
+			return
+		}
+	}
+	appendPut(&r.e, r.id, en, env)
+	r.st.j.Append(r.e.b)
+}
+
+func (r *subRec[T]) Delivered(ds []queue.Delivery[T]) {
+	for len(ds) > 0 { // a record of at most maxDeliverIDs, so any Poll fits the journal's limit
+		chunk := ds[:min(len(ds), maxDeliverIDs)]
+		ds = ds[len(chunk):]
+		e := r.e.start(recDeliver).sub(r.id)
+		e.uint(uint64(len(chunk)))
+		for i := range chunk {
+			e.id(chunk[i].ID)
+		}
+		r.st.j.Append(e.b)
+	}
+}
+
+// maxDeliverIDs bounds the message IDs in one deliver record (16 bytes
+// each: 1 MiB).
+const maxDeliverIDs = 1 << 16
+
+func (r *subRec[T]) Retried(m *queue.Message[T], visibleAt time.Time, lastErr string) {
+	e := r.e.start(recRetry).key(r.id, m.ID)
+	e.time(visibleAt)
+	e.str(lastErr)
+	r.st.j.Append(e.b)
+}
+
+func (r *subRec[T]) Released(m *queue.Message[T]) {
+	r.st.j.Append(r.e.start(recRelease).key(r.id, m.ID).b)
+}
+
+func (r *subRec[T]) Removed(m *queue.Message[T]) {
+	r.st.j.Append(r.e.start(recRemove).key(r.id, m.ID).b)
+}
+
+func (r *subRec[T]) DeadLettered(dl core.Letter[T]) {
+	e := r.e.start(recDead).key(r.id, dl.Message.ID)
+	e.byte(byte(dl.Reason))
+	e.uint(uint64(dl.Attempts))
+	e.str(dl.LastError)
+	e.time(dl.At)
+	r.st.mu.Lock()
+	r.st.nlimbo++
+	r.st.limbo[dlKey{r.id, dl.Message.ID}] = limboLetter[T]{seq: r.st.nlimbo, sub: r.id, topic: r.topic, dl: dl}
+	r.st.j.Append(e.b)
+	r.st.mu.Unlock()
+}
+
+func (r *subRec[T]) Purged() { r.st.j.Append(r.e.start(recPurge).sub(r.id).b) }
+
+func (r *subRec[T]) Commit() error { return r.b.commit() }
+
+func (e *enc) strs(ss ...string) *enc {
+	for _, s := range ss {
+		e.str(s)
+	}
+	return e
+}
+
+func (e *enc) specs(s subSpec) *enc { e.spec(s); return e }
