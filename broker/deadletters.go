@@ -2,8 +2,13 @@ package broker
 
 import (
 	"cmp"
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -118,4 +123,115 @@ func (s *deadLetters[T]) stats() (held int, dropped uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.items) - s.head, s.dropped
+}
+
+// deadLetter routes a subscription's dead letter: to its dead-letter topic
+// if it has one with a subscription to take it, else to the store. A
+// message that already came through a dead-letter topic goes to the store
+// when it dies again, so routing cannot loop (a subscription whose
+// dead-letter topic feeds itself, directly or through a pattern).
+func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
+	if b.enter() { // else closed: the letter is in the journal already, and goes to the store
+		defer b.leave()
+	}
+	srcTopic := s.topic
+	if p := s.dlq.Load(); p != nil {
+		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {
+			return
+		}
+	}
+	b.dead.add(srcTopic, s.jid, dl)
+	if b.store != nil {
+		b.store.landed(s.jid, dl.Message.ID)
+	}
+}
+
+// route publishes a dead letter to its subscription's dead-letter topic and
+// reports whether a subscription there took it.
+func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T]) bool {
+	h := dl.Message.Headers.Map()
+	h[HeaderDeadLetterReason] = dl.Reason.String()
+	h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
+	h[HeaderDeadLetterLastError] = dl.LastError
+	h[HeaderDeadLetterSubscription] = dl.Subscription
+	h[HeaderDeadLetterTopic] = s.topic
+	h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
+	h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
+	pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
+	// A done context: a full OverflowBlock subscription on the
+	// dead-letter topic refuses at once rather than stall the consumer
+	// whose call dead-lettered the message.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err != nil || n == 0 {
+		return false
+	}
+	if b.store != nil {
+		b.store.forget(s.jid, dl.Message.ID)
+		_ = b.commit() // an error sticks, and the next call that records returns it
+	}
+	return true
+}
+
+// DeadLetters returns the dead letters the broker holds, oldest first,
+// after settling every subscription at the clock's now (so right after a
+// mock clock moves, the list is exact).
+func (b *Broker[T]) DeadLetters() []queue.DeadLetter[T] {
+	b.settleAll()
+	return b.dead.list()
+}
+
+// DeadLettersDropped returns how many dead letters the store dropped,
+// oldest first, because it was full (see WithDeadLetterLimit).
+func (b *Broker[T]) DeadLettersDropped() uint64 {
+	_, dropped := b.dead.stats()
+	return dropped
+}
+
+// Redrive puts the dead letters for which match returns true back on the
+// subscription that dead-lettered them, as fresh messages: attempts reset,
+// place (priority and publish order) kept. It returns how many it put
+// back. A letter whose subscription is gone or full stays in the store,
+// and Redrive's error names it (matching ErrSubscriptionNotFound or
+// queue.ErrQueueFull). match runs without any lock held.
+func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
+	if match == nil {
+		return 0, core.Invalid("Redrive: nil func")
+	}
+	if !b.enter() {
+		return 0, fmt.Errorf("redrive: %w", queue.ErrClosed)
+	}
+	defer b.leave()
+	b.settleAll()
+	var chosen []storedLetter[T]
+	for _, it := range b.dead.snapshot() {
+		if match(it.dl.DeadLetter) {
+			chosen = append(chosen, it)
+		}
+	}
+	n := 0
+	var errs []error
+	for _, it := range chosen {
+		if !b.dead.take(it.id) {
+			continue // redriven or dropped meanwhile
+		}
+		s, err := b.Subscription(it.topic, it.dl.Subscription)
+		if err == nil {
+			err = s.q.Redrive(it.dl)
+		}
+		if err != nil {
+			b.dead.putBack(it)
+			errs = append(errs, fmt.Errorf("redrive message %v: %w", it.dl.Message.ID, err))
+			continue
+		}
+		if b.store != nil && s.jid != it.sub { // back on another subscription of that name
+			b.store.forget(it.sub, it.dl.Message.ID)
+		}
+		b.dead.done(it.id)
+		n++
+	}
+	if err := b.commit(); err != nil {
+		errs = append(errs, err)
+	}
+	return n, errors.Join(errs...)
 }

@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Publish publishes payload to topic and returns the message as stored
+// (its ID and PublishedAt filled in). The envelope is stored once and
+// offered to every subscription of the topic whose filter accepts it; a
+// topic without subscriptions accepts and drops it.
+//
+// A subscription that is full applies its overflow policy. Under
+// OverflowReject or OverflowBlock a full subscription can refuse the
+// message while others accept it: Publish then returns the message and an
+// error naming each refusing subscription, matching queue.ErrQueueFull;
+// errors.As with a *queue.FullError gives a refusing subscription and its
+// limit (errors.Join keeps each: use a loop over Unwrap() []error for all).
+// A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed. A
+// Publish racing Close returns queue.ErrClosed unless every subscription
+// took the message first: a nil error means that every subscription that
+// accepted the message holds it (on a durable broker, in the journal).
+func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
+	if ctx == nil {
+		return queue.Message[T]{}, core.Invalid("Publish: nil context")
+	}
+	var pc publishConfig
+	for _, o := range opts {
+		if err := pc.apply(o); err != nil {
+			return queue.Message[T]{}, err
+		}
+	}
+	if pc.dedupIDs != nil {
+		return queue.Message[T]{}, core.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
+	}
+	m, _, err := b.publish(ctx, topic, payload, &pc)
+	return m, err
+}
+
+// PublishBatch publishes each payload to topic, in order, as Publish would
+// with the same options, and returns the messages as stored. The batch
+// reads the clock once (every message has the same PublishedAt) and
+// snapshots the topic's subscriptions once; on a durable broker it waits
+// for the disk once, which under SyncAlways makes it many times faster
+// than as many Publish calls. A payload some subscription refuses
+// (OverflowReject, OverflowBlock) is still returned, and the error joins
+// each refusal. WithDedupIDs gives each payload its dedup ID (a duplicate
+// returns the original message in its place); WithDedupID is invalid here
+// (one ID cannot name many messages). An empty batch returns nil.
+func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
+	if ctx == nil {
+		return nil, core.Invalid("PublishBatch: nil context")
+	}
+	var pc publishConfig
+	for _, o := range opts {
+		if err := pc.apply(o); err != nil {
+			return nil, err
+		}
+	}
+	ids := pc.dedupIDs
+	switch {
+	case pc.dedupID != "":
+		return nil, core.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
+	case ids != nil && len(ids) != len(payloads):
+		return nil, core.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
+	}
+	t, subs, err := b.lookup(topic)
+	if err != nil {
+		return nil, err
+	}
+	defer b.leave()
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	now := b.clock.Now()
+	ms := make([]queue.Message[T], len(payloads))
+	var errs []error
+	for i, p := range payloads {
+		if ids != nil {
+			pc.dedupID = ids[i]
+		}
+		m, _, err := b.publishTo(ctx, t, subs, p, &pc, now)
+		ms[i] = m
+		if err != nil {
+			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
+		}
+	}
+	if b.store != nil && len(subs) > 0 {
+		if err := b.commit(); err != nil {
+			for i, id := range ids { // not stored after all
+				t.dedup.forgetMessage(id, ms[i])
+			}
+			errs = append(errs, err)
+		}
+	}
+	return ms, errors.Join(errs...)
+}
+
+// lookup returns a topic and its subscriptions as of now. On a durable
+// broker, a nil error means the call is counted in b.active: the caller
+// calls b.leave when its records are appended and committed.
+func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	t, err := b.topicLocked("publish", topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.store != nil {
+		b.active.Add(1)
+	}
+	return t, t.subs, nil
+}
+
+// enter reports whether the broker is open and, on a durable broker, then
+// counts the call in b.active.
+func (b *Broker[T]) enter() bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return false
+	}
+	if b.store != nil {
+		b.active.Add(1)
+	}
+	return true
+}
+
+// leave ends a call that lookup or enter counted.
+func (b *Broker[T]) leave() {
+	if b.store != nil {
+		b.active.Done()
+	}
+}
+
+// publish is Publish after the options are checked; it also returns how
+// many subscriptions accepted the message.
+func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *publishConfig) (queue.Message[T], int, error) {
+	t, subs, err := b.lookup(topic)
+	if err != nil {
+		return queue.Message[T]{}, 0, err
+	}
+	defer b.leave()
+	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.clock.Now())
+	if b.store != nil && len(subs) > 0 && (err == nil || accepted > 0) {
+		if cerr := b.commit(); cerr != nil {
+			if pc.dedupID != "" && err == nil {
+				t.dedup.forgetMessage(pc.dedupID, m)
+			}
+			err = errors.Join(err, cerr)
+		}
+	}
+	return m, accepted, err
+}
+
+// publishTo offers one message to subs, without committing a durable
+// broker's records (the caller does, once).
+func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (queue.Message[T], int, error) {
+	m := &queue.Message[T]{
+		ID:          b.ids.newID(),
+		Topic:       t.name,
+		Key:         pc.key,
+		Payload:     payload,
+		Priority:    pc.priority,
+		Headers:     queue.NewHeaders(pc.headers),
+		PublishedAt: now,
+	}
+	var opts [3]core.OfferOption
+	offer := opts[:0]
+	if pc.ttl > 0 {
+		offer = append(offer, core.WithTTL(pc.ttl))
+	}
+	var env *envBuf
+	if b.store != nil { // encoded once, logged by every subscription, committed once
+		var err error
+		env, err = b.store.encode(m)
+		if err != nil {
+			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
+		}
+		defer b.store.recycle(env)
+		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
+	}
+	var reserved *dedupEntry[T]
+	if pc.dedupID != "" {
+		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
+		switch {
+		case err != nil:
+			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
+		case dup:
+			return orig, 0, nil
+		}
+		reserved = e
+	}
+	accepted := 0
+	var errs []error
+	for _, s := range subs {
+		if !s.accepts(m) {
+			continue
+		}
+		switch err := s.q.Offer(ctx, m, pc.delay, offer...); {
+		case err == nil:
+			accepted++
+		case errors.Is(err, queue.ErrClosed) && !b.isClosed():
+			// Unsubscribed meanwhile: simply gone. (Closed with the
+			// broker, it is a refusal: Close won.)
+		default:
+			errs = append(errs, err)
+		}
+	}
+	err := errors.Join(errs...)
+	switch {
+	case reserved == nil:
+	case err != nil:
+		t.dedup.forget(reserved)
+	case b.store != nil: // after the message's own records: a crash between loses only the dedup
+		t.dedup.confirm(reserved, b.store, t.name, env.b, accepted > 0)
+	default:
+		t.dedup.confirm(reserved, nil, "", nil, false)
+	}
+	return *m, accepted, err
+}
