@@ -1,0 +1,185 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// WithTTL gives an offered message a time to live from its publish,
+// overriding Config.TTL: if it has not been acked by then it is
+// dead-lettered with ReasonExpired instead of being delivered (a message in
+// flight may still be acked). d must be > 0.
+func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
+
+// Offer adds m to the queue, visible after delay (0: at once). m is shared,
+// not copied: neither the caller nor the queue may change it afterwards.
+// When the queue is full its overflow policy decides (see OverflowPolicy).
+//
+// With an ordering key (m.Key), the message is held back while an earlier
+// message of its key is held, so a key's messages are delivered one at a
+// time, in publish order.
+//
+// Offer takes m.PublishedAt, when set, as the current time: the delay
+// counts from the publish, so every subscription of one publish agrees,
+// and a fan-out reads the clock once. A zero PublishedAt means the clock's
+// now.
+func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration, opts ...OfferOption) error {
+	var ttl time.Duration // 0: the queue's, read under the lock
+	var note any
+	deferred := false
+	for _, o := range opts {
+		switch {
+		case o.kind == offerDeferred:
+			deferred = true
+		case o.kind == offerNote:
+			note = o.note
+		case o.ttl <= 0:
+			return invalid("Offer: TTL = %v, must be > 0", o.ttl)
+		default:
+			ttl = o.ttl
+		}
+	}
+	switch {
+	case ctx == nil:
+		return invalid("Offer: nil context")
+	case m == nil:
+		return invalid("Offer: nil message")
+	case !m.Priority.Valid():
+		return invalid("Offer: priority %v, must be PriorityLow..PriorityCritical", m.Priority)
+	case delay < 0:
+		return invalid("Offer: delay = %v, must be >= 0", delay)
+	}
+	at := m.PublishedAt
+	for {
+		now, err := q.lockAt(at)
+		if err != nil {
+			return err
+		}
+		if ttl == 0 {
+			ttl = q.cfg.TTL
+		}
+		if q.nheld < q.cfg.MaxQueue {
+			q.insertLocked(now, m, delay, ttl, note)
+			return q.unlockOffer(deferred)
+		}
+		switch q.cfg.Overflow {
+		case OverflowReject:
+			q.stats.Rejected++
+			q.unlock()
+			return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue}
+		case OverflowDropOldest:
+			if e := q.ready.popOldestLowest(); e != nil {
+				q.stats.Dropped++
+				if q.rec != nil {
+					q.dirty = true
+					q.rec.Removed(e.msg)
+				}
+				q.finishLocked(now, e)
+				q.insertLocked(now, m, delay, ttl, note)
+			} else { // nothing visible to drop: the newcomer goes
+				q.stats.Published++
+				q.stats.Dropped++
+			}
+			return q.unlockOffer(deferred)
+		case OverflowBlock:
+			if err := ctx.Err(); err != nil {
+				q.stats.Rejected++
+				q.unlock()
+				return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue, Err: err}
+			}
+			if q.room == nil {
+				q.room = make(chan struct{})
+			}
+			room := q.room
+			q.unlock()
+			select {
+			case <-room:
+			case <-ctx.Done():
+			}
+			at = time.Time{} // time has passed: read the clock from now on
+			continue         // re-check: closed, room, or ctx
+		default: // OverflowDeadLetter
+			q.stats.Published++
+			q.stats.DeadLettered++
+			q.nextSeq++ // its place, had it fitted: a redrive puts it there
+			dl := Letter[T]{
+				DeadLetter: queue.DeadLetter[T]{Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now},
+				origin:     q.scope, Place: q.nextSeq, TTL: ttl,
+			}
+			q.pending = append(q.pending, dl)
+			if q.rec != nil {
+				q.dirty = true
+				q.rec.Offered(Entry[T]{Message: m, Place: dl.Place, TTL: ttl}, note)
+				q.rec.DeadLettered(dl)
+			}
+			return q.unlockOffer(deferred)
+		}
+	}
+}
+
+// unlockOffer is unlock for Offer: with WithDeferredCommit it leaves the
+// Recorder's Commit to the caller.
+func (q *Queue[T]) unlockOffer(deferred bool) error {
+	if deferred {
+		q.dirty = false
+	}
+	return q.unlock()
+}
+
+// Redrive puts a dead letter back as a fresh message: attempts start again
+// from zero, its TTL (if any) counts again from now, and it is visible at
+// once (or, with an ordering key, when its key's turn comes). A dead letter of this queue keeps
+// its place (priority and publish order); one from elsewhere queues as if
+// just published. It never blocks, drops or dead-letters: when the queue
+// is full it returns an error matching ErrQueueFull and changes nothing.
+func (q *Queue[T]) Redrive(dl Letter[T]) error {
+	if !dl.Message.Priority.Valid() {
+		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
+	}
+	now, err := q.lock()
+	if err != nil {
+		return err
+	}
+	if q.nheld >= q.cfg.MaxQueue {
+		full := fmt.Errorf("redrive: %w", &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue})
+		if err := q.unlock(); err != nil {
+			return err
+		}
+		return full
+	}
+	m := dl.Message
+	e := q.newEntryLocked(&m)
+	ttl := q.cfg.TTL // a stranger queues as if just published here
+	if dl.origin == q.scope {
+		e.place, ttl = dl.Place, dl.TTL
+	}
+	if ttl > 0 {
+		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+	}
+	q.stats.Redriven++
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: e.ttl, ExpiresAt: e.expiresAt}, nil)
+	}
+	q.placeLocked(now, e, false)
+	return q.unlock()
+}
+
+func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
+	e := q.newEntryLocked(m)
+	q.stats.Published++
+	if delay > 0 {
+		e.visibleAt = now.Add(delay)
+	}
+	if ttl > 0 {
+		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+	}
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Offered(Entry[T]{Message: m, Place: e.place, VisibleAt: e.visibleAt, TTL: ttl, ExpiresAt: e.expiresAt}, note)
+	}
+	q.placeLocked(now, e, true)
+}

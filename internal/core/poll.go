@@ -1,0 +1,305 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/wake"
+	"github.com/leasebus/leasebus/lease"
+)
+
+// Poll leases up to n visible messages (never more than MaxInFlight
+// allows), blocking until at least one is visible, ctx is done (its error
+// is returned and nothing is leased) or the queue closes (ErrClosed). n < 1
+// is an error matching ErrInvalidArgument.
+func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
+	if n < 1 {
+		return nil, invalid("Poll: n = %d, must be >= 1", n)
+	}
+	return q.poll(ctx, nil, n, true, 0)
+}
+
+// PollWithVisibility is Poll with this call's own visibility timeout in
+// place of the queue's (SQS ReceiveMessage's VisibilityTimeout).
+// visibility must be > 0.
+func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]Delivery[T], error) {
+	switch {
+	case n < 1:
+		return nil, invalid("PollWithVisibility: n = %d, must be >= 1", n)
+	case visibility <= 0:
+		return nil, invalid("PollWithVisibility: visibility = %v, must be > 0", visibility)
+	}
+	return q.poll(ctx, nil, n, true, visibility)
+}
+
+// PollInto is Poll filling the caller's buffer: it leases up to len(dst)
+// messages into dst and returns how many. A worker loop that reuses its
+// buffer allocates nothing. An empty dst is an error matching
+// ErrInvalidArgument.
+func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error) {
+	if len(dst) == 0 {
+		return 0, invalid("PollInto: empty buffer")
+	}
+	ds, err := q.poll(ctx, dst[:0], len(dst), true, 0)
+	return len(ds), err
+}
+
+// TryPoll is Poll that never blocks: it returns what is visible now, up to
+// n, or nothing. It returns nil for n < 1 and after Close; TryPollInto
+// reports those as errors.
+func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
+	if n < 1 {
+		return nil
+	}
+	ds, _ := q.poll(context.Background(), nil, n, false, 0)
+	return ds
+}
+
+// TryPollInto is PollInto that never blocks: it fills dst with what is
+// visible now and returns how many (possibly 0).
+func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
+	if len(dst) == 0 {
+		return 0, invalid("TryPollInto: empty buffer")
+	}
+	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, 0)
+	return len(ds), err
+}
+
+// poll leases up to n messages into dst for vis (0: the queue's visibility
+// timeout), waiting for one if block.
+func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool, vis time.Duration) ([]Delivery[T], error) {
+	if ctx == nil {
+		return dst, invalid("Poll: nil context")
+	}
+	if err := ctx.Err(); err != nil {
+		return dst, err
+	}
+	for {
+		now, err := q.lock()
+		if err != nil {
+			return dst, err
+		}
+		if q.canLeaseLocked() || !block {
+			dst = q.leaseLocked(now, dst, n, vis)
+			return dst, q.unlock()
+		}
+		next, timed := q.nextEventLocked()
+		if q.wake == nil {
+			q.wake = make(chan struct{})
+		}
+		wake := q.wake
+		q.unlock()
+
+		if err := q.wait(ctx, wake, next, timed); err != nil {
+			return dst, err
+		}
+	}
+}
+
+// wait blocks until woken is closed, the clock reaches next (if timed) or
+// ctx is done. The wake-up is armed outside the lock (arming takes the
+// clock's own lock), then the state is checked again before the poller
+// counts as parked.
+func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time, timed bool) error {
+	var fire <-chan struct{}
+	if timed {
+		t := wake.At(q.clock, next) // never a mock channel timer, never late (see package wake)
+		defer t.Stop()
+		fire = t.C
+	}
+	q.mu.Lock()
+	select {
+	case <-woken:
+		q.mu.Unlock()
+		return nil
+	default:
+	}
+	if q.closed || (timed && !q.clock.Now().Before(next)) {
+		q.mu.Unlock()
+		return nil
+	}
+	q.setParkedLocked(+1)
+	q.mu.Unlock()
+
+	select {
+	case <-woken:
+	case <-fire:
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	select {
+	case <-woken: // wakeLocked uncounted every parked poller when it closed it
+	default:
+		q.setParkedLocked(-1)
+	}
+	q.mu.Unlock()
+	return ctx.Err()
+}
+
+func (q *Queue[T]) setParkedLocked(delta int) {
+	q.parked += delta
+	if q.parkCh != nil {
+		close(q.parkCh)
+		q.parkCh = nil
+	}
+}
+
+// Parked returns how many Poll calls are waiting now, their timers armed.
+// A poller stops counting the moment a publish, nack or close wakes it; one
+// woken by its timer stops counting when it runs again.
+func (q *Queue[T]) Parked() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.parked
+}
+
+// AwaitParked blocks until at least n Poll calls are parked: waiting, with
+// their wake-up timer armed on the clock. A test that drives a mock clock
+// calls it before Add, so that the pollers it means to wake are sure to be
+// asleep on the mock's timers rather than still on their way there. It
+// returns ctx's error if ctx ends first, ErrClosed if the queue closes, and
+// an error matching ErrInvalidArgument for n < 0.
+func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
+	if ctx == nil {
+		return invalid("AwaitParked: nil context")
+	}
+	if n < 0 {
+		return invalid("AwaitParked: n = %d, must be >= 0", n)
+	}
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return fmt.Errorf("await parked: %w", ErrClosed)
+		}
+		if q.parked >= n {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.parkCh == nil {
+			q.parkCh = make(chan struct{})
+		}
+		ch := q.parkCh
+		q.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// AwaitIdle blocks until the queue holds nothing at all: no message
+// visible, delayed, held back behind its ordering key or in flight. It
+// settles what is due at the clock's now first, as every call does, so an
+// expired lease on its last attempt counts as dead-lettered, and it is
+// woken by every change that can empty the queue (an ack, a dead letter, a
+// purge, an expiry settled by another call). It does not wait on the clock
+// itself: a delayed message keeps the queue busy until whoever moves the
+// clock, or a Poll waiting on it, makes it due.
+//
+// Idle is a moment, not a promise: a publish right after it returns makes
+// the queue busy again. A worker pool that stops at idle (poller's
+// RunUntilIdle) relies on this: while it holds a lease the queue is not
+// idle, and a message a handler publishes is held before its own lease is
+// settled.
+//
+// It returns nil when the queue is idle, ctx's error if ctx ends first, an
+// error matching ErrClosed if the queue closes, and an error matching
+// ErrInvalidArgument for a nil ctx.
+func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("AwaitIdle: nil context")
+	}
+	for {
+		if _, err := q.lock(); err != nil {
+			return fmt.Errorf("await idle: %w", err)
+		}
+		if q.nheld == 0 {
+			return q.unlock()
+		}
+		if q.idle == nil {
+			q.idle = make(chan struct{})
+		}
+		ch := q.idle
+		if err := q.unlock(); err != nil {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// signalIdleLocked wakes the AwaitIdle calls waiting, if the queue holds
+// nothing or is closed.
+func (q *Queue[T]) signalIdleLocked() {
+	if q.idle != nil && (q.nheld == 0 || q.closed) {
+		close(q.idle)
+		q.idle = nil
+	}
+}
+
+func (q *Queue[T]) canLeaseLocked() bool {
+	return q.ready.len() > 0 && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight)
+}
+
+// leaseLocked leases up to n ready messages into dst.
+func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time.Duration) []Delivery[T] {
+	k := min(n, q.ready.len())
+	if q.cfg.MaxInFlight > 0 {
+		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())
+	}
+	if k <= 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make([]Delivery[T], 0, k)
+	}
+	if vis == 0 {
+		vis = q.cfg.VisibilityTimeout
+	}
+	start := len(dst)
+	deadline := now.Add(vis)
+	maxAttempts := max(q.cfg.MaxAttempts, 0) // UnlimitedAttempts is 0 in a Delivery
+	for range k {
+		e := q.ready.pop()
+		if e.ttlIndex >= 0 {
+			q.ttl.remove(e.ttlIndex)
+		}
+		e.delivery++
+		e.attempt++
+		e.leaseOpen = true
+		e.state = stateLeased
+		l := lease.Lease{ID: lease.NewID(q.scope, e.seq(), e.delivery), Attempt: e.attempt, Deadline: deadline}
+		e.lz.Lease, e.lz.Value = l, e
+		q.inflight.Push(&e.lz)
+		q.stats.Delivered++
+		if e.attempt > 1 {
+			q.stats.Redelivered++
+		}
+		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline, MaxAttempts: maxAttempts})
+	}
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Delivered(dst[start:])
+	}
+	return dst
+}
+
+// nextEventLocked returns the earliest future time at which the state
+// changes by itself: a delayed message turns visible or a lease expires.
+func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
+	var next time.Time
+	ok := false
+	if q.delayed.len() > 0 {
+		next, ok = q.delayed.top().visibleAt, true
+	}
+	if it, has := q.inflight.Peek(); has && (!ok || it.Lease.Deadline.Before(next)) {
+		next, ok = it.Lease.Deadline, true
+	}
+	return next, ok
+}
