@@ -1,0 +1,311 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/minheap"
+	"github.com/leasebus/leasebus/internal/wake"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// drain ends a run whose poll loop has returned err (nil, or the error of
+// a closed source): no handler starts any more, what is leased but not
+// started is released, and it returns when every worker has ended. The
+// handlers get the drain timeout, unless the source is closed: then their
+// contexts are cancelled at once, with cause err.
+func (r *run[T]) drain(err error) {
+	p := r.p
+	r.closed.Store(err != nil)
+	r.stopping.Store(true)
+	var drain wake.Timer
+	if err != nil { // the source closed: nothing a handler finishes can be settled
+		r.cancelHandlers(err)
+	} else {
+		drain = wake.After(p.cfg.clock, p.cfg.drainTimeout)
+	}
+	close(r.work)
+	for it := range r.work { // the workers release what they take, too
+		r.release(it)
+	}
+	done := make(chan struct{})
+	go func() {
+		r.workers.Wait()
+		close(done)
+	}()
+	if drain.C != nil {
+		select {
+		case <-done:
+		case <-drain.C:
+			p.logf(slog.LevelWarn, "poller: drain timed out; cancelling running handlers", "running", p.running.Load())
+			r.cancelHandlers(ErrDrainTimeout)
+			<-done
+		}
+		drain.Stop()
+	} else {
+		<-done
+	}
+}
+
+// run is the state of one Run.
+type run[T any] struct {
+	p              *Poller[T]
+	ctx            context.Context         // Run's: when it is done, the drain starts
+	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
+	cancelHandlers context.CancelCauseFunc // cancels hctx
+	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
+	slots          chan struct{}           // one token per lease held; capacity maxOutstanding
+	workers        sync.WaitGroup
+	stopping       atomic.Bool // no new handler starts: the poll loop has ended
+	closed         atomic.Bool // the source is closed
+
+	kick chan struct{} // wakes extendLoop to look at the heap again
+
+	mu    sync.Mutex // guards everything below, and the guarded fields of every item
+	due   minheap.Heap[*item[T]]
+	armed time.Time // the time extendLoop waits for; zero when it waits for no time
+}
+
+// pollLoop polls while there is room, hands the deliveries to the workers,
+// and returns nil when r.ctx is done or the error of a closed source.
+func (r *run[T]) pollLoop() error {
+	p := r.p
+	var backoff time.Duration
+	for {
+		n, ok := r.acquire()
+		if !ok {
+			return nil
+		}
+		ds, err := p.src.Poll(r.ctx, n)
+		if len(ds) > n { // a misbehaving source: hand back what there is no room for
+			for _, d := range ds[n:] {
+				r.releaseID(d)
+			}
+			ds = ds[:n]
+		}
+		for range n - len(ds) {
+			<-r.slots
+		}
+		if len(ds) > 0 {
+			p.polled.Add(uint64(len(ds)))
+			now := p.cfg.clock.Now()
+			for _, d := range ds {
+				it := r.newItem(d, now)
+				r.track(it)
+				r.work <- it // never blocks: it holds a slot
+			}
+		}
+		switch {
+		case err == nil:
+			backoff = 0
+		case r.ctx.Err() != nil:
+			return nil
+		case errors.Is(err, queue.ErrClosed):
+			return fmt.Errorf("poller: source closed: %w", err)
+		default:
+			p.errs.Add(1)
+			backoff = min(max(2*backoff, pollBackoffMin), pollBackoffMax)
+			p.logf(slog.LevelWarn, "poller: poll failed", "err", err, "retry_in", backoff)
+			if !r.wait(backoff) {
+				return nil
+			}
+		}
+	}
+}
+
+// acquire takes one slot, waiting for it, then up to batch-1 more that are
+// free now. It reports false if r.ctx ends first.
+func (r *run[T]) acquire() (int, bool) {
+	select {
+	case r.slots <- struct{}{}:
+	case <-r.ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for n < r.p.cfg.batch {
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+// wait waits d on the clock; it reports false if r.ctx ends first.
+func (r *run[T]) wait(d time.Duration) bool {
+	t := wake.After(r.p.cfg.clock, d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+// worker runs handlers on what it takes from the work channel until it is
+// closed; once the run is stopping it releases what it takes instead.
+func (r *run[T]) worker() {
+	for it := range r.work {
+		if r.stopping.Load() || r.ctx.Err() != nil {
+			r.release(it)
+			continue
+		}
+		r.process(it)
+	}
+}
+
+// process runs the handler on it and settles its lease.
+func (r *run[T]) process(it *item[T]) {
+	p := r.p
+	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
+	if p.cfg.handlerTimeout > 0 {
+		var inner context.Context
+		inner, cancel = context.WithCancelCause(r.hctx)
+		deadline := p.cfg.clock.Now().Add(p.cfg.handlerTimeout)
+		ctx = &timeoutCtx{Context: inner, deadline: deadline}
+		r.setTimeout(it, deadline, cancel)
+	}
+	p.running.Add(1)
+	err, returned := errGoexit, false
+	defer func() {
+		p.running.Add(-1)
+		if cancel != nil {
+			cancel(nil)
+		}
+		r.finish(it, err)
+		if !returned { // runtime.Goexit: this goroutine ends, so put another in its place
+			r.workers.Go(r.worker)
+		}
+	}()
+	err = r.invoke(ctx, it.d)
+	returned = true
+}
+
+// invoke calls the handler, turning a panic into a *PanicError.
+func (r *run[T]) invoke(ctx context.Context, d queue.Delivery[T]) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Value: v, Stack: debug.Stack()}
+			r.p.panics.Add(1)
+			r.p.logf(slog.LevelError, "poller: handler panicked", "lease", d.LeaseID, "message", d.ID, "panic", v, "stack", string(pe.Stack))
+			err = pe
+		}
+	}()
+	return r.p.handler(ctx, d)
+}
+
+// finish settles its lease by the handler's result herr and frees its
+// slot.
+func (r *run[T]) finish(it *item[T], herr error) {
+	p := r.p
+	deadline := r.untrack(it)
+	id := it.d.LeaseID
+	var (
+		out  Outcome
+		serr error
+		dir  directive
+	)
+	switch {
+	case herr == nil:
+		out, serr = OutcomeAcked, p.src.Ack(id)
+	case errors.As(herr, &dir):
+		switch dir := dir.(type) {
+		case *retryError:
+			out, serr = OutcomeRetried, p.src.Nack(id, dir.delay)
+		case *giveUpError:
+			if p.rejecter != nil {
+				out, serr = OutcomeDeadLettered, p.rejecter.Reject(id, herr)
+			} else {
+				out, serr = OutcomeRetried, p.src.Fail(id, herr)
+			}
+		}
+	default:
+		out, serr = OutcomeRetried, p.src.Fail(id, herr)
+	}
+	if out == OutcomeRetried && serr == nil && lastAttempt(it.d) {
+		out = OutcomeDeadLettered // the source dead-lettered it rather than retry
+	}
+	if serr != nil {
+		p.errs.Add(1)
+		p.logf(slog.LevelWarn, "poller: settling lease failed", "outcome", out, "lease", id, "message", it.d.ID, "err", serr, "handler_err", herr)
+	} else {
+		switch out {
+		case OutcomeAcked:
+			p.acked.Add(1)
+		case OutcomeRetried:
+			p.retried.Add(1)
+		case OutcomeDeadLettered:
+			p.deadLettered.Add(1)
+		}
+	}
+	r.emit(out, it, deadline, herr, serr)
+	<-r.slots
+}
+
+// lastAttempt reports whether d is its message's last allowed attempt, so
+// that a failure of it dead-letters the message.
+func lastAttempt[T any](d queue.Delivery[T]) bool {
+	return d.MaxAttempts > 0 && d.Attempt >= d.MaxAttempts
+}
+
+// release hands its lease back unstarted and frees its slot. After the
+// source closed there is nothing to hand back to.
+func (r *run[T]) release(it *item[T]) {
+	deadline := r.untrack(it)
+	if !r.closed.Load() {
+		serr := r.releaseID(it.d)
+		r.emit(OutcomeReleased, it, deadline, nil, serr)
+	}
+	<-r.slots
+}
+
+// releaseID releases d's lease, counting the result.
+func (r *run[T]) releaseID(d queue.Delivery[T]) error {
+	err := r.p.src.Release(d.LeaseID)
+	if err != nil {
+		r.p.errs.Add(1)
+		r.p.logf(slog.LevelWarn, "poller: release failed", "lease", d.LeaseID, "message", d.ID, "err", err)
+	} else {
+		r.p.released.Add(1)
+	}
+	return err
+}
+
+// emit hands an event to the observer, if there is one.
+func (r *run[T]) emit(out Outcome, it *item[T], deadline time.Time, err, serr error) {
+	if r.p.observe == nil {
+		return
+	}
+	d := it.d
+	d.Deadline = deadline
+	r.p.observe(Event[T]{Outcome: out, Delivery: d, Err: err, SourceErr: serr})
+}
+
+// timeoutCtx is a handler context with a deadline kept on the poller's
+// clock: extendLoop cancels it, with cause context.DeadlineExceeded, when
+// the clock reaches deadline. Its Err is then context.DeadlineExceeded, as
+// a context.WithDeadline's would be (contexts derived from it see
+// context.Canceled, with that cause).
+type timeoutCtx struct {
+	context.Context // a context.WithCancelCause child of the run's handler context
+	deadline        time.Time
+}
+
+func (c *timeoutCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+
+func (c *timeoutCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && context.Cause(c.Context) == context.DeadlineExceeded {
+		return context.DeadlineExceeded
+	}
+	return err
+}
