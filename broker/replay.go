@@ -278,43 +278,78 @@ func (rs *replay) purge(d *dec) {
 // subscriptions, then the dead-letter store in its order, then the
 // messages (where one in flight on its last attempt is dead-lettered).
 func (b *Broker[T]) restore(rs *replay) error {
-	st := b.store
+	r := &restorer[T]{b: b, st: b.store, rs: rs}
 	// One envelope per message, shared by its subscriptions: a map only
 	// when there is more than one subscription to share with.
-	var msgs map[uuid.UUID]*queue.Message[T]
 	if len(rs.subs) > 1 {
-		msgs = map[uuid.UUID]*queue.Message[T]{}
+		r.msgs = map[uuid.UUID]*queue.Message[T]{}
 	}
-	decode := func(env []byte) (*queue.Message[T], error) {
-		if m := msgs[uuid.UUID(env[:16])]; m != nil {
-			return m, nil
+	r.topics()
+	if err := r.dedup(); err != nil {
+		return err
+	}
+	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
+		if err := r.sub(rs.subs[id]); err != nil {
+			return err
 		}
-		m, err := unenvelope(env, st.codec)
-		if err != nil {
-			return nil, &CorruptError{Path: st.j.Path(), Offset: -1,
-				Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
-		}
-		if msgs != nil {
-			msgs[m.ID] = m
-		}
+	}
+	return r.finish()
+}
+
+// restorer is the state of a restore in progress.
+type restorer[T any] struct {
+	b       *Broker[T]
+	st      *store[T]
+	rs      *replay
+	msgs    map[uuid.UUID]*queue.Message[T] // decoded envelopes, shared by subscriptions (fan-out only)
+	letters []letter[T]                     // recovered dead letters, to order by seq
+	fresh   []restored[T]                   // queues with dead letters the restore itself made
+	live    int64                           // about what a snapshot would take
+}
+
+type restored[T any] struct {
+	s     *Subscription[T]
+	fresh []core.Letter[T] // dead-lettered by the restore itself
+}
+
+func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
+	if m := r.msgs[uuid.UUID(env[:16])]; m != nil {
 		return m, nil
 	}
+	m, err := unenvelope(env, r.st.codec)
+	if err != nil {
+		return nil, &CorruptError{Path: r.st.j.Path(), Offset: -1,
+			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
+	}
+	if r.msgs != nil {
+		r.msgs[m.ID] = m
+	}
+	return m, nil
+}
+
+func (r *restorer[T]) topics() {
+	b := r.b
 	b.mu.Lock()
-	for name := range rs.topics {
+	for name := range r.rs.topics {
 		t := &topicEntry[T]{name: name}
 		b.topics[name] = t
 		b.rebuildLocked(t)
 	}
 	b.mu.Unlock()
-	st.info.Topics = len(rs.topics)
+	r.st.info.Topics = len(r.rs.topics)
+}
+
+// dedup restores the dedup IDs still inside their window.
+func (r *restorer[T]) dedup() error {
+	b := r.b
 	now := b.clock.Now()
-	for topic, ds := range rs.dedup {
+	for topic, ds := range r.rs.dedup {
 		t := b.topics[topic]
 		if t == nil {
 			continue
 		}
 		for _, dd := range ds {
-			m, err := decode(dd.env)
+			m, err := r.decode(dd.env)
 			if err != nil {
 				return err
 			}
@@ -323,78 +358,91 @@ func (b *Broker[T]) restore(rs *replay) error {
 			}
 		}
 	}
+	return nil
+}
 
-	var letters []letter[T] // recovered dead letters, to order by seq
-	type restored struct {
-		s     *Subscription[T]
-		fresh []core.Letter[T] // dead-lettered by the restore itself
+// sub restores one subscription: its queue, or, if it is gone, its dead
+// letters alone.
+func (r *restorer[T]) sub(rsub *rsub) error {
+	st := r.st
+	st.nextSub = max(st.nextSub, rsub.id+1)
+	es, seqs, err := r.entries(rsub)
+	if err != nil {
+		return err
 	}
-	var subs []restored
-	var live int64 // about what a snapshot would take
-	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
-		rsub := rs.subs[id]
-		st.nextSub = max(st.nextSub, id+1)
-		// In place order, which Restore needs (and then need not sort).
-		rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
-		es := make([]core.Entry[T], 0, len(rms))
-		var seqs []uint64 // of the dead entries, in their order
-		for _, rm := range rms {
-			live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
-			m, err := decode(rm.env)
-			if err != nil {
-				return err
-			}
-			es = append(es, core.Entry[T]{
-				Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
-				VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
-				Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
-			})
-			if rm.dead {
-				seqs = append(seqs, rm.deadSeq)
-			}
-		}
+	b := r.b
+	var s *Subscription[T]
+	if !rsub.gone {
 		b.mu.Lock()
-		var s *Subscription[T]
-		if !rsub.gone {
-			var err error
-			if s, err = b.recoverLocked(rsub); err != nil {
-				b.mu.Unlock()
-				return err
-			}
-		}
+		s, err = b.recoverLocked(rsub)
 		b.mu.Unlock()
-		if s == nil { // gone, or its topic is: only its dead letters stay
-			for _, en := range es {
-				if en.Dead {
-					letters = append(letters, letter[T]{seqs[0], id, rsub.topic, core.DeadLetterOf(rsub.name, en)})
-					seqs = seqs[1:]
-				}
-			}
-			continue
-		}
-		st.info.Subscriptions++
-		st.info.Messages += len(es) - len(seqs)
-		dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
 		if err != nil {
 			return err
 		}
-		for i, seq := range seqs {
-			letters = append(letters, letter[T]{seq, id, rsub.topic, dls[i]})
-		}
-		subs = append(subs, restored{s, dls[len(seqs):]})
 	}
-	slices.SortFunc(letters, func(x, y letter[T]) int { return cmp.Compare(x.seq, y.seq) })
-	for _, l := range letters {
+	if s == nil { // gone, or its topic is: only its dead letters stay
+		for _, en := range es {
+			if en.Dead {
+				r.letters = append(r.letters, letter[T]{seqs[0], rsub.id, rsub.topic, core.DeadLetterOf(rsub.name, en)})
+				seqs = seqs[1:]
+			}
+		}
+		return nil
+	}
+	st.info.Subscriptions++
+	st.info.Messages += len(es) - len(seqs)
+	dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
+	if err != nil {
+		return err
+	}
+	for i, seq := range seqs {
+		r.letters = append(r.letters, letter[T]{seq, rsub.id, rsub.topic, dls[i]})
+	}
+	r.fresh = append(r.fresh, restored[T]{s, dls[len(seqs):]})
+	return nil
+}
+
+// entries returns a subscription's messages as queue entries, in place
+// order (which Restore needs, and then need not sort), and the dead-letter
+// order of the dead ones.
+func (r *restorer[T]) entries(rsub *rsub) ([]core.Entry[T], []uint64, error) {
+	rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
+	es := make([]core.Entry[T], 0, len(rms))
+	var seqs []uint64
+	for _, rm := range rms {
+		r.live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
+		m, err := r.decode(rm.env)
+		if err != nil {
+			return nil, nil, err
+		}
+		es = append(es, core.Entry[T]{
+			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
+			VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
+			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
+		})
+		if rm.dead {
+			seqs = append(seqs, rm.deadSeq)
+		}
+	}
+	return es, seqs, nil
+}
+
+// finish fills the dead-letter store in its order, then routes the dead
+// letters the restore made and commits.
+func (r *restorer[T]) finish() error {
+	b, st := r.b, r.st
+	slices.SortFunc(r.letters, func(x, y letter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	for _, l := range r.letters {
 		b.dead.add(l.topic, l.sub, l.dl)
 	}
-	st.info.DeadLetters = len(letters)
-	st.j.Rebase(live)
+	st.info.DeadLetters = len(r.letters)
+	st.j.Rebase(r.live)
 	// Only now that every queue is back is a dead letter made by the
 	// restore (one leased on its last attempt at the crash) routed, perhaps
 	// to another queue, and does anything commit, and so perhaps compact.
-	for _, r := range subs {
-		for _, dl := range r.fresh {
-			b.deadLetter(r.s, dl)
+	for _, f := range r.fresh {
+		for _, dl := range f.fresh {
+			b.deadLetter(f.s, dl)
 		}
 	}
 	return b.commit()

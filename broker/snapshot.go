@@ -16,115 +16,158 @@ import (
 // (Freeze), the dead-letter store and the limbo.
 func (b *Broker[T]) compactLocked() error {
 	st := b.store
-	subs := b.allLocked()
-	slices.SortFunc(subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
-	held := make([][]core.Entry[T], len(subs))
-	for i, s := range subs {
+	sn := &snapshot[T]{codec: st.codec, subs: b.allLocked()}
+	slices.SortFunc(sn.subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
+	sn.held = make([][]core.Entry[T], len(sn.subs))
+	for i, s := range sn.subs {
 		es, thaw := s.q.Freeze()
 		defer thaw()
-		held[i] = es
+		sn.held[i] = es
 	}
 	b.dead.mu.Lock()
 	defer b.dead.mu.Unlock()
-	topics := slices.Sorted(maps.Keys(b.topics))
+	sn.topics = slices.Sorted(maps.Keys(b.topics))
 	now := b.clock.Now()
-	dedups := make([][]*dedupEntry[T], len(topics))
-	for i, name := range topics {
+	sn.dedups = make([][]*dedupEntry[T], len(sn.topics))
+	for i, name := range sn.topics {
 		d := &b.topics[name].dedup
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		dedups[i] = d.liveLocked(now, b.dedupWindow)
+		sn.dedups[i] = d.liveLocked(now, b.dedupWindow)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	sn.dead = b.deadInOrderLocked()
+	return st.j.Rewrite(sn.write)
+}
 
-	// The dead letters in the order the store has (or will have) them:
-	// the store's and those a Redrive has taken out, by id, then those on
-	// their way to it, by arrival.
+// deadInOrderLocked returns the dead letters in the order the store has
+// (or will have) them: the store's and those a Redrive has taken out, by
+// id, then those on their way to it, by arrival. It needs the store's and
+// the limbo's locks.
+func (b *Broker[T]) deadInOrderLocked() []letter[T] {
 	var dead []letter[T]
 	stored := slices.Concat(b.dead.items[b.dead.head:], slices.Collect(maps.Values(b.dead.taking)))
 	slices.SortFunc(stored, func(x, y storedLetter[T]) int { return cmp.Compare(x.id, y.id) })
 	for _, it := range stored {
 		dead = append(dead, letter[T]{sub: it.sub, topic: it.topic, dl: it.dl})
 	}
-	limbo := slices.SortedFunc(maps.Values(st.limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	limbo := slices.SortedFunc(maps.Values(b.store.limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
 	for _, l := range limbo {
 		dead = append(dead, letter[T]{sub: l.sub, topic: l.topic, dl: l.dl})
 	}
-	live := make(map[uint32]bool, len(subs))
-	for _, s := range subs {
-		live[s.jid] = true
+	return dead
+}
+
+// snapshot is the frozen state a compaction writes.
+type snapshot[T any] struct {
+	codec  Codec[T]
+	topics []string           // sorted
+	subs   []*Subscription[T] // by journal id
+	held   [][]core.Entry[T]  // what each of subs holds
+	dead   []letter[T]        // in the store's order
+	dedups [][]*dedupEntry[T] // each topic's live IDs, oldest first
+	e      enc                // the record being built
+	env    []byte             // an envelope being encoded
+}
+
+// write emits the records that rebuild the state: the format, topics and
+// subscriptions, dead letters and messages, then dedup IDs (after their
+// messages, as a publish writes them).
+func (sn *snapshot[T]) write(emit func([]byte)) error {
+	sn.writeStructure(emit)
+	if err := sn.writeMessages(emit); err != nil {
+		return err
 	}
-	return st.j.Rewrite(func(emit func([]byte)) error {
-		var e enc
-		e.start(recFormat).str(formatMagic)
-		e.uint(formatVersion)
-		emit(e.b)
-		for _, name := range topics {
-			emit(e.start(recTopic).strs(name).b)
+	return sn.writeDedups(emit)
+}
+
+func (sn *snapshot[T]) writeStructure(emit func([]byte)) {
+	e := &sn.e
+	e.start(recFormat).str(formatMagic)
+	e.uint(formatVersion)
+	emit(e.b)
+	for _, name := range sn.topics {
+		emit(e.start(recTopic).strs(name).b)
+	}
+	live := make(map[uint32]bool, len(sn.subs))
+	for _, s := range sn.subs {
+		live[s.jid] = true
+		emit(e.start(recSub).sub(s.jid).strs(s.topic, s.name).specs(s.spec).b)
+	}
+	gone := map[uint32]bool{}
+	for _, d := range sn.dead { // the subscriptions of dead letters that outlived them
+		if !live[d.sub] && !gone[d.sub] {
+			gone[d.sub] = true
+			emit(e.start(recSub).sub(d.sub).strs(d.topic, d.dl.Subscription).specs(subSpec{}).b)
+			emit(e.start(recUnsub).sub(d.sub).b)
 		}
-		for _, s := range subs {
-			emit(e.start(recSub).sub(s.jid).strs(s.topic, s.name).specs(s.spec).b)
+	}
+}
+
+func (sn *snapshot[T]) writeMessages(emit func([]byte)) error {
+	for _, d := range sn.dead {
+		m := d.dl.Message
+		en := core.Entry[T]{Message: &m, Place: d.dl.Place, Attempts: d.dl.Attempts, TTL: d.dl.TTL,
+			LastError: d.dl.LastError, Dead: true, Reason: d.dl.Reason, DeadAt: d.dl.At}
+		if err := sn.put(emit, d.sub, en); err != nil {
+			return err
 		}
-		gone := map[uint32]bool{}
-		for _, d := range dead { // the subscriptions of dead letters that outlived them
-			if !live[d.sub] && !gone[d.sub] {
-				gone[d.sub] = true
-				emit(e.start(recSub).sub(d.sub).strs(d.topic, d.dl.Subscription).specs(subSpec{}).b)
-				emit(e.start(recUnsub).sub(d.sub).b)
-			}
-		}
-		var env []byte
-		var err error
-		put := func(sub uint32, en core.Entry[T]) error {
-			if env, err = envelope(env[:0], en.Message, st.codec); err != nil {
-				return fmt.Errorf("encode message %v: %w", en.Message.ID, err)
-			}
-			appendPut(&e, sub, en, env)
-			emit(e.b)
-			return nil
-		}
-		for _, d := range dead {
-			m := d.dl.Message
-			en := core.Entry[T]{Message: &m, Place: d.dl.Place, Attempts: d.dl.Attempts, TTL: d.dl.TTL,
-				LastError: d.dl.LastError, Dead: true, Reason: d.dl.Reason, DeadAt: d.dl.At}
-			if err := put(d.sub, en); err != nil {
+	}
+	for i, s := range sn.subs {
+		for _, en := range sn.held[i] {
+			if err := sn.put(emit, s.jid, en); err != nil {
 				return err
 			}
 		}
-		for i, s := range subs {
-			for _, en := range held[i] {
-				if err := put(s.jid, en); err != nil {
-					return err
-				}
+	}
+	return nil
+}
+
+func (sn *snapshot[T]) put(emit func([]byte), sub uint32, en core.Entry[T]) error {
+	var err error
+	if sn.env, err = envelope(sn.env[:0], en.Message, sn.codec); err != nil {
+		return fmt.Errorf("encode message %v: %w", en.Message.ID, err)
+	}
+	appendPut(&sn.e, sub, en, sn.env)
+	emit(sn.e.b)
+	return nil
+}
+
+// writeDedups emits the live dedup IDs: a reference to the message's put
+// where the snapshot has one, else the message's envelope.
+func (sn *snapshot[T]) writeDedups(emit func([]byte)) error {
+	var heldIDs map[uuid.UUID]bool // messages with a put in the snapshot, made on first need
+	for i, name := range sn.topics {
+		for _, dd := range sn.dedups[i] {
+			if heldIDs == nil {
+				heldIDs = sn.heldIDs()
 			}
-		}
-		var heldIDs map[uuid.UUID]bool // messages with a put in the snapshot
-		for i, name := range topics {  // after the messages, as a publish writes them
-			for _, dd := range dedups[i] {
-				if heldIDs == nil {
-					heldIDs = map[uuid.UUID]bool{}
-					for _, d := range dead {
-						heldIDs[d.dl.Message.ID] = true
-					}
-					for _, es := range held {
-						for _, en := range es {
-							heldIDs[en.Message.ID] = true
-						}
-					}
-				}
-				e.start(recDedup).strs(name, dd.id)
-				if heldIDs[dd.msg.ID] {
-					e.b[0] = recDedupRef
-					emit(append(e.b, dd.msg.ID[:]...))
-					continue
-				}
-				if env, err = envelope(env[:0], &dd.msg, st.codec); err != nil {
-					return fmt.Errorf("encode message %v: %w", dd.msg.ID, err)
-				}
-				emit(append(e.b, env...))
+			e := sn.e.start(recDedup).strs(name, dd.id)
+			if heldIDs[dd.msg.ID] {
+				e.b[0] = recDedupRef
+				emit(append(e.b, dd.msg.ID[:]...))
+				continue
 			}
+			var err error
+			if sn.env, err = envelope(sn.env[:0], &dd.msg, sn.codec); err != nil {
+				return fmt.Errorf("encode message %v: %w", dd.msg.ID, err)
+			}
+			emit(append(e.b, sn.env...))
 		}
-		return nil
-	})
+	}
+	return nil
+}
+
+func (sn *snapshot[T]) heldIDs() map[uuid.UUID]bool {
+	ids := map[uuid.UUID]bool{}
+	for _, d := range sn.dead {
+		ids[d.dl.Message.ID] = true
+	}
+	for _, es := range sn.held {
+		for _, en := range es {
+			ids[en.Message.ID] = true
+		}
+	}
+	return ids
 }
