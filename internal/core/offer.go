@@ -27,31 +27,11 @@ func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
 // and a fan-out reads the clock once. A zero PublishedAt means the clock's
 // now.
 func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration, opts ...OfferOption) error {
-	var ttl time.Duration // 0: the queue's, read under the lock
-	var note any
-	deferred := false
-	for _, o := range opts {
-		switch {
-		case o.kind == offerDeferred:
-			deferred = true
-		case o.kind == offerNote:
-			note = o.note
-		case o.ttl <= 0:
-			return invalid("Offer: TTL = %v, must be > 0", o.ttl)
-		default:
-			ttl = o.ttl
-		}
+	oa, err := offerArgs(ctx, m, delay, opts)
+	if err != nil {
+		return err
 	}
-	switch {
-	case ctx == nil:
-		return invalid("Offer: nil context")
-	case m == nil:
-		return invalid("Offer: nil message")
-	case !m.Priority.Valid():
-		return invalid("Offer: priority %v, must be PriorityLow..PriorityCritical", m.Priority)
-	case delay < 0:
-		return invalid("Offer: delay = %v, must be >= 0", delay)
-	}
+	ttl := oa.ttl // 0: the queue's, read under the lock
 	at := m.PublishedAt
 	for {
 		now, err := q.lockAt(at)
@@ -62,8 +42,8 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			ttl = q.cfg.TTL
 		}
 		if q.nheld < q.cfg.MaxQueue {
-			q.insertLocked(now, m, delay, ttl, note)
-			return q.unlockOffer(deferred)
+			q.insertLocked(now, m, delay, ttl, oa.note)
+			return q.unlockOffer(oa.deferred)
 		}
 		switch q.cfg.Overflow {
 		case OverflowReject:
@@ -71,19 +51,8 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			q.unlock()
 			return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue}
 		case OverflowDropOldest:
-			if e := q.ready.popOldestLowest(); e != nil {
-				q.stats.Dropped++
-				if q.rec != nil {
-					q.dirty = true
-					q.rec.Removed(e.msg)
-				}
-				q.finishLocked(now, e)
-				q.insertLocked(now, m, delay, ttl, note)
-			} else { // nothing visible to drop: the newcomer goes
-				q.stats.Published++
-				q.stats.Dropped++
-			}
-			return q.unlockOffer(deferred)
+			q.dropOldestLocked(now, m, delay, ttl, oa.note)
+			return q.unlockOffer(oa.deferred)
 		case OverflowBlock:
 			if err := ctx.Err(); err != nil {
 				q.stats.Rejected++
@@ -102,21 +71,82 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			at = time.Time{} // time has passed: read the clock from now on
 			continue         // re-check: closed, room, or ctx
 		default: // OverflowDeadLetter
-			q.stats.Published++
-			q.stats.DeadLettered++
-			q.nextSeq++ // its place, had it fitted: a redrive puts it there
-			dl := Letter[T]{
-				DeadLetter: queue.DeadLetter[T]{Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now},
-				origin:     q.scope, Place: q.nextSeq, TTL: ttl,
-			}
-			q.pending = append(q.pending, dl)
-			if q.rec != nil {
-				q.dirty = true
-				q.rec.Offered(Entry[T]{Message: m, Place: dl.Place, TTL: ttl}, note)
-				q.rec.DeadLettered(dl)
-			}
-			return q.unlockOffer(deferred)
+			q.overflowDeadLetterLocked(now, m, ttl, oa.note)
+			return q.unlockOffer(oa.deferred)
 		}
+	}
+}
+
+// offerSpec is what an Offer's options say.
+type offerSpec struct {
+	ttl      time.Duration
+	note     any
+	deferred bool
+}
+
+// offerArgs checks an Offer's arguments and reads its options.
+func offerArgs[T any](ctx context.Context, m *Message[T], delay time.Duration, opts []OfferOption) (offerSpec, error) {
+	var oa offerSpec
+	for _, o := range opts {
+		switch {
+		case o.kind == offerDeferred:
+			oa.deferred = true
+		case o.kind == offerNote:
+			oa.note = o.note
+		case o.ttl <= 0:
+			return oa, invalid("Offer: TTL = %v, must be > 0", o.ttl)
+		default:
+			oa.ttl = o.ttl
+		}
+	}
+	switch {
+	case ctx == nil:
+		return oa, invalid("Offer: nil context")
+	case m == nil:
+		return oa, invalid("Offer: nil message")
+	case !m.Priority.Valid():
+		return oa, invalid("Offer: priority %v, must be PriorityLow..PriorityCritical", m.Priority)
+	case delay < 0:
+		return oa, invalid("Offer: delay = %v, must be >= 0", delay)
+	}
+	return oa, nil
+}
+
+// dropOldestLocked makes room for m by dropping the oldest visible message
+// of the lowest priority (OverflowDropOldest); with nothing visible to
+// drop, the newcomer goes.
+func (q *Queue[T]) dropOldestLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
+	e := q.ready.popOldestLowest()
+	if e == nil {
+		q.stats.Published++
+		q.stats.Dropped++
+		return
+	}
+	q.stats.Dropped++
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Removed(e.msg)
+	}
+	q.finishLocked(now, e)
+	q.insertLocked(now, m, delay, ttl, note)
+}
+
+// overflowDeadLetterLocked dead-letters m, which does not fit
+// (OverflowDeadLetter), with the place it would have had: a redrive puts
+// it there.
+func (q *Queue[T]) overflowDeadLetterLocked(now time.Time, m *Message[T], ttl time.Duration, note any) {
+	q.stats.Published++
+	q.stats.DeadLettered++
+	q.nextSeq++
+	dl := Letter[T]{
+		DeadLetter: queue.DeadLetter[T]{Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now},
+		origin:     q.scope, Place: q.nextSeq, TTL: ttl,
+	}
+	q.pending = append(q.pending, dl)
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Offered(Entry[T]{Message: m, Place: dl.Place, TTL: ttl}, note)
+		q.rec.DeadLettered(dl)
 	}
 }
 
