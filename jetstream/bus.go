@@ -207,7 +207,7 @@ func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts .
 	if !ok {
 		return queue.Message[T]{}, core.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
 	}
-	data, err := codec.Encode(payload)
+	data, err := codec.Encode(nil, payload)
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
 	}

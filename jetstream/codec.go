@@ -1,45 +1,25 @@
 package jetstream
 
-import "encoding/json"
+import "github.com/leasebus/leasebus/broker"
 
-// Codec turns payloads of type T into message data and back.
-type Codec[T any] interface {
-	Encode(v T) ([]byte, error)
-	Decode(data []byte) (T, error)
-}
+// Codec turns payloads of type T into message data and back. It is the
+// broker's codec (Encode appends to dst), so one codec serves a durable
+// broker and JetStream alike.
+type Codec[T any] = broker.Codec[T]
 
-// JSONCodec encodes payloads with encoding/json.
-type JSONCodec[T any] struct{}
-
-// Encode returns the JSON encoding of v.
-func (JSONCodec[T]) Encode(v T) ([]byte, error) { return json.Marshal(v) }
-
-// Decode parses JSON data into a T.
-func (JSONCodec[T]) Decode(data []byte) (T, error) {
-	var v T
-	err := json.Unmarshal(data, &v)
-	return v, err
-}
-
-type bytesCodec struct{}
-
-func (bytesCodec) Encode(v []byte) ([]byte, error)    { return v, nil }
-func (bytesCodec) Decode(data []byte) ([]byte, error) { return data, nil }
-
-type stringCodec struct{}
-
-func (stringCodec) Encode(v string) ([]byte, error)    { return []byte(v), nil }
-func (stringCodec) Decode(data []byte) (string, error) { return string(data), nil }
+// JSONCodec encodes payloads with encoding/json (broker.JSONCodec).
+type JSONCodec[T any] = broker.JSONCodec[T]
 
 // DefaultCodec returns the codec used when none is given: []byte and
-// string payloads pass through as the message data, anything else is JSON.
+// string payloads pass through as the message data (broker.BytesCodec,
+// broker.StringCodec), anything else is JSON.
 func DefaultCodec[T any]() Codec[T] {
 	var zero T
 	switch any(zero).(type) {
 	case []byte:
-		return any(bytesCodec{}).(Codec[T])
+		return any(broker.BytesCodec{}).(Codec[T])
 	case string:
-		return any(stringCodec{}).(Codec[T])
+		return any(broker.StringCodec{}).(Codec[T])
 	}
 	return JSONCodec[T]{}
 }
