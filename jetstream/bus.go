@@ -12,21 +12,34 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
-// Header names that leasebus sets on messages and dead letters.
+// Header names that leasebus sets on messages and dead letters. Those a
+// dead letter shares with the broker's dead-letter topics are the broker's
+// names, so one consumer reads both.
 const (
-	HeaderID           = "Leasebus-Id"           // the message's uuid, set by Publish
-	HeaderReason       = "Leasebus-Reason"       // dead letters: queue.Reason.String()
-	HeaderAttempts     = "Leasebus-Attempts"     // dead letters: deliveries spent
-	HeaderLastError    = "Leasebus-Last-Error"   // dead letters: the last failure
-	HeaderSubscription = "Leasebus-Subscription" // dead letters: the subscription's name
-	HeaderTopic        = "Leasebus-Topic"        // dead letters: the source topic
-	HeaderStreamSeq    = "Leasebus-Stream-Seq"   // dead letters: the source stream sequence
-	HeaderPublishedAt  = "Leasebus-Published-At" // dead letters: the source's publish time, RFC 3339
+	HeaderID           = "Leasebus-Id"                       // the message's uuid, set by Publish
+	HeaderReason       = broker.HeaderDeadLetterReason       // dead letters: queue.Reason.String()
+	HeaderAttempts     = broker.HeaderDeadLetterAttempts     // dead letters: deliveries spent
+	HeaderLastError    = broker.HeaderDeadLetterLastError    // dead letters: the last failure
+	HeaderSubscription = broker.HeaderDeadLetterSubscription // dead letters: the subscription's name
+	HeaderTopic        = broker.HeaderDeadLetterTopic        // dead letters: the source topic
+	HeaderStreamSeq    = "Leasebus-Stream-Seq"               // dead letters: the source stream sequence
+	HeaderPublishedAt  = "Leasebus-Published-At"             // dead letters: the source's publish time, RFC 3339
 )
+
+// legacyHeaders are the names dead letters had before they took the
+// broker's: a dead letter written then still reads back.
+var legacyHeaders = map[string]string{
+	HeaderReason:       "Leasebus-Reason",
+	HeaderAttempts:     "Leasebus-Attempts",
+	HeaderLastError:    "Leasebus-Last-Error",
+	HeaderSubscription: "Leasebus-Subscription",
+	HeaderTopic:        "Leasebus-Topic",
+}
 
 // Defaults of the Open options.
 const (
@@ -242,7 +255,8 @@ func userHeaders(h nats.Header) queue.Headers {
 
 func isReserved(k string) bool {
 	switch k {
-	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt:
+	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt,
+		"Leasebus-Reason", "Leasebus-Attempts", "Leasebus-Last-Error", "Leasebus-Subscription", "Leasebus-Topic":
 		return true
 	}
 	return len(k) >= 5 && k[:5] == "Nats-"
@@ -310,13 +324,21 @@ func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n 
 	}
 }
 
+// dlHeader reads a dead letter's header, under its legacy name if need be.
+func dlHeader(h nats.Header, name string) string {
+	if v := h.Get(name); v != "" {
+		return v
+	}
+	return h.Get(legacyHeaders[name])
+}
+
 func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], error) {
 	h := m.Headers()
 	payload, err := codec.Decode(m.Data())
 	if err != nil {
 		return queue.DeadLetter[T]{}, fmt.Errorf("dead letter: decode: %w", err)
 	}
-	attempts, _ := strconv.Atoi(h.Get(HeaderAttempts))
+	attempts, _ := strconv.Atoi(dlHeader(h, HeaderAttempts))
 	id, _ := uuid.Parse(h.Get(HeaderID))
 	published, _ := time.Parse(time.RFC3339Nano, h.Get(HeaderPublishedAt))
 	var at time.Time
@@ -324,14 +346,14 @@ func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], err
 		at = md.Timestamp
 	}
 	return queue.DeadLetter[T]{
-		Subscription: h.Get(HeaderSubscription),
+		Subscription: dlHeader(h, HeaderSubscription),
 		Message: queue.Message[T]{
-			ID: id, Topic: h.Get(HeaderTopic), Payload: payload,
+			ID: id, Topic: dlHeader(h, HeaderTopic), Payload: payload,
 			Headers: userHeaders(h), PublishedAt: published,
 		},
-		Reason:    parseReason(h.Get(HeaderReason)),
+		Reason:    parseReason(dlHeader(h, HeaderReason)),
 		Attempts:  attempts,
-		LastError: h.Get(HeaderLastError),
+		LastError: dlHeader(h, HeaderLastError),
 		At:        at,
 	}, nil
 }
