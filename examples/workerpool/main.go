@@ -129,44 +129,16 @@ func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
 	}
 
 	var s summary
-	for i := range cfg.Webhooks {
-		w := webhook{N: i, URL: fmt.Sprintf("https://customer-%d.example/hook", i%37), Event: "order.updated"}
-		prio := queue.PriorityNormal
-		if i%10 == 0 {
-			w.Event, prio = "payment.succeeded", queue.PriorityHigh
-		}
-		if i == cfg.Webhooks/2 {
-			w.URL = "https://partner.invalid/hook"
-		}
-		if _, err := b.Publish(ctx, "webhooks", w, broker.WithPriority(prio)); err != nil {
-			return s, err
-		}
-		s.Published++
+	if s.Published, err = publishAll(ctx, b, cfg.Webhooks); err != nil {
+		return s, err
 	}
 
 	ep := &endpoint{cfg: cfg}
-	var delivered, retried, dead, extended atomic.Int64
-	settled := make(chan struct{}, 1)
-	observe := func(ev poller.Event[webhook]) {
-		switch ev.Outcome {
-		case poller.OutcomeAcked:
-			delivered.Add(1)
-		case poller.OutcomeRetried:
-			retried.Add(1)
-		case poller.OutcomeDeadLettered:
-			dead.Add(1)
-		case poller.OutcomeExtended:
-			extended.Add(1)
-		}
-		select {
-		case settled <- struct{}{}:
-		default:
-		}
-	}
+	c := &counts{settled: make(chan struct{}, 1)}
 	pool, err := poller.New(deliver, ep.deliver,
 		poller.WithWorkers(cfg.Workers),
 		poller.WithBatch(cfg.Workers),
-		poller.WithObserver(observe),
+		poller.WithObserver(c.observe),
 		poller.WithDrainTimeout(5*time.Second),
 	)
 	if err != nil {
@@ -179,29 +151,18 @@ func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
 
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	// On a terminal one line is redrawn in place; into a pipe or a file,
-	// each report is a line of its own.
-	redraw := isTerminal(progress)
-	report := func() {
-		line := fmt.Sprintf("delivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d",
-			delivered.Load(), cfg.Webhooks, retried.Load(), dead.Load(), extended.Load(), pool.Stats().InFlight)
-		if redraw {
-			fmt.Fprintf(progress, "\r%s ", line)
-		} else {
-			fmt.Fprintln(progress, line)
-		}
-	}
+	report, end := reporter(progress, cfg.Webhooks, c, pool)
 	redriven := false
 wait:
 	for {
 		select {
-		case <-settled:
+		case <-c.settled:
 		case <-tick.C:
 			report()
 		case <-ctx.Done(): // Ctrl-C: fall through to the drain
 			break wait
 		}
-		if !redriven && delivered.Load()+dead.Load() == int64(cfg.Webhooks) {
+		if !redriven && c.delivered.Load()+c.dead.Load() == int64(cfg.Webhooks) {
 			// Every webhook was delivered or gave up: fix the endpoint and
 			// redrive the dead letters.
 			ep.fixed.Store(true)
@@ -211,7 +172,7 @@ wait:
 			}
 			s.Redriven, redriven = n, true
 		}
-		if redriven && delivered.Load() == int64(cfg.Webhooks) {
+		if redriven && c.delivered.Load() == int64(cfg.Webhooks) {
 			break
 		}
 	}
@@ -219,16 +180,78 @@ wait:
 	if err := <-done; err != nil {
 		return s, err
 	}
-	report()
-	if redraw {
-		fmt.Fprintln(progress)
-	}
+	end()
 
 	s.Audited = audit.Stats().Visible
-	s.Delivered, s.Retried = int(delivered.Load()), int(retried.Load())
-	s.DeadLettered, s.Extended = int(dead.Load()), int(extended.Load())
+	s.Delivered, s.Retried = int(c.delivered.Load()), int(c.retried.Load())
+	s.DeadLettered, s.Extended = int(c.dead.Load()), int(c.extended.Load())
 	s.Elapsed = time.Since(start)
 	return s, ctx.Err()
+}
+
+// publishAll publishes n webhooks: every tenth a high-priority payment,
+// and the middle one to an endpoint that always fails (the poison one).
+func publishAll(ctx context.Context, b *broker.Broker[webhook], n int) (int, error) {
+	for i := range n {
+		w := webhook{N: i, URL: fmt.Sprintf("https://customer-%d.example/hook", i%37), Event: "order.updated"}
+		prio := queue.PriorityNormal
+		if i%10 == 0 {
+			w.Event, prio = "payment.succeeded", queue.PriorityHigh
+		}
+		if i == n/2 {
+			w.URL = "https://partner.invalid/hook"
+		}
+		if _, err := b.Publish(ctx, "webhooks", w, broker.WithPriority(prio)); err != nil {
+			return i, err
+		}
+	}
+	return n, nil
+}
+
+// counts are the pool's outcomes so far, as its observer sees them.
+type counts struct {
+	delivered, retried, dead, extended atomic.Int64
+	settled                            chan struct{} // a signal after each outcome
+}
+
+func (c *counts) observe(ev poller.Event[webhook]) {
+	switch ev.Outcome {
+	case poller.OutcomeAcked:
+		c.delivered.Add(1)
+	case poller.OutcomeRetried:
+		c.retried.Add(1)
+	case poller.OutcomeDeadLettered:
+		c.dead.Add(1)
+	case poller.OutcomeExtended:
+		c.extended.Add(1)
+	}
+	select {
+	case c.settled <- struct{}{}:
+	default:
+	}
+}
+
+// reporter returns report, which writes the progress, and end, which
+// writes it a last time. On a terminal one line is redrawn in place; into
+// a pipe or a file, each report is a line of its own.
+func reporter(progress io.Writer, total int, c *counts, pool *poller.Poller[webhook]) (report, end func()) {
+	redraw := isTerminal(progress)
+	report = func() {
+		line := fmt.Sprintf("delivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d",
+			c.delivered.Load(), total, c.retried.Load(), c.dead.Load(), c.extended.Load(), pool.Stats().InFlight)
+		if redraw {
+			fmt.Fprintf(progress, "\r%s ", line)
+		} else {
+			fmt.Fprintln(progress, line)
+		}
+	}
+	end = func() {
+		report()
+		if redraw {
+			fmt.Fprintln(progress)
+		}
+	}
+	return report, end
 }
 
 func printSummary(w io.Writer, s summary) {
