@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/crashcopy"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -302,7 +303,7 @@ func crashCheck(t *testing.T, dir string, mode broker.SyncMode, run int, intende
 // original message) must have its message there, or its settled outcome.
 func crashCheckDedup(t *testing.T, dir string, run int, intended, acking map[string]bool, there map[string]string) {
 	t.Helper()
-	cp := dirCopy(t, dir)
+	cp := crashcopy.Of(t, dir)
 	b, _, err := crashOpen(cp, broker.SyncNone, nil)
 	require.NoError(t, err, "run %d", run)
 	defer func() { require.NoError(t, b.Close()) }()

@@ -11,7 +11,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/crashcopy"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -140,24 +140,6 @@ func TestDurableRandomBitFlips(t *testing.T) {
 	t.Logf("300 flips: %d refused as corrupt, %d in the last record cut as torn", refused, torn)
 }
 
-// dirCopy copies a durable broker's directory as a crash would leave it at
-// this moment: whatever the calls so far wrote, the original still open.
-func dirCopy(t *testing.T, dir string) string {
-	t.Helper()
-	to := t.TempDir()
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range ents {
-		if e.Name() == "LOCK" {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), data, 0o644))
-	}
-	return to
-}
-
 // TestDurableDedupIDNeverOutlivesItsMessage: a compaction between a
 // publish's dedup reservation and its message used to snapshot the ID
 // without the message, so that after a crash there, or after the publish
@@ -175,7 +157,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		_, err = b.Subscribe("t", "s", broker.WithFilter(func(m queue.Message[string]) bool {
 			if image == "" { // the filter runs after the reservation, before the offer
 				require.NoError(t, b.Compact())
-				image = dirCopy(t, dir)
+				image = crashcopy.Of(t, dir)
 			}
 			return true
 		}))

@@ -15,30 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/internal/crashcopy"
 	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
-
-// crashCopy copies a durable broker's directory as a crash would leave it:
-// whatever the calls so far wrote to the files, with the original still
-// open. Every call returns after its records are written (in both modes),
-// so the copy holds them all.
-func crashCopy(t *testing.T, dir string) string {
-	t.Helper()
-	to := t.TempDir()
-	ents, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range ents {
-		if e.Name() == "LOCK" {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), data, 0o644))
-	}
-	return to
-}
 
 // held is what a queue holds, normalized for comparison across a restart:
 // a message in flight comes back as if its lease had expired.
@@ -296,7 +277,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 			}
 			mock2 := clock.NewMock()
 			mock2.Set(mock.Now())
-			cdir := crashCopy(t, dir)
+			cdir := crashcopy.Of(t, dir)
 			b2 := open(cdir, mock2)
 			subs2 := declare(b2)
 			gotHeld, gotDead := view(b2)
