@@ -401,3 +401,39 @@ func TestDurableDedupSurvivesAckAndCompaction(t *testing.T) {
 	d.restart()
 	check("after a compaction and a restart")
 }
+
+// TestDurableDedupRecordAfterCompactionOfAnAckedMessage: a dedup record
+// that refers to its message's put instead of repeating the envelope must
+// not outlive that put. Here the message is acked, and the journal
+// compacted (dropping its put), between the offer and the dedup record:
+// the crash test found a journal Open then refused ("dedup record of
+// message ..., which no earlier record holds").
+func TestDurableDedupRecordAfterCompactionOfAnAckedMessage(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := broker.Open(dir, broker.StringCodec{})
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("t"))
+	a, err := b.Subscribe("t", "a")
+	require.NoError(t, err)
+	_, err = b.Subscribe("t", "b", broker.WithFilter(func(queue.Message[string]) bool {
+		// Runs after "a" took the message, before the dedup record.
+		ds := a.TryPoll(1)
+		require.Len(t, ds, 1)
+		require.NoError(t, a.Ack(ds[0].LeaseID))
+		require.NoError(t, b.Compact())
+		return false
+	}))
+	require.NoError(t, err)
+	first, err := b.Publish(ctx, "t", "item", broker.WithDedupID("i"))
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+
+	b, err = broker.Open(dir, broker.StringCodec{})
+	require.NoError(t, err, "the journal opens")
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	again, err := b.Publish(ctx, "t", "item again", broker.WithDedupID("i"))
+	require.NoError(t, err)
+	require.Equal(t, first.ID, again.ID, "the dedup ID is remembered")
+}

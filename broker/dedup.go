@@ -98,16 +98,19 @@ func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
 }
 
 // confirm ends e's pending state: its message is stored (stored: a put of
-// it is in the journal, which the dedup record may refer to instead of
-// repeating the envelope). On a durable broker (st not nil) it appends the
+// it was appended to journal segment seg, which the dedup record may refer
+// to instead of repeating the envelope, if seg is still the live one). On a durable broker (st not nil) it appends the
 // dedup record, under the lock, so that
 // a compaction, which snapshots the IDs under the same lock, sees either
 // the pending ID and not its record, or the record's effect.
-func (d *dedup[T]) confirm(e *dedupEntry[T], st *store[T], topic string, env []byte, stored bool) {
+func (d *dedup[T]) confirm(e *dedupEntry[T], st *store[T], topic string, env []byte, stored bool, seg int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if st != nil && d.byID[e.id] == e {
-		st.recordDedup(topic, e.id, env, stored)
+		// A compaction since the offer (which cannot run while we hold the
+		// lock) may have left the message's put behind, if the message was
+		// acked meanwhile: then repeat the envelope.
+		st.recordDedup(topic, e.id, env, stored && st.j.Segment() == seg)
 	}
 	d.settleLocked(e)
 }

@@ -196,6 +196,10 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		}
 		reserved = e
 	}
+	seg := 0 // the journal segment the offers' puts go to, for a dedup record that refers to them
+	if reserved != nil && b.store != nil {
+		seg = b.store.j.Segment()
+	}
 	accepted := 0
 	var errs []error
 	for _, s := range subs {
@@ -218,9 +222,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	case err != nil:
 		t.dedup.forget(reserved)
 	case b.store != nil: // after the message's own records: a crash between loses only the dedup
-		t.dedup.confirm(reserved, b.store, t.name, env.b, accepted > 0)
+		t.dedup.confirm(reserved, b.store, t.name, env.b, accepted > 0, seg)
 	default:
-		t.dedup.confirm(reserved, nil, "", nil, false)
+		t.dedup.confirm(reserved, nil, "", nil, false, 0)
 	}
 	return *m, accepted, err
 }

@@ -335,6 +335,15 @@ func (j *Journal) Path() string {
 	return j.segPath(j.seg)
 }
 
+// Segment returns the live segment's number: a Rewrite moves it on, so a
+// caller can tell whether records it appended earlier are still in the
+// live segment.
+func (j *Journal) Segment() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.seg
+}
+
 // Size returns the live segment's size, records not yet written included.
 func (j *Journal) Size() int64 {
 	j.mu.Lock()
