@@ -319,3 +319,40 @@ func BenchmarkDedupMemory(b *testing.B) {
 		br.Close()
 	}
 }
+
+// BenchmarkAckWithParkedPollers acks leases while four pollers wait in
+// Poll with nothing visible: an ack makes nothing visible, so it should
+// not wake them (with no MaxInFlight to make room under).
+func BenchmarkAckWithParkedPollers(b *testing.B) {
+	br, ss := benchBroker(b, 1)
+	s := ss[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range b.N {
+		br.Publish(ctx, "t", payload)
+	}
+	ds := s.TryPoll(b.N)
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for ctx.Err() == nil {
+				s.Poll(ctx, 1)
+			}
+		}()
+	}
+	if err := s.AwaitParked(ctx, 4); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for _, d := range ds {
+		if err := s.Ack(d.LeaseID); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	cancel()
+	for range 4 {
+		<-done
+	}
+}

@@ -115,5 +115,9 @@ func (q *Queue[T]) recycleLocked(e *entry[T]) {
 		close(q.room)
 		q.room = nil
 	}
-	q.wakeLocked() // MaxInFlight room, or a state change a poller must see
+	if q.cfg.MaxInFlight > 0 {
+		q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
+	}
+	// Otherwise a message leaving wakes no poller: what it makes visible
+	// (the next of its key) wakes them as it is placed.
 }

@@ -167,7 +167,9 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 	q.inflight.Remove(&e.lz)
 	e.leaseOpen = false
 	f(now, e)
-	q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
+	if q.cfg.MaxInFlight > 0 {
+		q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
+	}
 	return q.unlock()
 }
 
