@@ -34,6 +34,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ const (
 // MaxRecord is the largest record body Append takes; a frame that claims
 // more is corrupt.
 const MaxRecord = 64 << 20
+
+// maxYields bounds the scheduling rounds a SyncAlways leader waits for
+// more records before it writes and fsyncs.
+const maxYields = 4
 
 // DefaultMinCompact is the segment size below which Due never reports
 // compaction due.
@@ -99,7 +104,9 @@ type Journal struct {
 	written  int64 // appended bytes in the file
 	synced   int64 // appended bytes on disk
 	flushing bool
-	err      error // sticky: the first write or fsync error
+	syncs    uint64 // fdatasyncs done by commits
+	waiting  int    // commits waiting for a leader's flush
+	err      error  // sticky: the first write or fsync error
 	closed   bool
 	f        *os.File
 	seg      int
@@ -294,11 +301,29 @@ func (j *Journal) commit(durable bool) error {
 		case j.err != nil:
 			return j.err
 		case j.flushing:
+			j.waiting++
 			j.cond.Wait()
+			j.waiting--
 			continue
 		}
 		// Lead: write everything pending (others' records too), then fsync.
 		j.flushing = true
+		if durable && j.waiting > 0 {
+			// Others are committing too: yield before taking the buffer,
+			// so that callers about to append share this fsync, a
+			// group-commit window of scheduling rounds, not a timer. It
+			// yields again while a round brought new records (at most
+			// maxYields). A caller alone does not wait at all.
+			for range maxYields {
+				before := j.appended
+				j.mu.Unlock()
+				runtime.Gosched()
+				j.mu.Lock()
+				if j.appended == before {
+					break
+				}
+			}
+		}
 		buf, end, f := j.pend, j.appended, j.f
 		j.pend = j.spare[:0]
 		j.mu.Unlock()
@@ -310,6 +335,9 @@ func (j *Journal) commit(durable bool) error {
 			err = fdatasync(f)
 		}
 		j.mu.Lock()
+		if err == nil && durable {
+			j.syncs++
+		}
 		j.flushing = false
 		if cap(buf) <= 1<<20 {
 			j.spare = buf[:0]
@@ -342,6 +370,13 @@ func (j *Journal) Segment() int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.seg
+}
+
+// Syncs returns how many fdatasyncs commits have done since Open.
+func (j *Journal) Syncs() uint64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.syncs
 }
 
 // Size returns the live segment's size, records not yet written included.
