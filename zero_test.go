@@ -2,10 +2,12 @@ package leasebus_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -68,4 +70,38 @@ func TestEmptyNamesAreInvalidArguments(t *testing.T) {
 	}
 	_, err = b.Publish(ctx, "missing", "x")
 	require.ErrorIs(t, err, broker.ErrTopicNotFound, "a valid name that is not a topic")
+}
+
+// TestZeroSubscriptionSaysToUseSubscribe: every method of a zero
+// Subscription returns an error matching queue.ErrInvalidArgument, or an
+// empty answer; none panics.
+func TestZeroSubscriptionSaysToUseSubscribe(t *testing.T) {
+	var s broker.Subscription[string]
+	var id lease.ID
+	buf := make([]queue.Delivery[string], 1)
+	for name, err := range map[string]error{
+		"Poll":               func() error { _, err := s.Poll(ctx, 1); return err }(),
+		"PollInto":           func() error { _, err := s.PollInto(ctx, buf); return err }(),
+		"PollWithVisibility": func() error { _, err := s.PollWithVisibility(ctx, 1, time.Second); return err }(),
+		"TryPollInto":        func() error { _, err := s.TryPollInto(buf); return err }(),
+		"Ack":                s.Ack(id),
+		"AckBatch":           s.AckBatch([]lease.ID{id}),
+		"Nack":               s.Nack(id, 0),
+		"Fail":               s.Fail(id, nil),
+		"Reject":             s.Reject(id, nil),
+		"Release":            s.Release(id),
+		"Extend":             s.Extend(id, time.Second),
+		"Purge":              func() error { _, err := s.Purge(); return err }(),
+		"AwaitIdle":          s.AwaitIdle(ctx),
+		"AwaitParked":        s.AwaitParked(ctx, 1),
+	} {
+		require.ErrorIs(t, err, queue.ErrInvalidArgument, name)
+		require.ErrorContains(t, err, "Subscribe", name)
+	}
+	require.Empty(t, s.TryPoll(1))
+	require.Equal(t, queue.Stats{}, s.Stats())
+	require.Equal(t, queue.Config{}, s.Config())
+	require.Zero(t, s.Parked())
+	require.Empty(t, s.Name())
+	require.Empty(t, s.Topic())
 }

@@ -149,6 +149,9 @@ func (q *Queue[T]) setParkedLocked(delta int) {
 // A poller stops counting the moment a publish, nack or close wakes it; one
 // woken by its timer stops counting when it runs again.
 func (q *Queue[T]) Parked() int {
+	if q == nil {
+		return 0
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.parked
@@ -161,6 +164,9 @@ func (q *Queue[T]) Parked() int {
 // returns ctx's error if ctx ends first, ErrClosed if the queue closes, and
 // an error matching ErrInvalidArgument for n < 0.
 func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
+	if q == nil {
+		return errNilQueue
+	}
 	if ctx == nil {
 		return invalid("AwaitParked: nil context")
 	}

@@ -115,6 +115,9 @@ const (
 
 // Config returns the queue's configuration with every default filled in.
 func (q *Queue[T]) Config() Config {
+	if q == nil {
+		return Config{}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.cfg
@@ -122,6 +125,9 @@ func (q *Queue[T]) Config() Config {
 
 // Stats returns a snapshot of the queue, after settling everything due.
 func (q *Queue[T]) Stats() Stats {
+	if q == nil {
+		return Stats{}
+	}
 	q.mu.Lock()
 	if !q.closed {
 		q.settleLocked(q.clock.Now())
@@ -165,6 +171,9 @@ func (q *Queue[T]) lock() (time.Time, error) { return q.lockAt(time.Time{}) }
 // lockAt is lock with the current time given; the zero time means read the
 // clock.
 func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
+	if q == nil { // a zero broker.Subscription's
+		return time.Time{}, errNilQueue
+	}
 	if now.IsZero() {
 		now = q.clock.Now()
 	}

@@ -74,3 +74,7 @@ func Invalid(format string, args ...any) error {
 }
 
 func invalid(format string, args ...any) error { return Invalid(format, args...) }
+
+// errNilQueue is what the calls of a nil Queue return: the queue of a
+// zero broker.Subscription, which only Broker.Subscribe makes.
+var errNilQueue = Invalid("zero Subscription: make one with Broker.Subscribe or Broker.Subscription")
