@@ -14,7 +14,6 @@ type (
 	Stats           = queue.Stats
 	Priority        = queue.Priority
 	Reason          = queue.Reason
-	Headers         = queue.Headers
 	RetryPolicy     = queue.RetryPolicy
 	OverflowPolicy  = queue.OverflowPolicy
 	FullError       = queue.FullError
@@ -23,8 +22,6 @@ type (
 
 const (
 	PriorityLow      = queue.PriorityLow
-	PriorityNormal   = queue.PriorityNormal
-	PriorityHigh     = queue.PriorityHigh
 	PriorityCritical = queue.PriorityCritical
 	numPriorities    = int(PriorityCritical-PriorityLow) + 1
 
@@ -52,9 +49,6 @@ var (
 	ErrQueueFull       = queue.ErrQueueFull
 	ErrInvalidArgument = queue.ErrInvalidArgument
 )
-
-// NewHeaders is queue.NewHeaders.
-func NewHeaders(m map[string]string) Headers { return queue.NewHeaders(m) }
 
 // Letter is a dead letter with what a redrive needs to put it back where
 // it was: its place (publish sequence) in the queue that dead-lettered it,

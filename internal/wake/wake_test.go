@@ -10,18 +10,25 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestAfterFiresWhenTheMockReachesIt(t *testing.T) {
-	mock := clock.NewMock()
-	w := After(mock, time.Second)
-	defer w.Stop()
-	mock.Add(999 * time.Millisecond)
-	select {
-	case <-w.C:
-		t.Fatal("fired before its time")
-	default:
+// Both ways to arm a wake-up fire when the mock reaches their time, not
+// a nanosecond before.
+func TestFiresWhenTheMockReachesIt(t *testing.T) {
+	for name, arm := range map[string]func(*clock.Mock) Timer{
+		"After": func(m *clock.Mock) Timer { return After(m, time.Second) },
+		"At":    func(m *clock.Mock) Timer { return At(m, m.Now().Add(time.Second)) },
+	} {
+		mock := clock.NewMock()
+		w := arm(mock)
+		mock.Add(time.Second - time.Nanosecond)
+		select {
+		case <-w.C:
+			t.Fatalf("%s: fired before its time", name)
+		default:
+		}
+		mock.Add(time.Nanosecond)
+		<-w.C // the mock's Add starts the func in a goroutine before it returns
+		w.Stop()
 	}
-	mock.Add(time.Millisecond)
-	<-w.C // the mock's Add runs the func before it returns, in a goroutine it starts
 }
 
 func TestStoppedNeverFires(t *testing.T) {
@@ -68,21 +75,6 @@ func TestSecondTickIsHarmless(t *testing.T) {
 func TestAfterOnTheRealClock(t *testing.T) {
 	w := After(clock.New(), time.Millisecond)
 	defer w.Stop()
-	<-w.C
-}
-
-func TestAtFiresAtItsTime(t *testing.T) {
-	mock := clock.NewMock()
-	at := mock.Now().Add(time.Second)
-	w := At(mock, at)
-	defer w.Stop()
-	mock.Add(999 * time.Millisecond)
-	select {
-	case <-w.C:
-		t.Fatal("fired before its time")
-	default:
-	}
-	mock.Add(time.Millisecond)
 	<-w.C
 }
 
