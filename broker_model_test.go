@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -178,9 +179,9 @@ type brokerModel struct {
 // source subscription), which is unique because a message reaches each
 // subscription once and dies there at most once.
 func msgKey(m queue.Message[int]) string {
-	if _, ok := m.Headers.Lookup(broker.HeaderDeadLetterReason); ok {
-		return "dl:" + m.Headers.Get(broker.HeaderDeadLetterMessageID) + "@" +
-			m.Headers.Get(broker.HeaderDeadLetterTopic) + "/" + m.Headers.Get(broker.HeaderDeadLetterSubscription)
+	if _, ok := m.Headers.Lookup(vocab.HeaderReason); ok {
+		return "dl:" + m.Headers.Get(vocab.HeaderMessageID) + "@" +
+			m.Headers.Get(vocab.HeaderTopic) + "/" + m.Headers.Get(vocab.HeaderSubscription)
 	}
 	return "m:" + m.ID.String()
 }
@@ -370,7 +371,7 @@ func (m *brokerModel) topic(label string) string {
 // "dlq" if it exists and has one, else to the store; and to the store
 // anyway if it already came through "dlq".
 func (m *brokerModel) deadLetter(s *bmSub, h bmHeld, reason queue.Reason, lastErr string) {
-	_, again := h.d.Headers.Lookup(broker.HeaderDeadLetterReason)
+	_, again := h.d.Headers.Lookup(vocab.HeaderReason)
 	var to []*bmSub
 	if !again && m.topics[bmDLQ] != nil {
 		for _, r := range m.subs {
@@ -390,13 +391,13 @@ func (m *brokerModel) deadLetter(s *bmSub, h bmHeld, reason queue.Reason, lastEr
 	}
 	m.cover["dead letter:to topic"]++
 	hdr := map[string]string{
-		broker.HeaderDeadLetterReason:       reason.String(),
-		broker.HeaderDeadLetterAttempts:     "1",
-		broker.HeaderDeadLetterLastError:    lastErr,
-		broker.HeaderDeadLetterSubscription: s.name,
-		broker.HeaderDeadLetterTopic:        s.target,
-		broker.HeaderDeadLetterMessageID:    h.d.ID.String(),
-		broker.HeaderDeadLetterAt:           m.now.Format(time.RFC3339Nano),
+		vocab.HeaderReason:       reason.String(),
+		vocab.HeaderAttempts:     "1",
+		vocab.HeaderLastError:    lastErr,
+		vocab.HeaderSubscription: s.name,
+		vocab.HeaderTopic:        s.target,
+		vocab.HeaderMessageID:    h.d.ID.String(),
+		vocab.HeaderAt:           m.now.Format(time.RFC3339Nano),
 	}
 	key := "dl:" + h.d.ID.String() + "@" + s.key()
 	for _, r := range to {
@@ -441,7 +442,7 @@ func (m *brokerModel) check() {
 				rt.Fatalf("after op %d: %s received %s as payload %d, topic %q, attempt %d; want %d, %q, 1",
 					m.ops, k, key, d.Payload, d.Topic, d.Attempt, want.payload, want.topic)
 			}
-			if h := d.Headers.Map(); !(len(h) == 0 && len(want.headers) == 0) && !maps.Equal(h, want.headers) {
+			if h := maps.Collect(d.Headers.All()); !(len(h) == 0 && len(want.headers) == 0) && !maps.Equal(h, want.headers) {
 				rt.Fatalf("after op %d: %s received %s with headers %v, want %v", m.ops, k, key, h, want.headers)
 			}
 			if s.dl {

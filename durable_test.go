@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -177,7 +179,7 @@ func requireSameMessage[T any](t *testing.T, want, got queue.Message[T], what st
 	require.Equal(t, want.Key, got.Key, what)
 	require.Equal(t, want.Priority, got.Priority, what)
 	require.Equal(t, want.Payload, got.Payload, what)
-	require.Equal(t, want.Headers.Map(), got.Headers.Map(), what)
+	require.Equal(t, maps.Collect(want.Headers.All()), maps.Collect(got.Headers.All()), what)
 	require.Equal(t, want.PublishedAt.UnixNano(), got.PublishedAt.UnixNano(), what)
 	require.True(t, want.PublishedAt.Equal(got.PublishedAt), "%s: PublishedAt %v, want %v", what, got.PublishedAt, want.PublishedAt)
 }
@@ -755,12 +757,12 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	require.Equal(t, "a", dv.Payload)
 	h := dv.Headers
 	require.Equal(t, "v", h.Get("h"))
-	require.Equal(t, queue.ReasonMaxAttempts.String(), h.Get(broker.HeaderDeadLetterReason))
-	require.Equal(t, "1", h.Get(broker.HeaderDeadLetterAttempts))
-	require.Equal(t, "nacked", h.Get(broker.HeaderDeadLetterLastError))
-	require.Equal(t, "work", h.Get(broker.HeaderDeadLetterSubscription))
-	require.Equal(t, "jobs", h.Get(broker.HeaderDeadLetterTopic))
-	require.Equal(t, a.ID.String(), h.Get(broker.HeaderDeadLetterMessageID))
+	require.Equal(t, queue.ReasonMaxAttempts.String(), h.Get(vocab.HeaderReason))
+	require.Equal(t, "1", h.Get(vocab.HeaderAttempts))
+	require.Equal(t, "nacked", h.Get(vocab.HeaderLastError))
+	require.Equal(t, "work", h.Get(vocab.HeaderSubscription))
+	require.Equal(t, "jobs", h.Get(vocab.HeaderTopic))
+	require.Equal(t, a.ID.String(), h.Get(vocab.HeaderMessageID))
 	require.NoError(t, reader.Release(dv.LeaseID))
 
 	// The routing itself persists: a message leased on its last attempt at
@@ -775,8 +777,8 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	require.ElementsMatch(t, []string{"a", "b"}, durPayloads(ds))
 	for _, dv := range ds {
 		if dv.Payload == "b" {
-			require.Equal(t, "lease expired", dv.Headers.Get(broker.HeaderDeadLetterLastError))
-			require.Equal(t, "work", dv.Headers.Get(broker.HeaderDeadLetterSubscription))
+			require.Equal(t, "lease expired", dv.Headers.Get(vocab.HeaderLastError))
+			require.Equal(t, "work", dv.Headers.Get(vocab.HeaderSubscription))
 		}
 		require.NoError(t, reader.Release(dv.LeaseID))
 	}

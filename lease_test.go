@@ -282,7 +282,7 @@ func TestBlockedPollWokenByDelayedMessage(t *testing.T) {
 	}()
 	brokertest.AwaitParked(t, s, 1)
 	add(time.Minute - time.Nanosecond)
-	assert.Equal(t, 1, s.Parked(), "not due yet")
+	assert.NoError(t, s.AwaitParked(canceled(), 1), "not due yet: still parked")
 	add(time.Nanosecond)
 	assert.Equal(t, "later", (<-got).Payload)
 }

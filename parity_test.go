@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -193,12 +194,26 @@ func TestDeadLetterTopic(t *testing.T) {
 	assert.Equal(t, "poison", dl.Payload)
 	assert.Equal(t, queue.PriorityHigh, dl.Priority)
 	assert.Equal(t, "acme", dl.Headers.Get("tenant"))
-	assert.Equal(t, "max-attempts", dl.Headers.Get(broker.HeaderDeadLetterReason))
-	assert.Equal(t, "1", dl.Headers.Get(broker.HeaderDeadLetterAttempts))
-	assert.Equal(t, "bad input", dl.Headers.Get(broker.HeaderDeadLetterLastError))
-	assert.Equal(t, "worker", dl.Headers.Get(broker.HeaderDeadLetterSubscription))
-	assert.Equal(t, "jobs", dl.Headers.Get(broker.HeaderDeadLetterTopic))
-	assert.Equal(t, d.ID.String(), dl.Headers.Get(broker.HeaderDeadLetterMessageID))
+	assert.Equal(t, "max-attempts", dl.Headers.Get(vocab.HeaderReason))
+	assert.Equal(t, "1", dl.Headers.Get(vocab.HeaderAttempts))
+	assert.Equal(t, "bad input", dl.Headers.Get(vocab.HeaderLastError))
+	assert.Equal(t, "worker", dl.Headers.Get(vocab.HeaderSubscription))
+	assert.Equal(t, "jobs", dl.Headers.Get(vocab.HeaderTopic))
+	assert.Equal(t, d.ID.String(), dl.Headers.Get(vocab.HeaderMessageID))
+
+	back, ok := broker.DeadLetterOf(dl.Message)
+	require.True(t, ok, "a message from a dead-letter topic reads back as its dead letter")
+	assert.Equal(t, queue.DeadLetter[string]{
+		Subscription: "worker",
+		Message: queue.Message[string]{ID: d.ID, Topic: "jobs", Payload: "poison", Priority: queue.PriorityHigh,
+			Headers: queue.NewHeaders(map[string]string{"tenant": "acme"}), PublishedAt: dl.PublishedAt},
+		Reason:    queue.ReasonMaxAttempts,
+		Attempts:  1,
+		LastError: "bad input",
+		At:        b.Clock().Now(),
+	}, back)
+	_, ok = broker.DeadLetterOf(d.Message)
+	assert.False(t, ok, "an ordinary message carries no dead letter")
 	require.NoError(t, dlq.Ack(dl.LeaseID))
 
 	_, err = b.Subscribe("jobs", "bad", broker.WithDeadLetterTopic("a.*"))

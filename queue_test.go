@@ -362,7 +362,7 @@ func TestPollContext(t *testing.T) {
 	brokertest.AwaitParked(t, s, 1)
 	cancel()
 	assert.ErrorIs(t, <-errc, context.Canceled)
-	assert.Equal(t, 0, s.Parked())
+	assert.ErrorIs(t, s.AwaitParked(canceled(), 1), context.Canceled, "the canceled Poll is no longer parked")
 
 	_, err = s.Poll(ctx, 0)
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)

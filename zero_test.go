@@ -101,7 +101,6 @@ func TestZeroSubscriptionSaysToUseSubscribe(t *testing.T) {
 	require.Empty(t, s.TryPoll(1))
 	require.Equal(t, queue.Stats{}, s.Stats())
 	require.Equal(t, queue.Config{}, s.Config())
-	require.Zero(t, s.Parked())
 	require.Empty(t, s.Name())
 	require.Empty(t, s.Topic())
 }

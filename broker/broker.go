@@ -94,8 +94,8 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 
 // newBroker is New without the check that every option is New's.
 func newBroker[T any](opts []Option) (*Broker[T], config, error) {
-	cfg := config{deadLetterLimit: DefaultDeadLetterLimit, dedupWindow: DefaultDedupWindow, dedupLimit: DefaultDedupLimit,
-		compactMin: DefaultCompactMin}
+	cfg := config{deadLetterLimit: defaultDeadLetterLimit, dedupWindow: defaultDedupWindow, dedupLimit: defaultDedupLimit,
+		compactMin: defaultCompactMin}
 	for i, o := range opts {
 		if o == nil {
 			return nil, cfg, core.Invalid("option %d is nil", i)
@@ -108,7 +108,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 	if cfg.clock == nil {
 		cfg.clock = clock.New()
 	}
-	if err := cfg.sub.queue.Validate(); err != nil {
+	if err := core.ValidateConfig(cfg.sub.queue); err != nil {
 		return nil, cfg, err
 	}
 	if cfg.sub.filter != nil {
@@ -136,18 +136,6 @@ func filterMismatch[T any](f any) error {
 
 // Clock returns the broker's clock.
 func (b *Broker[T]) Clock() clock.Clock { return b.clock }
-
-// Headers added to a dead letter published to a dead-letter topic
-// (WithDeadLetterTopic).
-const (
-	HeaderDeadLetterReason       = "leasebus-dead-letter-reason"       // queue.Reason.String()
-	HeaderDeadLetterAttempts     = "leasebus-dead-letter-attempts"     // decimal
-	HeaderDeadLetterLastError    = "leasebus-dead-letter-last-error"   // may be empty
-	HeaderDeadLetterSubscription = "leasebus-dead-letter-subscription" // the source subscription
-	HeaderDeadLetterTopic        = "leasebus-dead-letter-topic"        // the source topic (or pattern)
-	HeaderDeadLetterMessageID    = "leasebus-dead-letter-message-id"   // the original message ID
-	HeaderDeadLetterAt           = "leasebus-dead-letter-at"           // RFC 3339 with nanoseconds
-)
 
 // Close closes the broker and every subscription: blocked Polls and
 // publishers return queue.ErrClosed, as does every later call. A broker

@@ -5,14 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -136,7 +139,7 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 	}
 	srcTopic := s.topic
 	if p := s.dlq.Load(); p != nil {
-		if _, again := dl.Message.Headers.Lookup(HeaderDeadLetterReason); !again && b.route(s, *p, dl) {
+		if _, again := dl.Message.Headers.Lookup(vocab.HeaderReason); !again && b.route(s, *p, dl) {
 			return
 		}
 	}
@@ -149,14 +152,14 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 // route publishes a dead letter to its subscription's dead-letter topic and
 // reports whether a subscription there took it.
 func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T]) bool {
-	h := dl.Message.Headers.Map()
-	h[HeaderDeadLetterReason] = dl.Reason.String()
-	h[HeaderDeadLetterAttempts] = strconv.Itoa(dl.Attempts)
-	h[HeaderDeadLetterLastError] = dl.LastError
-	h[HeaderDeadLetterSubscription] = dl.Subscription
-	h[HeaderDeadLetterTopic] = s.topic
-	h[HeaderDeadLetterMessageID] = dl.Message.ID.String()
-	h[HeaderDeadLetterAt] = dl.At.Format(time.RFC3339Nano)
+	h := maps.Collect(dl.Message.Headers.All())
+	h[vocab.HeaderReason] = dl.Reason.String()
+	h[vocab.HeaderAttempts] = strconv.Itoa(dl.Attempts)
+	h[vocab.HeaderLastError] = dl.LastError
+	h[vocab.HeaderSubscription] = dl.Subscription
+	h[vocab.HeaderTopic] = s.topic
+	h[vocab.HeaderMessageID] = dl.Message.ID.String()
+	h[vocab.HeaderAt] = dl.At.Format(time.RFC3339Nano)
 	pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
 	// A done context: a full OverflowBlock subscription on the
 	// dead-letter topic refuses at once rather than stall the consumer
@@ -171,6 +174,54 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 		_ = b.commit() // an error sticks, and the next call that records returns it
 	}
 	return true
+}
+
+// DeadLetterOf reads back the dead letter that a message taken from a
+// dead-letter topic (WithDeadLetterTopic) carries in its headers: the
+// subscription that gave up on it, the reason, the attempts, the last
+// error and when, and the original message: its ID, key, priority, payload
+// and its own headers. The original's Topic is the source subscription's
+// topic (its pattern, for a pattern subscription) and its PublishedAt is
+// when the dead letter was published. ok is false if m did not come
+// through a dead-letter topic, or its headers do not read back.
+//
+// The headers are named leasebus-dead-letter-reason, -attempts,
+// -last-error, -subscription, -topic, -message-id and -at (RFC 3339 with
+// nanoseconds); JetStream's dead letters use the same names.
+func DeadLetterOf[T any](m queue.Message[T]) (dl queue.DeadLetter[T], ok bool) {
+	h := m.Headers
+	reason, ok := core.ParseReason(h.Get(vocab.HeaderReason))
+	if !ok {
+		return dl, false
+	}
+	attempts, err := strconv.Atoi(h.Get(vocab.HeaderAttempts))
+	if err != nil {
+		return dl, false
+	}
+	id, err := uuid.Parse(h.Get(vocab.HeaderMessageID))
+	if err != nil {
+		return dl, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, h.Get(vocab.HeaderAt))
+	if err != nil {
+		return dl, false
+	}
+	own := make(map[string]string, h.Len())
+	for k, v := range h.All() {
+		if !strings.HasPrefix(k, vocab.HeaderPrefix) {
+			own[k] = v
+		}
+	}
+	orig := m
+	orig.ID, orig.Topic, orig.Headers = id, h.Get(vocab.HeaderTopic), queue.NewHeaders(own)
+	return queue.DeadLetter[T]{
+		Subscription: h.Get(vocab.HeaderSubscription),
+		Message:      orig,
+		Reason:       reason,
+		Attempts:     attempts,
+		LastError:    h.Get(vocab.HeaderLastError),
+		At:           at,
+	}, true
 }
 
 // DeadLetters returns the dead letters the broker holds, oldest first,

@@ -56,12 +56,12 @@ func WithSync(m SyncMode) Option {
 	})
 }
 
-// DefaultCompactMin is the journal size below which a durable broker does
+// defaultCompactMin is the journal size below which a durable broker does
 // not compact (see WithCompactMin).
-const DefaultCompactMin = journal.DefaultMinCompact
+const defaultCompactMin = journal.DefaultMinCompact
 
 // WithCompactMin sets the journal size, in bytes, below which a durable
-// broker never compacts it (default DefaultCompactMin, 4 MiB). Above it,
+// broker never compacts it (default 4 MiB). Above it,
 // the journal is rewritten as a snapshot of the live state whenever it has
 // doubled since the last snapshot, so the file stays within about twice
 // the live state and each byte is rewritten a bounded number of times.

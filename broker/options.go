@@ -10,9 +10,9 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// DefaultDeadLetterLimit is how many dead letters a broker keeps unless
+// defaultDeadLetterLimit is how many dead letters a broker keeps unless
 // WithDeadLetterLimit says otherwise.
-const DefaultDeadLetterLimit = 10_000
+const defaultDeadLetterLimit = 10_000
 
 // Option configures a Broker in New. Every SubscribeOption is an Option
 // too: given to New, it sets the default for every subscription of the
@@ -29,13 +29,13 @@ type SubscribeOption interface {
 	applySub(*subConfig)
 }
 
-// DefaultDedupWindow is how long a publish dedup ID is remembered unless
+// defaultDedupWindow is how long a publish dedup ID is remembered unless
 // WithDedupWindow says otherwise (SQS FIFO's five minutes).
-const DefaultDedupWindow = 5 * time.Minute
+const defaultDedupWindow = 5 * time.Minute
 
-// DefaultDedupLimit bounds the dedup IDs remembered per topic unless
+// defaultDedupLimit bounds the dedup IDs remembered per topic unless
 // WithDedupLimit says otherwise.
-const DefaultDedupLimit = 100_000
+const defaultDedupLimit = 100_000
 
 type config struct {
 	clock           clock.Clock
@@ -86,7 +86,7 @@ func WithClock(c clock.Clock) Option {
 }
 
 // WithDeadLetterLimit bounds the broker's dead-letter store (default
-// DefaultDeadLetterLimit, 10,000). When it is full the oldest dead letter
+// 10,000). When it is full the oldest dead letter
 // is dropped and counted (see DeadLettersDropped). n < 1 is invalid.
 func WithDeadLetterLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
@@ -99,8 +99,8 @@ func WithDeadLetterLimit(n int) Option {
 }
 
 // WithDedupWindow sets how long a publish dedup ID (WithDedupID) is
-// remembered, from its first publish (default DefaultDedupWindow, five
-// minutes). d must be > 0.
+// remembered, from its first publish (default five
+// minutes, SQS FIFO's window). d must be > 0.
 func WithDedupWindow(d time.Duration) Option {
 	return brokerOption(func(cfg *config) {
 		if d <= 0 {
@@ -112,7 +112,7 @@ func WithDedupWindow(d time.Duration) Option {
 }
 
 // WithDedupLimit bounds the dedup IDs remembered per topic (default
-// DefaultDedupLimit, 100,000), so memory stays bounded whatever the
+// 100,000), so memory stays bounded whatever the
 // publish rate. An ID is never forgotten inside its window: when n IDs
 // are, a publish with a new one fails with ErrDedupFull and publishes
 // nothing (duplicates of remembered IDs are still recognised). Each ID
@@ -191,7 +191,7 @@ func WithMaxAttempts(n int) SubscribeOption {
 // capped at 1m, without jitter (the zero queue.RetryPolicy).
 func WithRetry(p queue.RetryPolicy) SubscribeOption {
 	return subOption(func(c *subConfig) {
-		if err := p.Validate(); err != nil {
+		if err := core.ValidateRetry(p); err != nil {
 			c.fail(err)
 			return
 		}
@@ -289,7 +289,7 @@ type publishConfig struct {
 func (c *publishConfig) apply(o PublishOption) error {
 	switch o.kind {
 	case optPriority:
-		if !o.priority.Valid() {
+		if !core.ValidPriority(o.priority) {
 			return core.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
 		}
 		c.priority = o.priority

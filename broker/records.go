@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -292,7 +293,7 @@ func unenvelope[T any](data []byte, codec Codec[T]) (*queue.Message[T], error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	if !m.Priority.Valid() {
+	if !core.ValidPriority(m.Priority) {
 		return nil, errors.New("priority out of range")
 	}
 	p, err := codec.Decode(d.rest())

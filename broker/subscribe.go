@@ -54,7 +54,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	qc := cfg.queue
 	qc.Name = name
 	qc.Clock = b.clock
-	if err := qc.Validate(); err != nil {
+	if err := core.ValidateConfig(qc); err != nil {
 		return nil, err
 	}
 	dlTopic := cfg.deadLetters

@@ -117,9 +117,6 @@ func (s *Subscription[T]) Purge() (int, error) { return s.q.Purge() }
 // Stats returns a snapshot of the subscription's queue.
 func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }
 
-// Parked returns how many Polls on the subscription are waiting now.
-func (s *Subscription[T]) Parked() int { return s.q.Parked() }
-
 // AwaitParked blocks until at least n Polls on the subscription are
 // parked with their wake-up timers armed. Call it before moving a mock
 // clock, so the pollers the move should wake are asleep on it.

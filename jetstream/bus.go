@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -21,14 +21,14 @@ import (
 // dead letter shares with the broker's dead-letter topics are the broker's
 // names, so one consumer reads both.
 const (
-	HeaderID           = "Leasebus-Id"                       // the message's uuid, set by Publish
-	HeaderReason       = broker.HeaderDeadLetterReason       // dead letters: queue.Reason.String()
-	HeaderAttempts     = broker.HeaderDeadLetterAttempts     // dead letters: deliveries spent
-	HeaderLastError    = broker.HeaderDeadLetterLastError    // dead letters: the last failure
-	HeaderSubscription = broker.HeaderDeadLetterSubscription // dead letters: the subscription's name
-	HeaderTopic        = broker.HeaderDeadLetterTopic        // dead letters: the source topic
-	HeaderStreamSeq    = "Leasebus-Stream-Seq"               // dead letters: the source stream sequence
-	HeaderPublishedAt  = "Leasebus-Published-At"             // dead letters: the source's publish time, RFC 3339
+	HeaderID           = "Leasebus-Id"            // the message's uuid, set by Publish
+	HeaderReason       = vocab.HeaderReason       // dead letters: queue.Reason.String()
+	HeaderAttempts     = vocab.HeaderAttempts     // dead letters: deliveries spent
+	HeaderLastError    = vocab.HeaderLastError    // dead letters: the last failure
+	HeaderSubscription = vocab.HeaderSubscription // dead letters: the subscription's name
+	HeaderTopic        = vocab.HeaderTopic        // dead letters: the source topic
+	HeaderStreamSeq    = "Leasebus-Stream-Seq"    // dead letters: the source stream sequence
+	HeaderPublishedAt  = "Leasebus-Published-At"  // dead letters: the source's publish time, RFC 3339
 )
 
 // legacyHeaders are the names dead letters had before they took the
@@ -262,14 +262,10 @@ func isReserved(k string) bool {
 	return len(k) >= 5 && k[:5] == "Nats-"
 }
 
-// parseReason reverses queue.Reason.String.
-func parseReason(s string) queue.Reason {
-	for r := queue.ReasonMaxAttempts; r <= queue.ReasonRejected; r++ {
-		if r.String() == s {
-			return r
-		}
-	}
-	return 0
+// reasonOf reads a dead letter's reason; 0 for a word it does not know.
+func reasonOf(s string) queue.Reason {
+	r, _ := core.ParseReason(s)
+	return r
 }
 
 // FetchDeadLetters reads the dead letters of the subscription name of
@@ -351,7 +347,7 @@ func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], err
 			ID: id, Topic: dlHeader(h, HeaderTopic), Payload: payload,
 			Headers: userHeaders(h), PublishedAt: published,
 		},
-		Reason:    parseReason(dlHeader(h, HeaderReason)),
+		Reason:    reasonOf(dlHeader(h, HeaderReason)),
 		Attempts:  attempts,
 		LastError: dlHeader(h, HeaderLastError),
 		At:        at,

@@ -92,7 +92,7 @@ func WithMaxAttempts(n int) SubscribeOption {
 // 1s doubling to 1m).
 func WithRetry(p queue.RetryPolicy) SubscribeOption {
 	return func(c *subConfig) {
-		if err := p.Validate(); err != nil {
+		if err := core.ValidateRetry(p); err != nil {
 			c.fail(err)
 		}
 		c.retry = p

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ID names one delivery of one message on one subscription: a receipt.
@@ -83,15 +82,3 @@ func ParseID(s string) (ID, error) {
 	}
 	return ID{scope: sc, seq: sq, delivery: uint32(dl)}, nil
 }
-
-// Lease is one delivery's claim on a message: who holds it (ID), which
-// attempt it is, and when it expires.
-type Lease struct {
-	ID       ID
-	Attempt  int       // 1 on the first delivery
-	Deadline time.Time // the lease expires when now >= Deadline
-}
-
-// Expired reports whether the lease has expired at now: a lease is live
-// strictly before its deadline.
-func (l Lease) Expired(now time.Time) bool { return !now.Before(l.Deadline) }

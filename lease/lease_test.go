@@ -39,19 +39,3 @@ func TestParseIDRejectsMalformed(t *testing.T) {
 		}
 	}
 }
-
-func TestExpiredIsInclusiveOfDeadline(t *testing.T) {
-	l := Lease{Deadline: t0}
-	for _, tc := range []struct {
-		now  time.Time
-		want bool
-	}{
-		{t0.Add(-time.Nanosecond), false},
-		{t0, true},
-		{t0.Add(time.Nanosecond), true},
-	} {
-		if got := l.Expired(tc.now); got != tc.want {
-			t.Errorf("Expired(%v) = %v, want %v", tc.now.Sub(t0), got, tc.want)
-		}
-	}
-}

@@ -11,12 +11,12 @@ import (
 
 // Defaults of the options' zero values.
 const (
-	// DefaultDrainTimeout is how long a drain lets running handlers finish
+	// defaultDrainTimeout is how long a drain lets running handlers finish
 	// before it cancels their contexts (see WithDrainTimeout).
-	DefaultDrainTimeout = 30 * time.Second
-	// DefaultMaxExtension is how long after its receipt a lease is extended
+	defaultDrainTimeout = 30 * time.Second
+	// defaultMaxExtension is how long after its receipt a lease is extended
 	// at most (see WithExtension), as Cloud Pub/Sub's MaxExtension.
-	DefaultMaxExtension = time.Hour
+	defaultMaxExtension = time.Hour
 )
 
 // NoExtension, as WithExtension's limit, turns automatic lease extension off:
@@ -111,7 +111,7 @@ func WithHandlerTimeout(d time.Duration) Option {
 //
 // margin 0 means a fifth of the lease length, but at least the lesser of
 // one second and half the lease; a margin not shorter than the lease
-// counts as half of it. limit 0 means DefaultMaxExtension (1h);
+// counts as half of it. limit 0 means one hour;
 // NoExtension turns extension off. Other negative values are invalid.
 func WithExtension(margin, limit time.Duration) Option {
 	return func(c *config) {
@@ -129,7 +129,7 @@ func WithExtension(margin, limit time.Duration) Option {
 
 // WithDrainTimeout sets how long a drain, once Run's context is done, lets
 // running handlers finish before it cancels their contexts (default
-// DefaultDrainTimeout, 30s), measured on the poller's clock. d must be
+// 30s), measured on the poller's clock. d must be
 // >= 0; 0 means the default.
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) {

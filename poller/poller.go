@@ -116,10 +116,10 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		return nil, core.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
 	}
 	if cfg.drainTimeout == 0 {
-		cfg.drainTimeout = DefaultDrainTimeout
+		cfg.drainTimeout = defaultDrainTimeout
 	}
 	if cfg.maxExtension == 0 {
-		cfg.maxExtension = DefaultMaxExtension
+		cfg.maxExtension = defaultMaxExtension
 	}
 	if cfg.clock == nil {
 		if s, ok := src.(interface{ Config() queue.Config }); ok {

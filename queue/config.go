@@ -91,23 +91,3 @@ type Config struct {
 	// overrides it.
 	TTL time.Duration
 }
-
-// Validate reports the first out-of-range field, as an error matching
-// ErrInvalidArgument.
-func (c Config) Validate() error {
-	switch {
-	case c.VisibilityTimeout < 0:
-		return invalid("VisibilityTimeout = %v, must be > 0", c.VisibilityTimeout)
-	case c.MaxAttempts < 0 && c.MaxAttempts != UnlimitedAttempts:
-		return invalid("MaxAttempts = %d, must be >= 1 or UnlimitedAttempts", c.MaxAttempts)
-	case c.MaxQueue < 0:
-		return invalid("MaxQueue = %d, must be >= 1", c.MaxQueue)
-	case c.Overflow > OverflowDropOldest:
-		return invalid("Overflow = %v, not a policy", c.Overflow)
-	case c.MaxInFlight < 0:
-		return invalid("MaxInFlight = %d, must be >= 1 (or 0 for no cap)", c.MaxInFlight)
-	case c.TTL < 0:
-		return invalid("TTL = %v, must be >= 0", c.TTL)
-	}
-	return c.Retry.Validate()
-}

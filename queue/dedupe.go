@@ -79,8 +79,10 @@ func (d *Deduper) Do(id uuid.UUID, fn func() error) (ran bool, err error) {
 	return true, err
 }
 
-// Seen reports whether id has been recorded as processed.
-func (d *Deduper) Seen(id uuid.UUID) bool {
+// seen reports whether id has been recorded as processed. It is not
+// exported: a check before Do would race with another goroutine's Do, and
+// Do alone answers the question atomically.
+func (d *Deduper) seen(id uuid.UUID) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, ok := d.done[id]

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"iter"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -94,9 +95,6 @@ const (
 	PriorityHigh     Priority = 1
 	PriorityCritical Priority = 2
 )
-
-// Valid reports whether p is one of the four priorities.
-func (p Priority) Valid() bool { return p >= PriorityLow && p <= PriorityCritical }
 
 // String returns "low", "normal", "high" or "critical".
 func (p Priority) String() string {
@@ -190,14 +188,5 @@ func (h Headers) All() iter.Seq2[string, string] {
 	}
 }
 
-// Map returns a new map holding a copy of the headers.
-func (h Headers) Map() map[string]string {
-	m := make(map[string]string, len(h.kv))
-	for _, e := range h.kv {
-		m[e.key] = e.value
-	}
-	return m
-}
-
 // String formats the headers as "map[k:v ...]", sorted by key.
-func (h Headers) String() string { return fmt.Sprint(h.Map()) }
+func (h Headers) String() string { return fmt.Sprint(maps.Collect(h.All())) }

@@ -8,9 +8,9 @@ import (
 
 // Defaults of RetryPolicy's zero fields.
 const (
-	DefaultRetryInitial    = time.Second
-	DefaultRetryMax        = time.Minute
-	DefaultRetryMultiplier = 2.0
+	defaultRetryInitial    = time.Second
+	defaultRetryMax        = time.Minute
+	defaultRetryMultiplier = 2.0
 )
 
 // RetryPolicy is the backoff after a reported failure (Fail, or a handler
@@ -21,9 +21,9 @@ const (
 // The zero RetryPolicy means exponential backoff from 1s, doubling, capped at
 // 1m, without jitter. Set NoBackoff to retry at once.
 type RetryPolicy struct {
-	Initial    time.Duration // first delay; 0 means DefaultRetryInitial
-	Max        time.Duration // cap; 0 means DefaultRetryMax
-	Multiplier float64       // growth per attempt, >= 1; 0 means DefaultRetryMultiplier
+	Initial    time.Duration // first delay; 0 means 1s
+	Max        time.Duration // cap; 0 means 1m
+	Multiplier float64       // growth per attempt, >= 1; 0 means 2
 	// Jitter in [0, 1] takes a random fraction of up to Jitter off each
 	// delay ("equal jitter" at 0.5, "full jitter" at 1); 0 means none.
 	Jitter float64
@@ -36,24 +36,6 @@ type RetryPolicy struct {
 	NoBackoff bool
 }
 
-// Validate reports the first out-of-range field, as an error matching
-// ErrInvalidArgument.
-func (p RetryPolicy) Validate() error {
-	switch {
-	case p.Initial < 0:
-		return invalid("RetryPolicy.Initial = %v, must be >= 0", p.Initial)
-	case p.Max < 0:
-		return invalid("RetryPolicy.Max = %v, must be >= 0", p.Max)
-	case p.Multiplier != 0 && (p.Multiplier < 1 || math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0)):
-		return invalid("RetryPolicy.Multiplier = %v, must be >= 1 and finite (or 0 for the default)", p.Multiplier)
-	case p.Jitter < 0 || p.Jitter > 1 || math.IsNaN(p.Jitter):
-		return invalid("RetryPolicy.Jitter = %v, must be in [0, 1]", p.Jitter)
-	case p.Initial > 0 && p.Max > 0 && p.Initial > p.Max:
-		return invalid("RetryPolicy.Initial = %v exceeds Max = %v", p.Initial, p.Max)
-	}
-	return nil
-}
-
 // Delay returns how long a message waits after its attempt-th delivery
 // failed (attempt counts from 1; values below 1 are treated as 1).
 func (p RetryPolicy) Delay(attempt int) time.Duration {
@@ -62,13 +44,13 @@ func (p RetryPolicy) Delay(attempt int) time.Duration {
 	}
 	initial, maxd, mult := p.Initial, p.Max, p.Multiplier
 	if initial == 0 {
-		initial = DefaultRetryInitial
+		initial = defaultRetryInitial
 	}
 	if maxd == 0 {
-		maxd = max(DefaultRetryMax, initial)
+		maxd = max(defaultRetryMax, initial)
 	}
 	if mult == 0 {
-		mult = DefaultRetryMultiplier
+		mult = defaultRetryMultiplier
 	}
 	attempt = max(attempt, 1)
 	// In float64, then back: a product that reaches Max (or overflows, or

@@ -194,7 +194,7 @@ func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
 // with other options. An invalid cfg is an error matching
 // ErrInvalidArgument.
 func (q *Queue[T]) Reconfigure(cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	if err := ValidateConfig(cfg); err != nil {
 		return err
 	}
 	cfg = withDefaults(cfg)

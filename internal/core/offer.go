@@ -104,7 +104,7 @@ func offerArgs[T any](ctx context.Context, m *Message[T], delay time.Duration, o
 		return oa, invalid("Offer: nil context")
 	case m == nil:
 		return oa, invalid("Offer: nil message")
-	case !m.Priority.Valid():
+	case !ValidPriority(m.Priority):
 		return oa, invalid("Offer: priority %v, must be PriorityLow..PriorityCritical", m.Priority)
 	case delay < 0:
 		return oa, invalid("Offer: delay = %v, must be >= 0", delay)
@@ -166,7 +166,7 @@ func (q *Queue[T]) unlockOffer(deferred bool) error {
 // just published. It never blocks, drops or dead-letters: when the queue
 // is full it returns an error matching ErrQueueFull and changes nothing.
 func (q *Queue[T]) Redrive(dl Letter[T]) error {
-	if !dl.Message.Priority.Valid() {
+	if !ValidPriority(dl.Message.Priority) {
 		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
 	}
 	now, err := q.lock()

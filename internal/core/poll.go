@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 )
@@ -280,7 +281,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		e.attempt++
 		e.leaseOpen = true
 		e.state = stateLeased
-		l := lease.Lease{ID: lease.NewID(q.scope, e.seq(), e.delivery), Attempt: e.attempt, Deadline: deadline}
+		l := leaseheap.Lease{ID: lease.NewID(q.scope, e.seq(), e.delivery), Attempt: e.attempt, Deadline: deadline}
 		e.lz.Lease, e.lz.Value = l, e
 		q.inflight.Push(&e.lz)
 		q.stats.Delivered++

@@ -63,7 +63,7 @@ type Queue[T any] struct {
 // queue dead-letters, in order, outside the queue's lock (it may call back
 // into the queue); with a nil onDead dead letters are only counted.
 func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
-	if err := cfg.Validate(); err != nil {
+	if err := ValidateConfig(cfg); err != nil {
 		return nil, err
 	}
 	cfg = withDefaults(cfg)

@@ -34,7 +34,7 @@ func TestConfigValidate(t *testing.T) {
 		"retry negative max":         {Config{Retry: RetryPolicy{Max: -1}}, false},
 		"retry full jitter is valid": {Config{Retry: RetryPolicy{Jitter: 1}}, true},
 	} {
-		err := tc.cfg.Validate()
+		err := ValidateConfig(tc.cfg)
 		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
 			t.Errorf("%s: Validate() = %v", name, err)
 		}

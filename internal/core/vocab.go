@@ -72,3 +72,14 @@ func invalid(format string, args ...any) error { return Invalid(format, args...)
 // errNilQueue is what the calls of a nil Queue return: the queue of a
 // zero broker.Subscription, which only Broker.Subscribe makes.
 var errNilQueue = Invalid("zero Subscription: make one with Broker.Subscribe or Broker.Subscription")
+
+// ParseReason reverses Reason.String; ok is false for a word it does not
+// know.
+func ParseReason(s string) (r Reason, ok bool) {
+	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
+		if r.String() == s {
+			return r, true
+		}
+	}
+	return 0, false
+}

@@ -9,12 +9,24 @@ import (
 	"github.com/leasebus/leasebus/lease"
 )
 
+// Lease is one delivery's claim on a message: who holds it (ID), which
+// attempt it is, and when it expires.
+type Lease struct {
+	ID       lease.ID
+	Attempt  int       // 1 on the first delivery
+	Deadline time.Time // the lease expires when now >= Deadline
+}
+
+// Expired reports whether the lease has expired at now: a lease is live
+// strictly before its deadline.
+func (l Lease) Expired(now time.Time) bool { return !now.Before(l.Deadline) }
+
 // Item is one lease in a Heap, with a value of the caller's. A caller that
 // indexes its leases itself embeds an Item in its own record and passes
 // its address to the Heap, which then needs no map and allocates nothing.
 // An Item may be in one Heap at a time.
 type Item[V any] struct {
-	Lease lease.Lease
+	Lease Lease
 	Value V
 	stamp uint64 // insertion order: equal deadlines expire first in, first out
 	index int    // position in the heap

@@ -23,11 +23,11 @@ func TestTableOperations(t *testing.T) {
 		at time.Duration
 		v  string
 	}{{a, 3 * time.Second, "a"}, {b, time.Second, "b"}, {c, 2 * time.Second, "c"}} {
-		if !tb.Add(lease.Lease{ID: tc.id, Attempt: 1, Deadline: t0.Add(tc.at)}, tc.v) {
+		if !tb.Add(Lease{ID: tc.id, Attempt: 1, Deadline: t0.Add(tc.at)}, tc.v) {
 			t.Fatalf("Add(%v) refused", tc.id)
 		}
 	}
-	if tb.Add(lease.Lease{ID: a}, "dup") {
+	if tb.Add(Lease{ID: a}, "dup") {
 		t.Error("Add accepted a duplicate ID")
 	}
 	if l, ok := tb.Next(); !ok || l.ID != b {
@@ -67,7 +67,7 @@ func TestTableOperations(t *testing.T) {
 // model and checks the heap invariant after each.
 func TestTableAgainstModel(t *testing.T) {
 	type rec struct {
-		l     lease.Lease
+		l     Lease
 		stamp int
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -79,7 +79,7 @@ func TestTableAgainstModel(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 4:
 			stamp++
-			l := lease.Lease{ID: lease.NewID(7, uint64(stamp), 1), Deadline: now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)}
+			l := Lease{ID: lease.NewID(7, uint64(stamp), 1), Deadline: now.Add(time.Duration(rng.IntN(50)) * time.Millisecond)}
 			tb.Add(l, stamp)
 			model = append(model, rec{l, stamp})
 		case op < 6 && len(model) > 0:
@@ -135,7 +135,7 @@ func TestTableAgainstModel(t *testing.T) {
 func TestTableSteadyStateAllocatesNothing(t *testing.T) {
 	var tb Table[int]
 	for i := range 64 {
-		tb.Add(lease.Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0}, i)
+		tb.Add(Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0}, i)
 	}
 	for i := range 64 {
 		tb.Remove(lease.NewID(1, uint64(i), 1))
@@ -144,7 +144,7 @@ func TestTableSteadyStateAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() {
 		seq++
 		id := lease.NewID(1, seq, 1)
-		tb.Add(lease.Lease{ID: id, Deadline: t0}, 0)
+		tb.Add(Lease{ID: id, Deadline: t0}, 0)
 		tb.Remove(id)
 	})
 	if allocs != 0 {
@@ -155,14 +155,14 @@ func TestTableSteadyStateAllocatesNothing(t *testing.T) {
 func BenchmarkTableAddRemove(b *testing.B) {
 	var tb Table[int]
 	for i := range 1024 {
-		tb.Add(lease.Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0.Add(time.Duration(i))}, i)
+		tb.Add(Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0.Add(time.Duration(i))}, i)
 	}
 	seq := uint64(1 << 20)
 	b.ReportAllocs()
 	for b.Loop() {
 		seq++
 		id := lease.NewID(1, seq, 1)
-		tb.Add(lease.Lease{ID: id, Deadline: t0.Add(time.Duration(seq % 2048))}, 0)
+		tb.Add(Lease{ID: id, Deadline: t0.Add(time.Duration(seq % 2048))}, 0)
 		tb.Remove(id)
 	}
 }
@@ -172,12 +172,28 @@ func BenchmarkTableExpirySweep(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		for i := range 1000 {
-			tb.Add(lease.Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0.Add(time.Duration(i))}, i)
+			tb.Add(Lease{ID: lease.NewID(1, uint64(i), 1), Deadline: t0.Add(time.Duration(i))}, i)
 		}
 		for {
 			if _, _, ok := tb.PopExpired(t0.Add(time.Hour)); !ok {
 				break
 			}
+		}
+	}
+}
+
+func TestExpiredIsInclusiveOfDeadline(t *testing.T) {
+	l := Lease{Deadline: t0}
+	for _, tc := range []struct {
+		now  time.Time
+		want bool
+	}{
+		{t0.Add(-time.Nanosecond), false},
+		{t0, true},
+		{t0.Add(time.Nanosecond), true},
+	} {
+		if got := l.Expired(tc.now); got != tc.want {
+			t.Errorf("Expired(%v) = %v, want %v", tc.now.Sub(t0), got, tc.want)
 		}
 	}
 }

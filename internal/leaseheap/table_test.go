@@ -26,7 +26,7 @@ func (t *Table[V]) Len() int { return t.heap.Len() }
 
 // Add puts a lease in the table. It reports false, and changes nothing, if
 // a lease with the same lease.ID is already there.
-func (t *Table[V]) Add(l lease.Lease, v V) bool {
+func (t *Table[V]) Add(l Lease, v V) bool {
 	if t.byID == nil {
 		t.byID = make(map[lease.ID]*Item[V])
 	}
@@ -48,20 +48,20 @@ func (t *Table[V]) Add(l lease.Lease, v V) bool {
 }
 
 // Get returns the lease with the given lease.ID and its value.
-func (t *Table[V]) Get(id lease.ID) (lease.Lease, V, bool) {
+func (t *Table[V]) Get(id lease.ID) (Lease, V, bool) {
 	if it, ok := t.byID[id]; ok {
 		return it.Lease, it.Value, true
 	}
 	var zero V
-	return lease.Lease{}, zero, false
+	return Lease{}, zero, false
 }
 
 // Remove takes the lease with the given lease.ID out of the table and returns it.
-func (t *Table[V]) Remove(id lease.ID) (lease.Lease, V, bool) {
+func (t *Table[V]) Remove(id lease.ID) (Lease, V, bool) {
 	it, ok := t.byID[id]
 	if !ok {
 		var zero V
-		return lease.Lease{}, zero, false
+		return Lease{}, zero, false
 	}
 	t.heap.Remove(it)
 	return t.forget(it)
@@ -78,29 +78,29 @@ func (t *Table[V]) SetDeadline(id lease.ID, deadline time.Time) bool {
 }
 
 // Next returns the lease with the earliest deadline, if any.
-func (t *Table[V]) Next() (lease.Lease, bool) {
+func (t *Table[V]) Next() (Lease, bool) {
 	if it, ok := t.heap.Peek(); ok {
 		return it.Lease, true
 	}
-	return lease.Lease{}, false
+	return Lease{}, false
 }
 
 // PopExpired removes and returns the lease with the earliest deadline if
 // it has expired at now (now >= Deadline). Call it in a loop to collect
 // every expired lease, earliest first.
-func (t *Table[V]) PopExpired(now time.Time) (lease.Lease, V, bool) {
+func (t *Table[V]) PopExpired(now time.Time) (Lease, V, bool) {
 	it, ok := t.heap.PopExpired(now)
 	if !ok {
 		var zero V
-		return lease.Lease{}, zero, false
+		return Lease{}, zero, false
 	}
 	return t.forget(it)
 }
 
 // All yields every lease in the table with its value, in no particular
 // order. The table must not be changed during the iteration.
-func (t *Table[V]) All() iter.Seq2[lease.Lease, V] {
-	return func(yield func(lease.Lease, V) bool) {
+func (t *Table[V]) All() iter.Seq2[Lease, V] {
+	return func(yield func(Lease, V) bool) {
 		for _, it := range t.heap.all() {
 			if !yield(it.Lease, it.Value) {
 				return
@@ -117,7 +117,7 @@ func (t *Table[V]) Clear() {
 }
 
 // forget drops it from the index and recycles it.
-func (t *Table[V]) forget(it *Item[V]) (lease.Lease, V, bool) {
+func (t *Table[V]) forget(it *Item[V]) (Lease, V, bool) {
 	delete(t.byID, it.Lease.ID)
 	l, v := it.Lease, it.Value
 	*it = Item[V]{}
