@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // Regressions for ways the durable mode lost or corrupted acknowledged work
 // (issue 12), each reproduced from outside first.

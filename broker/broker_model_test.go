@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 import (
 	"errors"
@@ -21,10 +21,11 @@ import (
 
 // TestBrokerModel drives a real broker and a deliberately simple model side
 // by side: wildcard routing, publish deduplication and dead-letter topics,
-// which queue/model_test.go (one queue) cannot see. After every step each
-// live subscription is drained with TryPoll and must have received exactly
-// the messages the model routed to it, each once; its Stats must balance;
-// and the broker's dead-letter store must equal the model's.
+// which internal/core's TestQueueModel (one queue) cannot see. After every
+// step each live subscription is drained with TryPoll and must have
+// received exactly the messages the model routed to it, each once; its
+// Stats must balance; and the broker's dead-letter store must equal the
+// model's.
 //
 // Leases are long (an hour) and a run moves the clock at most 40 × 10s, so no
 // lease ever expires: every redelivery the model would have to predict comes

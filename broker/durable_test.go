@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // Behaviour tests of the durable broker (broker.Open), through the public
 // API only. A restart here is Close, then Open of the same directory on a
@@ -124,14 +124,6 @@ func pollOneDur[T any](t *testing.T, s *broker.Subscription[T]) queue.Delivery[T
 	ds := s.TryPoll(1)
 	require.Len(t, ds, 1, "a visible message")
 	return ds[0]
-}
-
-func durPayloads[T any](ds []queue.Delivery[T]) []T {
-	out := make([]T, len(ds))
-	for i, d := range ds {
-		out[i] = d.Payload
-	}
-	return out
 }
 
 // peek returns what s would deliver now, in order, as "payload/attempt",
@@ -441,12 +433,12 @@ func TestDurableLeasedAtRestart(t *testing.T) {
 		d.publish("t", "k-a", broker.WithKey("k"))
 		d.publish("t", "k-b", broker.WithKey("k"))
 		d.publish("t", "c")
-		require.Equal(t, []string{"k-a", "c"}, durPayloads(s.TryPoll(10)))
+		require.Equal(t, []string{"k-a", "c"}, payloads(s.TryPoll(10)))
 		d.restart()
 		s = d.sub("t", "s")
 		require.Equal(t, 1, s.Stats().HeldBack)
 		ds := s.TryPoll(10)
-		require.Equal(t, []string{"k-a", "c"}, durPayloads(ds), "k-b waits for k-a")
+		require.Equal(t, []string{"k-a", "c"}, payloads(ds), "k-b waits for k-a")
 		require.Equal(t, 2, ds[0].Attempt)
 		require.NoError(t, s.Ack(ds[0].LeaseID))
 		dv := pollOneDur(t, s)
@@ -569,7 +561,7 @@ func TestDurableResubscribe(t *testing.T) {
 	d.publish("t", "keep3")
 	d.publish("t", "new1")
 	ds := s.TryPoll(10)
-	require.Equal(t, []string{"keep1", "keep2", "drop2", "new1"}, durPayloads(ds))
+	require.Equal(t, []string{"keep1", "keep2", "drop2", "new1"}, payloads(ds))
 	for _, dv := range ds {
 		require.True(t, dv.Deadline.Equal(d.mock.Now().Add(20*time.Second)))
 		require.NoError(t, s.Nack(dv.LeaseID, 0))
@@ -774,7 +766,7 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	reader = d.sub("dlq", "reader")
 	require.Equal(t, uint64(2), reader.Stats().Published)
 	ds := reader.TryPoll(10)
-	require.ElementsMatch(t, []string{"a", "b"}, durPayloads(ds))
+	require.ElementsMatch(t, []string{"a", "b"}, payloads(ds))
 	for _, dv := range ds {
 		if dv.Payload == "b" {
 			require.Equal(t, "lease expired", dv.Headers.Get(vocab.HeaderLastError))
@@ -822,9 +814,9 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 			}
 			require.Len(t, work.TryPoll(c.inFlight), c.inFlight)
 			d.restart() // the messages in flight are routed by Open
-			require.ElementsMatch(t, want, durPayloads(d.sub("dlq", "reader").TryPoll(100)), "%+v: after the first restart", c)
+			require.ElementsMatch(t, want, payloads(d.sub("dlq", "reader").TryPoll(100)), "%+v: after the first restart", c)
 			d.restart()
-			require.ElementsMatch(t, want, durPayloads(d.sub("dlq", "reader").TryPoll(100)), "%+v: after the second restart", c)
+			require.ElementsMatch(t, want, payloads(d.sub("dlq", "reader").TryPoll(100)), "%+v: after the second restart", c)
 		}
 	})
 }
@@ -1251,7 +1243,7 @@ func TestDurableSyncModes(t *testing.T) {
 				d.publish("t", p)
 			}
 			ds := s.TryPoll(3)
-			require.Equal(t, []string{"a", "b", "c"}, durPayloads(ds))
+			require.Equal(t, []string{"a", "b", "c"}, payloads(ds))
 			require.NoError(t, s.Ack(ds[0].LeaseID))
 			require.NoError(t, s.Nack(ds[1].LeaseID, time.Minute))
 			require.NoError(t, s.Release(ds[2].LeaseID))
