@@ -55,12 +55,7 @@ type Broker[T any] struct {
 	ids         *idPool
 	dedupWindow time.Duration
 	dedupLimit  int
-	store       *store[T] // the journal of a broker from Open; nil in memory
-	// active counts the calls of a durable broker that may append to its
-	// journal outside a queue's lock (publish, redrive, dead-letter
-	// routing): Close waits for them before it closes the journal, so none
-	// of their records is dropped. Add only under mu, while not closed.
-	active sync.WaitGroup
+	dur         durability[T] // inMemory, or the journal of a broker from Open
 
 	mu       sync.RWMutex // guards everything below
 	closed   bool
@@ -120,6 +115,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 		clock:       cfg.clock,
 		defs:        cfg.sub,
 		ids:         newIDPool(),
+		dur:         inMemory[T]{},
 		dedupWindow: cfg.dedupWindow,
 		dedupLimit:  cfg.dedupLimit,
 		topics:      make(map[string]*topicEntry[T]),
@@ -160,11 +156,10 @@ func (b *Broker[T]) Close() error {
 	for _, s := range subs {
 		s.q.Close()
 	}
-	if b.store != nil { // the messages stay in the journal for the next Open
-		b.active.Wait() // the calls under way append their last records
-		return b.store.j.Close()
+	if b.dur == nil { // a zero Broker
+		return nil
 	}
-	return nil
+	return b.dur.close() // a durable broker's messages stay in the journal for the next Open
 }
 
 // settleAll applies everything due on every subscription.

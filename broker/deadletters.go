@@ -144,9 +144,7 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 		}
 	}
 	b.dead.add(srcTopic, s.jid, dl)
-	if b.store != nil {
-		b.store.landed(s.jid, dl.Message.ID)
-	}
+	b.dur.landed(s.jid, dl.Message.ID)
 }
 
 // route publishes a dead letter to its subscription's dead-letter topic and
@@ -169,10 +167,8 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 	if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err != nil || n == 0 {
 		return false
 	}
-	if b.store != nil {
-		b.store.forget(s.jid, dl.Message.ID)
-		_ = b.commit() // an error sticks, and the next call that records returns it
-	}
+	b.dur.forget(s.jid, dl.Message.ID)
+	_ = b.commit() // an error sticks, and the next call that records returns it
 	return true
 }
 
@@ -275,8 +271,8 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 			errs = append(errs, fmt.Errorf("redrive message %v: %w", it.dl.Message.ID, err))
 			continue
 		}
-		if b.store != nil && s.jid != it.sub { // back on another subscription of that name
-			b.store.forget(it.sub, it.dl.Message.ID)
+		if s.jid != it.sub { // back on another subscription of that name
+			b.dur.forget(it.sub, it.dl.Message.ID)
 		}
 		b.dead.done(it.id)
 		n++

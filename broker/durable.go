@@ -96,11 +96,17 @@ type RecoveryInfo struct {
 
 // store is a durable broker's journal and the bookkeeping around it.
 type store[T any] struct {
+	b          *Broker[T] // for a queue's Commit
 	j          *journal.Journal
 	codec      Codec[T]
 	info       RecoveryInfo
 	compacting atomic.Bool
 	nextSub    uint32 // under Broker.mu
+	// active counts the calls that may append to the journal outside a
+	// queue's lock (publish, redrive, dead-letter routing): close waits
+	// for them before it closes the journal, so none of their records is
+	// dropped. Add only under Broker.mu, while the broker is open.
+	active sync.WaitGroup
 
 	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
 
@@ -250,11 +256,12 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 		}
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
-	b.store = &store[T]{j: j, codec: codec, limbo: make(map[dlKey]limboLetter[T])}
-	b.store.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
-	b.dead.forget = b.store.forget
+	st := &store[T]{b: b, j: j, codec: codec, limbo: make(map[dlKey]limboLetter[T])}
+	st.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
+	b.dur = st
+	b.dead.forget = st.forget
 	if rs.records == 0 { // a new journal (or one whose first record was torn): say what it is
-		b.store.record(func(e *enc) { e.start(recFormat).str(formatMagic); e.uint(formatVersion) })
+		st.record(func(e *enc) { e.start(recFormat).str(formatMagic); e.uint(formatVersion) })
 	}
 	if err := b.restore(rs); err != nil {
 		j.Discard() // leave the directory as it was
@@ -337,22 +344,23 @@ func Salvage(dir string) (SalvageInfo, error) {
 
 // Recovery returns what Open found (the zero value for a broker from New).
 func (b *Broker[T]) Recovery() RecoveryInfo {
-	if b.store == nil {
-		return RecoveryInfo{}
+	if st := b.durable(); st != nil {
+		return st.info
 	}
-	return b.store.info
+	return RecoveryInfo{}
 }
 
 // Sync makes every change so far durable on disk, whatever the SyncMode.
 // It is a no-op on a broker from New.
 func (b *Broker[T]) Sync() error {
-	if b.store == nil {
+	st := b.durable()
+	if st == nil {
 		return nil
 	}
 	if b.isClosed() {
 		return fmt.Errorf("sync: %w", queue.ErrClosed)
 	}
-	return closedAs(b.store.j.Sync())
+	return closedAs(st.j.Sync())
 }
 
 // closedAs reports the journal's ErrClosed (a call racing Close) as the
@@ -368,7 +376,7 @@ func closedAs(err error) error {
 // durable broker also does this by itself; see WithCompactMin). Every other
 // call waits while it writes. It is a no-op on a broker from New.
 func (b *Broker[T]) Compact() error {
-	if b.store == nil {
+	if b.durable() == nil {
 		return nil
 	}
 	b.mu.Lock()
@@ -390,7 +398,7 @@ func (b *Broker[T]) isClosed() bool {
 // promises, then compacts if the journal has grown enough. Call it with
 // no lock held.
 func (b *Broker[T]) commit() error {
-	st := b.store
+	st := b.durable()
 	if st == nil {
 		return nil
 	}

@@ -20,7 +20,7 @@ func BenchmarkDurablePublishConcurrent(b *testing.B) {
 			br.CreateTopic("t")
 			br.Subscribe("t", "s")
 			payload := make([]byte, 64)
-			before := br.store.j.Syncs()
+			before := br.durable().j.Syncs()
 			b.SetParallelism((publishers + 1) / 2) // GOMAXPROCS is 2 here
 			if publishers == 1 {
 				for b.Loop() {
@@ -38,7 +38,7 @@ func BenchmarkDurablePublishConcurrent(b *testing.B) {
 					}
 				})
 			}
-			syncs := br.store.j.Syncs() - before
+			syncs := br.durable().j.Syncs() - before
 			b.ReportMetric(float64(b.N)/float64(max(syncs, 1)), "msgs/fsync")
 		})
 	}

@@ -90,7 +90,7 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
 		}
 	}
-	if b.store != nil && len(subs) > 0 {
+	if len(subs) > 0 {
 		if err := b.commit(); err != nil {
 			for i, id := range ids { // not stored after all
 				t.dedup.forgetMessage(id, ms[i])
@@ -101,9 +101,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	return ms, errors.Join(errs...)
 }
 
-// lookup returns a topic and its subscriptions as of now. On a durable
-// broker, a nil error means the call is counted in b.active: the caller
-// calls b.leave when its records are appended and committed.
+// lookup returns a topic and its subscriptions as of now. A nil error
+// means the call was entered (see enter): the caller calls b.leave when
+// its records are appended and committed.
 func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
@@ -111,30 +111,28 @@ func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], er
 	if err != nil {
 		return nil, nil, err
 	}
-	if b.store != nil {
-		b.active.Add(1)
-	}
+	b.dur.enter()
 	return t, t.subs, nil
 }
 
-// enter reports whether the broker is open and, on a durable broker, then
-// counts the call in b.active.
+// enter reports whether the broker is open and then tells its durability
+// that a call is under way (a zero Broker has none).
 func (b *Broker[T]) enter() bool {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return false
 	}
-	if b.store != nil {
-		b.active.Add(1)
+	if b.dur != nil {
+		b.dur.enter()
 	}
 	return true
 }
 
 // leave ends a call that lookup or enter counted.
 func (b *Broker[T]) leave() {
-	if b.store != nil {
-		b.active.Done()
+	if b.dur != nil {
+		b.dur.leave()
 	}
 }
 
@@ -147,7 +145,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	}
 	defer b.leave()
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.clock.Now())
-	if b.store != nil && len(subs) > 0 && (err == nil || accepted > 0) {
+	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && err == nil {
 				t.dedup.forgetMessage(pc.dedupID, m)
@@ -175,16 +173,11 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	if pc.ttl > 0 {
 		offer = append(offer, core.WithTTL(pc.ttl))
 	}
-	var env *envBuf
-	if b.store != nil { // encoded once, logged by every subscription, committed once
-		var err error
-		env, err = b.store.encode(m)
-		if err != nil {
-			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
-		}
-		defer b.store.recycle(env)
-		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
+	env, offer, err := b.dur.prepare(m, offer)
+	if err != nil {
+		return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 	}
+	defer b.dur.release(env)
 	var reserved *dedupEntry[T]
 	if pc.dedupID != "" {
 		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
@@ -196,9 +189,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		}
 		reserved = e
 	}
-	seg := 0 // the journal segment the offers' puts go to, for a dedup record that refers to them
-	if reserved != nil && b.store != nil {
-		seg = b.store.j.Segment()
+	seg := 0 // where the offers' puts go, for a dedup record that refers to them
+	if reserved != nil {
+		seg = b.dur.segment()
 	}
 	accepted := 0
 	var errs []error
@@ -216,15 +209,13 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 			errs = append(errs, err)
 		}
 	}
-	err := errors.Join(errs...)
+	err = errors.Join(errs...)
 	switch {
 	case reserved == nil:
 	case err != nil:
 		t.dedup.forget(reserved)
-	case b.store != nil: // after the message's own records: a crash between loses only the dedup
-		t.dedup.confirm(reserved, b.store, t.name, env.b, accepted > 0, seg)
-	default:
-		t.dedup.confirm(reserved, nil, "", nil, false, 0)
+	default: // after the message's own records: a crash between loses only the dedup
+		b.dur.confirmDedup(&t.dedup, reserved, t.name, env, accepted > 0, seg)
 	}
 	return *m, accepted, err
 }

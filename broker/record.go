@@ -152,3 +152,57 @@ func (e *enc) strs(ss ...string) *enc {
 }
 
 func (e *enc) specs(s subSpec) *enc { e.spec(s); return e }
+
+// The store's side of the durability seam (see durability.go).
+
+func (st *store[T]) enter() { st.active.Add(1) }
+func (st *store[T]) leave() { st.active.Done() }
+
+func (st *store[T]) createdTopic(name string) {
+	st.record(func(e *enc) { e.start(recTopic).str(name) })
+}
+
+func (st *store[T]) deletedTopic(name string) {
+	st.record(func(e *enc) { e.start(recDelTopic).str(name) })
+}
+
+func (st *store[T]) newSubID() uint32 {
+	id := st.nextSub
+	st.nextSub++
+	return id
+}
+
+func (st *store[T]) subscribed(s *Subscription[T]) {
+	st.record(func(e *enc) { e.start(recSub).sub(s.jid).strs(s.topic, s.name).spec(s.spec) })
+}
+
+func (st *store[T]) unsubscribed(s *Subscription[T]) {
+	st.record(func(e *enc) { e.start(recUnsub).sub(s.jid) })
+}
+
+func (st *store[T]) newQueue(s *Subscription[T], qc queue.Config, onDead func(core.Letter[T])) (*core.Queue[T], error) {
+	return core.NewRecorded(qc, onDead, core.Recorder[T](&subRec[T]{b: st.b, st: st, id: s.jid, topic: s.topic}))
+}
+
+// prepare encodes m's envelope once: every subscription's offer logs it,
+// and the publish commits once.
+func (st *store[T]) prepare(m *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error) {
+	env, err := st.encode(m)
+	if err != nil {
+		return nil, offer, err
+	}
+	return env, append(offer, core.WithNote(env), core.WithDeferredCommit()), nil
+}
+
+func (st *store[T]) release(env *envBuf) { st.recycle(env) }
+
+func (st *store[T]) segment() int { return st.j.Segment() }
+
+func (st *store[T]) confirmDedup(d *dedup[T], e *dedupEntry[T], topic string, env *envBuf, stored bool, seg int) {
+	d.confirm(e, st, topic, env.b, stored, seg)
+}
+
+func (st *store[T]) close() error {
+	st.active.Wait() // the calls under way append their last records
+	return st.j.Close()
+}

@@ -278,7 +278,7 @@ func (rs *replay) purge(d *dec) {
 // subscriptions, then the dead-letter store in its order, then the
 // messages (where one in flight on its last attempt is dead-lettered).
 func (b *Broker[T]) restore(rs *replay) error {
-	r := &restorer[T]{b: b, st: b.store, rs: rs}
+	r := &restorer[T]{b: b, st: b.durable(), rs: rs}
 	// One envelope per message, shared by its subscriptions: a map only
 	// when there is more than one subscription to share with.
 	if len(rs.subs) > 1 {

@@ -15,7 +15,7 @@ import (
 // state that records: the broker (b.mu, held by the caller), every queue
 // (Freeze), the dead-letter store and the limbo.
 func (b *Broker[T]) compactLocked() error {
-	st := b.store
+	st := b.durable()
 	sn := &snapshot[T]{codec: st.codec, subs: b.allLocked()}
 	slices.SortFunc(sn.subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
 	sn.held = make([][]core.Entry[T], len(sn.subs))
@@ -52,7 +52,7 @@ func (b *Broker[T]) deadInOrderLocked() []letter[T] {
 	for _, it := range stored {
 		dead = append(dead, letter[T]{sub: it.sub, topic: it.topic, dl: it.dl})
 	}
-	limbo := slices.SortedFunc(maps.Values(b.store.limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	limbo := slices.SortedFunc(maps.Values(b.durable().limbo), func(x, y limboLetter[T]) int { return cmp.Compare(x.seq, y.seq) })
 	for _, l := range limbo {
 		dead = append(dead, letter[T]{sub: l.sub, topic: l.topic, dl: l.dl})
 	}

@@ -81,18 +81,12 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 		b.mu.Unlock()
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, ErrAlreadySubscribed)
 	}
-	s := &Subscription[T]{topic: topic, name: name, spec: spec}
-	if b.store != nil {
-		s.jid = b.store.nextSub
-		b.store.nextSub++
-	}
+	s := &Subscription[T]{topic: topic, name: name, spec: spec, jid: b.dur.newSubID()}
 	if err := b.attachLocked(s, t, qc, filter, dlTopic); err != nil {
 		b.mu.Unlock()
 		return nil, err
 	}
-	if b.store != nil {
-		b.store.record(func(e *enc) { e.start(recSub).sub(s.jid).strs(topic, name).spec(spec) })
-	}
+	b.dur.subscribed(s)
 	b.mu.Unlock()
 	if err := b.commit(); err != nil {
 		return nil, err
@@ -104,13 +98,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 // pattern (t nil), to the patterns.
 func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.Config, filter func(queue.Message[T]) bool, dlTopic string) error {
 	onDead := func(dl core.Letter[T]) { b.deadLetter(s, dl) }
-	var q *core.Queue[T]
-	var err error
-	if b.store != nil {
-		q, err = core.NewRecorded(qc, onDead, core.Recorder[T](&subRec[T]{b: b, st: b.store, id: s.jid, topic: s.topic}))
-	} else {
-		q, err = core.New(qc, onDead)
-	}
+	q, err := b.dur.newQueue(s, qc, onDead)
 	if err != nil {
 		return err
 	}
@@ -159,7 +147,7 @@ func (b *Broker[T]) claim(s *Subscription[T], qc queue.Config, spec subSpec, fil
 	}
 	b.mu.Lock()
 	s.spec = spec
-	b.store.record(func(e *enc) { e.start(recSub).sub(s.jid).strs(s.topic, s.name).spec(spec) })
+	b.dur.subscribed(s)
 	b.mu.Unlock()
 	if err := b.commit(); err != nil {
 		return nil, err

@@ -31,9 +31,7 @@ func (b *Broker[T]) CreateTopic(name string) error {
 	t := &topicEntry[T]{name: name}
 	b.topics[name] = t
 	b.rebuildLocked(t)
-	if b.store != nil {
-		b.store.record(func(e *enc) { e.start(recTopic).str(name) })
-	}
+	b.dur.createdTopic(name)
 	b.mu.Unlock()
 	return b.commit()
 }
@@ -50,9 +48,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return err
 	}
 	delete(b.topics, name)
-	if b.store != nil {
-		b.store.record(func(e *enc) { e.start(recDelTopic).str(name) })
-	}
+	b.dur.deletedTopic(name)
 	subs := t.exact
 	b.mu.Unlock()
 	for _, s := range subs {
@@ -66,9 +62,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 // that no record of its queue comes after.
 func (b *Broker[T]) closeSub(s *Subscription[T]) {
 	s.q.Close()
-	if b.store != nil {
-		b.store.record(func(e *enc) { e.start(recUnsub).sub(s.jid) })
-	}
+	b.dur.unsubscribed(s)
 }
 
 // Topics returns the names of the topics, sorted (nil after Close).

@@ -1,0 +1,88 @@
+package broker
+
+import (
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// durability is the seam between the broker and its durable mode. The
+// broker calls it wherever a broker from Open must record something; a
+// broker from New has inMemory, which records nothing. The broker's own
+// code never asks which one it has: the journal's side is *store, in
+// durable.go, record.go, snapshot.go and replay.go.
+type durability[T any] interface {
+	// enter and leave bracket a call that may append records outside a
+	// queue's lock (publish, redrive, dead-letter routing), so that close
+	// waits for its last records. enter is called under the broker's
+	// lock, while it is open.
+	enter()
+	leave()
+
+	createdTopic(name string)
+	deletedTopic(name string)
+	// newSubID gives a new subscription its journal id (under the
+	// broker's lock).
+	newSubID() uint32
+	// subscribed records s as it is now: its ids, names and spec.
+	subscribed(s *Subscription[T])
+	// unsubscribed records that s is gone; s's queue is closed already,
+	// so no record of it comes after.
+	unsubscribed(s *Subscription[T])
+	// newQueue makes s's queue, recording its changes if durable.
+	newQueue(s *Subscription[T], qc queue.Config, onDead func(core.Letter[T])) (*core.Queue[T], error)
+
+	// prepare readies a publish of m: it returns the encoded envelope
+	// (nil in memory) and the offer options that log it.
+	prepare(m *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error)
+	// release returns prepare's envelope once every offer has logged it.
+	release(env *envBuf)
+	// segment is the journal segment that records go to now.
+	segment() int
+	// confirmDedup confirms a publish's dedup ID (see dedup.confirm).
+	confirmDedup(d *dedup[T], e *dedupEntry[T], topic string, env *envBuf, stored bool, seg int)
+
+	// landed and forget track a dead letter: it reached the store, or it
+	// left it (dropped, routed to a topic, redriven elsewhere).
+	landed(sub uint32, id uuid.UUID)
+	forget(sub uint32, id uuid.UUID)
+
+	// close waits for the calls under way, then closes the journal.
+	close() error
+}
+
+// inMemory is the durability of a broker from New: nothing to record.
+type inMemory[T any] struct{}
+
+func (inMemory[T]) enter()                        {}
+func (inMemory[T]) leave()                        {}
+func (inMemory[T]) createdTopic(string)           {}
+func (inMemory[T]) deletedTopic(string)           {}
+func (inMemory[T]) newSubID() uint32              { return 0 }
+func (inMemory[T]) subscribed(*Subscription[T])   {}
+func (inMemory[T]) unsubscribed(*Subscription[T]) {}
+func (inMemory[T]) release(*envBuf)               {}
+func (inMemory[T]) segment() int                  { return 0 }
+func (inMemory[T]) landed(uint32, uuid.UUID)      {}
+func (inMemory[T]) forget(uint32, uuid.UUID)      {}
+func (inMemory[T]) close() error                  { return nil }
+
+func (inMemory[T]) newQueue(_ *Subscription[T], qc queue.Config, onDead func(core.Letter[T])) (*core.Queue[T], error) {
+	return core.New(qc, onDead)
+}
+
+func (inMemory[T]) prepare(_ *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error) {
+	return nil, offer, nil
+}
+
+func (inMemory[T]) confirmDedup(d *dedup[T], e *dedupEntry[T], _ string, _ *envBuf, _ bool, _ int) {
+	d.confirm(e, nil, "", nil, false, 0)
+}
+
+// durable returns the journal's side of a broker from Open; nil for a
+// broker from New.
+func (b *Broker[T]) durable() *store[T] {
+	st, _ := b.dur.(*store[T])
+	return st
+}
