@@ -42,10 +42,20 @@ func run(w io.Writer) error {
 		return err
 	}
 	defer b.Close()
+	for _, part := range []func(context.Context, io.Writer, *broker.Broker[event], *clock.Mock) error{fanOut, retryThenDeadLetter, idempotent} {
+		if err := part(ctx, w, b, mock); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fanOut shows that each subscription has its own queue, ordered by
+// priority, and that a filter picks what a subscription takes.
+func fanOut(ctx context.Context, w io.Writer, b *broker.Broker[event], _ *clock.Mock) error {
 	if err := b.CreateTopic("events"); err != nil {
 		return err
 	}
-
 	fmt.Fprintln(w, "=== Fan-out: each subscription has its own queue ===")
 	audit, _ := b.Subscribe("events", "audit")
 	mailer, _ := b.Subscribe("events", "mailer")
@@ -74,7 +84,12 @@ func run(w io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "mailer never acked; audit is unaffected:", audit.Stats().Acked, "acked,", mailer.Stats().InFlight, "still leased by mailer")
+	return nil
+}
 
+// retryThenDeadLetter fails a message until its attempts run out, the
+// mock clock waiting out each backoff.
+func retryThenDeadLetter(ctx context.Context, w io.Writer, b *broker.Broker[event], mock *clock.Mock) error {
 	fmt.Fprintln(w, "\n=== Retry with backoff, then dead letter ===")
 	if err := b.CreateTopic("payments"); err != nil {
 		return err
@@ -100,7 +115,12 @@ func run(w io.Writer) error {
 		fmt.Fprintf(w, "dead letter: %s #%d on %q: %v after %d attempts, last error %q\n",
 			dl.Message.Payload.Kind, dl.Message.Payload.N, dl.Subscription, dl.Reason, dl.Attempts, dl.LastError)
 	}
+	return nil
+}
 
+// idempotent loses an ack, so the message comes back, and a Deduper keeps
+// the work from running twice.
+func idempotent(ctx context.Context, w io.Writer, b *broker.Broker[event], mock *clock.Mock) error {
 	fmt.Fprintln(w, "\n=== Idempotent consumer: a duplicate is processed once ===")
 	if err := b.CreateTopic("orders"); err != nil {
 		return err

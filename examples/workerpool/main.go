@@ -107,26 +107,11 @@ func hash(n int) uint32 {
 // every one is delivered (the poison one after its redrive), or ctx ends.
 func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
 	start := time.Now()
-	b, err := broker.New[webhook](
-		broker.WithVisibilityTimeout(cfg.Visibility),
-		broker.WithMaxAttempts(5),
-		broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.2}),
-	)
+	b, deliver, audit, err := setUp(cfg)
 	if err != nil {
 		return summary{}, err
 	}
 	defer b.Close()
-	if err := b.CreateTopic("webhooks"); err != nil {
-		return summary{}, err
-	}
-	deliver, err := b.Subscribe("webhooks", "deliver")
-	if err != nil {
-		return summary{}, err
-	}
-	audit, err := b.Subscribe("webhooks", "audit") // fan-out: sees every webhook too
-	if err != nil {
-		return summary{}, err
-	}
 
 	var s summary
 	if s.Published, err = publishAll(ctx, b, cfg.Webhooks); err != nil {
@@ -187,6 +172,30 @@ wait:
 	s.DeadLettered, s.Extended = int(c.dead.Load()), int(c.extended.Load())
 	s.Elapsed = time.Since(start)
 	return s, ctx.Err()
+}
+
+// setUp makes the broker, its webhooks topic and two subscriptions: the
+// pool's, and an audit one that sees every webhook too (fan-out).
+func setUp(cfg config) (b *broker.Broker[webhook], deliver, audit *broker.Subscription[webhook], err error) {
+	b, err = broker.New[webhook](
+		broker.WithVisibilityTimeout(cfg.Visibility),
+		broker.WithMaxAttempts(5),
+		broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.2}),
+	)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err = b.CreateTopic("webhooks"); err == nil {
+		deliver, err = b.Subscribe("webhooks", "deliver")
+	}
+	if err == nil {
+		audit, err = b.Subscribe("webhooks", "audit")
+	}
+	if err != nil {
+		b.Close()
+		return nil, nil, nil, err
+	}
+	return b, deliver, audit, nil
 }
 
 // publishAll publishes n webhooks: every tenth a high-priority payment,
