@@ -97,6 +97,34 @@ func ExampleBroker_Redrive() {
 	// redriven: 1 attempt 1
 }
 
+// Dead letters can go to a topic instead of the broker's store, for a
+// consumer of their own; DeadLetterOf reads one back.
+func ExampleDeadLetterOf() {
+	ctx := context.Background()
+	b, _ := broker.New[string](broker.WithMaxAttempts(1))
+	defer b.Close()
+	b.CreateTopic("payments")
+	b.CreateTopic("payments.dead")
+	charge, _ := b.Subscribe("payments", "charge", broker.WithDeadLetterTopic("payments.dead"))
+	ops, _ := b.Subscribe("payments.dead", "ops")
+	b.Publish(ctx, "payments", "charge #42", broker.WithHeaders(map[string]string{"tenant": "acme"}))
+
+	d := charge.TryPoll(1)[0]
+	charge.Fail(d.LeaseID, errors.New("card declined"))
+
+	for _, d := range ops.TryPoll(10) {
+		dl, ok := broker.DeadLetterOf(d.Message)
+		fmt.Println(ok, dl.Message.Payload, dl.Message.Headers.Get("tenant"), "from", dl.Message.Topic+"/"+dl.Subscription)
+		fmt.Println(dl.Reason, "after", dl.Attempts, "attempt:", dl.LastError)
+		ops.Ack(d.LeaseID)
+	}
+	fmt.Println("in the store:", len(b.DeadLetters()))
+	// Output:
+	// true charge #42 acme from payments/charge
+	// max-attempts after 1 attempt: card declined
+	// in the store: 0
+}
+
 // A filter decides which messages a subscription accepts; its type
 // parameter is inferred from the function.
 func ExampleWithFilter() {
