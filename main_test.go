@@ -9,8 +9,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var errCanceled = context.Canceled
-
 // canceled returns a context that is already done.
 func canceled() context.Context {
 	c, cancel := context.WithCancel(context.Background())

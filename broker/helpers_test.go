@@ -5,6 +5,7 @@ package broker_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -12,6 +13,16 @@ import (
 )
 
 var ctx = context.Background()
+
+// vis is the visibility timeout of most tests.
+const vis = 10 * time.Second
+
+// canceled returns a context that is already done.
+func canceled() context.Context {
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c
+}
 
 // payloads returns the payloads of ds, in order.
 func payloads[T any](ds []queue.Delivery[T]) []T {
