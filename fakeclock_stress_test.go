@@ -69,7 +69,7 @@ func TestFakeClockMovedWhilePollsWait(t *testing.T) {
 	case <-done:
 	case <-watchdog.C:
 		buf := make([]byte, 1<<20)
-		t.Fatalf("mock clock deadlocked; goroutines:\n%s", buf[:runtime.Stack(buf, true)])
+		require.Failf(t, "mock clock deadlocked", "goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 	}
 	cancel()
 	wg.Wait()

@@ -92,7 +92,7 @@ func TestAwaitParkedAfterPublishWaitsForThePollerToParkAgain(t *testing.T) {
 		case v := <-got:
 			require.Equal(t, i, v)
 		default:
-			t.Fatalf("AwaitParked returned before the poller took message %d", i)
+			require.Failf(t, "AwaitParked returned too early", "before the poller took message %d", i)
 		}
 	}
 	require.NoError(t, b.Close())
@@ -146,12 +146,9 @@ func TestConcurrentPublishersAndConsumers(t *testing.T) {
 					return
 				}
 				for _, d := range buf[:n] {
-					if _, dup := seen.LoadOrStore(d.Payload, true); dup {
-						t.Errorf("message %d delivered twice", d.Payload)
-					}
-					if err := s.Ack(d.LeaseID); err != nil {
-						t.Errorf("ack %d: %v", d.Payload, err)
-					}
+					_, dup := seen.LoadOrStore(d.Payload, true)
+					assert.False(t, dup, "message %d delivered twice", d.Payload)
+					assert.NoError(t, s.Ack(d.LeaseID), "ack %d", d.Payload)
 					if acked.Add(1) == publishers*perPublisher {
 						cancel()
 					}
@@ -163,9 +160,8 @@ func TestConcurrentPublishersAndConsumers(t *testing.T) {
 	for p := range publishers {
 		pubs.Go(func() {
 			for i := range perPublisher {
-				if _, err := b.Publish(ctx, "t", p*perPublisher+i); err != nil {
-					t.Errorf("publish: %v", err)
-				}
+				_, err := b.Publish(ctx, "t", p*perPublisher+i)
+				assert.NoError(t, err, "publish")
 			}
 		})
 	}
@@ -176,8 +172,7 @@ func TestConcurrentPublishersAndConsumers(t *testing.T) {
 	assert.Equal(t, uint64(publishers*perPublisher), st.Delivered)
 	assert.Equal(t, 0, st.Visible+st.InFlight+st.Delayed)
 	for i := range publishers * perPublisher {
-		if _, ok := seen.Load(i); !ok {
-			t.Fatalf("message %d lost", i)
-		}
+		_, ok := seen.Load(i)
+		require.True(t, ok, "message %d lost", i)
 	}
 }

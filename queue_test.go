@@ -199,7 +199,7 @@ func TestOverflowBlock(t *testing.T) {
 	require.Len(t, d, 1)
 	select {
 	case err := <-done:
-		t.Fatalf("publisher returned while the queue was full: %v", err)
+		require.Failf(t, "publisher returned while the queue was full", "%v", err)
 	default:
 	}
 	require.NoError(t, s.Ack(d[0].LeaseID)) // makes room

@@ -207,7 +207,7 @@ func TestDurableCrash(t *testing.T) {
 						require.False(t, acked[n], "run %d: payload %s acked twice", run, n)
 						acked[n] = true
 					default:
-						t.Fatalf("child line %q", ln)
+						require.Failf(t, "unknown child line", "%q", ln)
 					}
 				}
 				if seg := crashCheck(t, dir, mode, run, intended, published, acking, acked); seg != lastSeg {

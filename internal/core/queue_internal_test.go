@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -34,13 +34,13 @@ func TestConfigValidate(t *testing.T) {
 		"retry negative max":         {Config{Retry: RetryPolicy{Max: -1}}, false},
 		"retry full jitter is valid": {Config{Retry: RetryPolicy{Jitter: 1}}, true},
 	} {
-		err := ValidateConfig(tc.cfg)
-		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidArgument)) {
-			t.Errorf("%s: Validate() = %v", name, err)
+		if err := ValidateConfig(tc.cfg); tc.ok {
+			assert.NoError(t, err, "%s: Validate()", name)
+		} else {
+			assert.ErrorIs(t, err, ErrInvalidArgument, "%s: Validate()", name)
 		}
-		if _, err2 := New[int](tc.cfg, nil); (err2 == nil) != tc.ok {
-			t.Errorf("%s: New() = %v", name, err2)
-		}
+		_, err := New[int](tc.cfg, nil)
+		assert.Equal(t, tc.ok, err == nil, "%s: New() = %v", name, err)
 	}
 }
 
@@ -75,14 +75,11 @@ func TestReadyOrder(t *testing.T) {
 				return int(a.place) - int(b.place)
 			})
 			got := r.pop()
-			if got.prio != model[0].prio || got.place != model[0].place {
-				t.Fatalf("step %d: pop = (%d,%d), want (%d,%d)", step, got.prio, got.place, model[0].prio, model[0].place)
-			}
+			require.Equal(t, model[0].prio, got.prio, "step %d: pop priority", step)
+			require.Equal(t, model[0].place, got.place, "step %d: pop place", step)
 			model = slices.DeleteFunc(model, func(e *entry[int]) bool { return e == got })
 		}
-		if r.len() != len(model) {
-			t.Fatalf("step %d: len %d, model %d", step, r.len(), len(model))
-		}
+		require.Equal(t, len(model), r.len(), "step %d: len", step)
 	}
 }
 
@@ -91,16 +88,12 @@ func TestStateReturnsToEmpty(t *testing.T) {
 	var dead []Letter[int]
 	q, err := New(Config{Clock: mock, MaxAttempts: 2, MaxQueue: 50, Overflow: OverflowDropOldest, VisibilityTimeout: time.Second},
 		func(dl Letter[int]) { dead = append(dead, dl) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer q.Close()
 	ctx := context.Background()
 	for i := range 60 {
 		m := &Message[int]{Payload: i, Priority: Priority(i%4 - 1)}
-		if err := q.Offer(ctx, m, time.Duration(i%3)*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, q.Offer(ctx, m, time.Duration(i%3)*time.Millisecond))
 	}
 	for round := 0; ; round++ {
 		mock.Add(time.Second)
@@ -110,9 +103,7 @@ func TestStateReturnsToEmpty(t *testing.T) {
 				break
 			}
 			for _, dl := range dead {
-				if err := q.Redrive(dl); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, q.Redrive(dl))
 			}
 			dead = nil
 			continue
@@ -127,25 +118,24 @@ func TestStateReturnsToEmpty(t *testing.T) {
 				q.Nack(d.LeaseID, 0)
 			} // case 3: let it expire
 		}
-		if round > 1000 {
-			t.Fatal("did not drain")
-		}
+		require.LessOrEqual(t, round, 1000, "did not drain")
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.nheld != 0 || len(q.heldEntries()) != 0 || q.ready.len() != 0 || q.delayed.len() != 0 || q.inflight.Len() != 0 || len(q.pending) != 0 {
-		t.Errorf("leftovers: held %d ready %d delayed %d inflight %d pending %d",
-			q.nheld, q.ready.len(), q.delayed.len(), q.inflight.Len(), len(q.pending))
-	}
+	assert.Zero(t, q.nheld, "leftover: held")
+	assert.Empty(t, q.heldEntries(), "leftover: held entries")
+	assert.Zero(t, q.ready.len(), "leftover: ready")
+	assert.Zero(t, q.delayed.len(), "leftover: delayed")
+	assert.Zero(t, q.inflight.Len(), "leftover: in flight")
+	assert.Empty(t, q.pending, "leftover: pending")
 	for p := range q.ready.lanes {
-		if l := &q.ready.lanes[p]; len(l.fifo) != 0 || l.head != 0 || l.back.len() != 0 {
-			t.Errorf("lane %d not empty", p)
-		}
+		l := &q.ready.lanes[p]
+		assert.Empty(t, l.fifo, "lane %d: fifo", p)
+		assert.Zero(t, l.head, "lane %d: head", p)
+		assert.Zero(t, l.back.len(), "lane %d: back", p)
 	}
 	s := q.stats
-	if s.Published+s.Redriven != s.Acked+s.DeadLettered+s.Dropped {
-		t.Errorf("stats do not balance: %+v", s)
-	}
+	assert.Equal(t, s.Published+s.Redriven, s.Acked+s.DeadLettered+s.Dropped, "stats do not balance: %+v", s)
 }
 
 // heldEntries returns every entry the queue holds. q.mu must be held.

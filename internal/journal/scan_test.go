@@ -18,7 +18,7 @@ import (
 
 func TestScan(t *testing.T) {
 	t.Run("empty", func(t *testing.T) {
-		off, err := Scan(nil, func([]byte) error { t.Fatal("called"); return nil })
+		off, err := Scan(nil, func([]byte) error { require.FailNow(t, "called"); return nil })
 		require.NoError(t, err)
 		require.Zero(t, off)
 	})
@@ -60,7 +60,7 @@ func TestScan(t *testing.T) {
 	t.Run("length field near 4GiB does not overflow", func(t *testing.T) {
 		data := binary.LittleEndian.AppendUint32(nil, ^uint32(0))
 		data = binary.LittleEndian.AppendUint32(data, 0)
-		off, err := Scan(data, func([]byte) error { t.Fatal("called"); return nil })
+		off, err := Scan(data, func([]byte) error { require.FailNow(t, "called"); return nil })
 		require.NoError(t, err)
 		require.Zero(t, off)
 	})
@@ -234,7 +234,7 @@ func TestScanMaxRecordBody(t *testing.T) {
 	over := make([]byte, 8+MaxRecord+1)
 	binary.LittleEndian.PutUint32(over, MaxRecord+1)
 	binary.LittleEndian.PutUint32(over[4:], crc32.Checksum(over[8:], castagnoli))
-	off, err := Scan(over, func([]byte) error { t.Fatal("called"); return nil })
+	off, err := Scan(over, func([]byte) error { require.FailNow(t, "called"); return nil })
 	require.NoError(t, err)
 	require.Zero(t, off)
 	over = nil
