@@ -3,14 +3,11 @@ package lease
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func TestIDStringRoundTrip(t *testing.T) {
 	for _, id := range []ID{
