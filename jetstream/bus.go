@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,13 +47,16 @@ var legacyHeaders = map[string]string{
 const (
 	DefaultStream        = "LEASEBUS"
 	DefaultSubjectPrefix = "leasebus"
+	// DefaultDeadLetterDuplicates is the duplicate window of a dead-letter
+	// stream Open creates: a dead letter copied twice within it (a retry,
+	// a redelivery racing a Term) is stored once.
+	DefaultDeadLetterDuplicates = 10 * time.Minute
 )
 
 // Bus is leasebus on one JetStream stream: topics are subjects in it, and
 // dead letters go to a second stream beside it. Its methods are safe for
 // concurrent use. It does not own the connection.
 type Bus struct {
-	nc       *nats.Conn
 	js       js.JetStream
 	stream   js.Stream // the topics' stream
 	dlStream js.Stream // the dead letters' stream
@@ -59,14 +64,36 @@ type Bus struct {
 }
 
 type busConfig struct {
-	stream   string
-	prefix   string
-	storage  js.StorageType
-	replicas int
-	err      error
+	stream string
+	prefix string
+	// What Open creates when a stream is missing; the fields the options
+	// set explicitly (topicSet, dlqSet) are also compared with an
+	// existing stream's.
+	topic, dlq       js.StreamConfig
+	topicSet, dlqSet settings[js.StreamConfig]
+	update           bool
+	err              error
 }
 
-// Option configures Open.
+func (c *busConfig) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// both sets a setting on both streams.
+func (c *busConfig) both(s setting[js.StreamConfig], set func(*js.StreamConfig)) {
+	set(&c.topic)
+	set(&c.dlq)
+	c.topicSet.add(s)
+	c.dlqSet.add(s)
+}
+
+// Option configures Open. Options that set a stream setting (storage,
+// replicas, placement, limits) are explicit: Open creates a missing stream
+// with them, and refuses an existing stream that differs
+// (ConfigMismatchError) unless WithUpdateStreams is given. A setting no
+// option names is taken from the server as it is.
 type Option func(*busConfig)
 
 // WithStream names the stream of the topics (default DefaultStream); the
@@ -74,7 +101,7 @@ type Option func(*busConfig)
 func WithStream(name string) Option {
 	return func(c *busConfig) {
 		if name == "" {
-			c.err = core.Invalid("WithStream: empty name")
+			c.fail(core.Invalid("WithStream: empty name"))
 		}
 		c.stream = name
 	}
@@ -86,68 +113,275 @@ func WithStream(name string) Option {
 func WithSubjectPrefix(p string) Option {
 	return func(c *busConfig) {
 		if p == "" {
-			c.err = core.Invalid("WithSubjectPrefix: empty prefix")
+			c.fail(core.Invalid("WithSubjectPrefix: empty prefix"))
 		}
 		c.prefix = p
 	}
 }
 
-// WithMemoryStorage keeps the streams in memory rather than in files (the
-// default): faster, and lost when the server stops.
-func WithMemoryStorage() Option { return func(c *busConfig) { c.storage = js.MemoryStorage } }
+// WithMemoryStorage keeps both streams in memory rather than in files (the
+// default for a stream Open creates): faster, and lost when the server
+// stops. JetStream cannot change an existing stream's storage.
+func WithMemoryStorage() Option { return WithStorage(js.MemoryStorage) }
 
-// WithReplicas sets the streams' replica count in a cluster (default 1).
-func WithReplicas(n int) Option {
+// WithStorage sets both streams' storage (default for a stream Open
+// creates: js.FileStorage). JetStream cannot change an existing stream's
+// storage.
+func WithStorage(st js.StorageType) Option {
 	return func(c *busConfig) {
-		if n < 1 {
-			c.err = core.Invalid("WithReplicas: %d, must be >= 1", n)
-		}
-		c.replicas = n
+		s := field("Storage", "WithStorage", func(c *js.StreamConfig) *js.StorageType { return &c.Storage })
+		s.fixed = true
+		c.both(s, func(sc *js.StreamConfig) { sc.Storage = st })
 	}
 }
 
-// Open creates (or updates) the two streams on nc's server and returns the
-// bus. The topics' stream has interest retention: a message is kept until
-// every subscription (durable consumer) of its topic has acked or
-// terminated it, and one published to a topic with no subscription is
-// dropped, as the in-memory broker does.
+// WithReplicas sets both streams' replica count in a cluster (default for
+// a stream Open creates: 1).
+func WithReplicas(n int) Option {
+	return func(c *busConfig) {
+		if n < 1 {
+			c.fail(core.Invalid("WithReplicas: %d, must be >= 1", n))
+		}
+		c.both(field("Replicas", "WithReplicas", func(c *js.StreamConfig) *int { return &c.Replicas }),
+			func(sc *js.StreamConfig) { sc.Replicas = n })
+	}
+}
+
+// WithPlacement places both streams in a cluster, on servers with the
+// given tags (default: wherever the server puts them).
+func WithPlacement(cluster string, tags ...string) Option {
+	return func(c *busConfig) {
+		p := js.Placement{Cluster: cluster, Tags: slices.Clone(tags)}
+		s := setting[js.StreamConfig]{
+			name: "Placement", option: "WithPlacement",
+			equal: func(h, w *js.StreamConfig) bool { return samePlacement(h.Placement, w.Placement) },
+			show: func(c *js.StreamConfig) string {
+				if c.Placement == nil {
+					return "none"
+				}
+				return fmt.Sprintf("cluster %q tags %q", c.Placement.Cluster, c.Placement.Tags)
+			},
+			copy: func(d, s *js.StreamConfig) { d.Placement = s.Placement },
+		}
+		c.both(s, func(sc *js.StreamConfig) { pp := p; sc.Placement = &pp })
+	}
+}
+
+func samePlacement(a, b *js.Placement) bool {
+	if a == nil || b == nil {
+		return (a == nil || a.Cluster == "" && len(a.Tags) == 0) && (b == nil || b.Cluster == "" && len(b.Tags) == 0)
+	}
+	at, bt := slices.Clone(a.Tags), slices.Clone(b.Tags)
+	slices.Sort(at)
+	slices.Sort(bt)
+	return a.Cluster == b.Cluster && slices.Equal(at, bt)
+}
+
+// WithMaxAge sets how long the topics' stream keeps a message, acked or
+// not (its MaxAge; default for a stream Open creates: 0, no limit). A
+// message older than that is deleted unprocessed: a limit for an operator
+// to choose, not a TTL.
+func WithMaxAge(d time.Duration) Option {
+	return func(c *busConfig) {
+		if d < 0 {
+			c.fail(core.Invalid("WithMaxAge: %v, must be >= 0 (0: no limit)", d))
+		}
+		c.topic.MaxAge = d
+		c.topicSet.add(field("MaxAge", "WithMaxAge", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
+	}
+}
+
+// WithMaxBytes caps the topics' stream's size in bytes (its MaxBytes;
+// default for a stream Open creates: -1, no limit). A stream Open creates
+// discards new messages when full: Publish fails rather than a queued
+// message being dropped.
+func WithMaxBytes(n int64) Option {
+	return func(c *busConfig) {
+		if n < 1 && n != -1 {
+			c.fail(core.Invalid("WithMaxBytes: %d, must be >= 1 or -1 (no limit)", n))
+		}
+		c.topic.MaxBytes = n
+		c.topicSet.add(field("MaxBytes", "WithMaxBytes", func(c *js.StreamConfig) *int64 { return &c.MaxBytes }))
+	}
+}
+
+// WithMaxMsgs caps the messages the topics' stream holds (its MaxMsgs;
+// default for a stream Open creates: -1, no limit). A stream Open creates
+// discards new messages when full: Publish fails.
+func WithMaxMsgs(n int64) Option {
+	return func(c *busConfig) {
+		if n < 1 && n != -1 {
+			c.fail(core.Invalid("WithMaxMsgs: %d, must be >= 1 or -1 (no limit)", n))
+		}
+		c.topic.MaxMsgs = n
+		c.topicSet.add(field("MaxMsgs", "WithMaxMsgs", func(c *js.StreamConfig) *int64 { return &c.MaxMsgs }))
+	}
+}
+
+// WithDuplicateWindow sets the topics' stream's duplicate window, within
+// which a second Publish with one WithMsgID is dropped (its Duplicates;
+// default for a stream Open creates: the server's, 2 minutes).
+func WithDuplicateWindow(d time.Duration) Option {
+	return func(c *busConfig) {
+		if d <= 0 {
+			c.fail(core.Invalid("WithDuplicateWindow: %v, must be > 0", d))
+		}
+		c.topic.Duplicates = d
+		c.topicSet.add(field("Duplicates", "WithDuplicateWindow", func(c *js.StreamConfig) *time.Duration { return &c.Duplicates }))
+	}
+}
+
+// WithUpdateStreams lets Open change an existing stream whose settings
+// differ from the explicit options, instead of refusing: the settings the
+// options name are set, every other setting stays as the server holds it.
+// Storage cannot be changed in place.
+func WithUpdateStreams() Option { return func(c *busConfig) { c.update = true } }
+
+// Open opens the bus on nc's JetStream (the account's default API; for a
+// JetStream domain or API prefix, see OpenJetStream).
 func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	if nc == nil {
 		return nil, core.Invalid("jetstream.Open: nil connection")
 	}
-	cfg := busConfig{stream: DefaultStream, prefix: DefaultSubjectPrefix, storage: js.FileStorage, replicas: 1}
+	j, err := js.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream.Open: %w", err)
+	}
+	return OpenJetStream(ctx, j, opts...)
+}
+
+// OpenJetStream opens the bus on j: a JetStream context the caller made,
+// for example with js.NewWithDomain (a leaf node's hub) or
+// js.NewWithAPIPrefix (another account's JetStream).
+//
+// A stream that exists is bound to as it is: Open never weakens it. A
+// stream that is missing is created: the topics' stream with interest
+// retention (a message is kept until every subscription of its topic has
+// acked or terminated it, and one published to a topic with no
+// subscription is dropped, as the in-memory broker does) and discard-new
+// limits; the dead letters' stream with limits retention. When an explicit
+// option disagrees with an existing stream, or the stream lacks what
+// leasebus needs (its subjects, interest retention for the topics), Open
+// returns a *ConfigMismatchError and changes nothing, unless
+// WithUpdateStreams is given.
+func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, error) {
+	if j == nil {
+		return nil, core.Invalid("jetstream.OpenJetStream: nil JetStream")
+	}
+	cfg := busConfig{
+		stream: DefaultStream, prefix: DefaultSubjectPrefix,
+		topic: js.StreamConfig{
+			Retention: js.InterestPolicy, Discard: js.DiscardNew, Storage: js.FileStorage, Replicas: 1,
+			MaxBytes: -1, MaxMsgs: -1,
+		},
+		dlq: js.StreamConfig{
+			Retention: js.LimitsPolicy, Discard: js.DiscardOld, Storage: js.FileStorage, Replicas: 1,
+			MaxBytes: -1, MaxMsgs: -1, Duplicates: DefaultDeadLetterDuplicates,
+		},
+	}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	j, err := js.New(nc)
+	cfg.topic.Name, cfg.topic.Subjects = cfg.stream, []string{cfg.prefix + ".topic.>"}
+	cfg.dlq.Name, cfg.dlq.Subjects = cfg.stream+"_DLQ", []string{cfg.prefix + ".dlq.>"}
+	topicNeeds := append(settings[js.StreamConfig]{subjectsSetting,
+		field("Retention", "required", func(c *js.StreamConfig) *js.RetentionPolicy { return &c.Retention })}, cfg.topicSet...)
+	dlqNeeds := append(settings[js.StreamConfig]{subjectsSetting}, cfg.dlqSet...)
+	st, err := ensureStream(ctx, j, cfg.topic, topicNeeds, cfg.update)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream.Open: %w", err)
 	}
-	st, err := j.CreateOrUpdateStream(ctx, js.StreamConfig{
-		Name:      cfg.stream,
-		Subjects:  []string{cfg.prefix + ".topic.>"},
-		Retention: js.InterestPolicy,
-		Storage:   cfg.storage,
-		Replicas:  cfg.replicas,
-	})
+	dl, err := ensureStream(ctx, j, cfg.dlq, dlqNeeds, cfg.update)
 	if err != nil {
-		return nil, fmt.Errorf("jetstream.Open: stream %s: %w", cfg.stream, err)
+		return nil, fmt.Errorf("jetstream.Open: %w", err)
 	}
-	dl, err := j.CreateOrUpdateStream(ctx, js.StreamConfig{
-		Name:       cfg.stream + "_DLQ",
-		Subjects:   []string{cfg.prefix + ".dlq.>"},
-		Retention:  js.LimitsPolicy,
-		Storage:    cfg.storage,
-		Replicas:   cfg.replicas,
-		Duplicates: 10 * time.Minute, // the window that drops a dead letter copied twice
-	})
+	return &Bus{js: j, stream: st, dlStream: dl, cfg: cfg}, nil
+}
+
+// subjectsSetting requires an existing stream to take the subjects
+// leasebus publishes to; an update adds those it lacks.
+var subjectsSetting = setting[js.StreamConfig]{
+	name: "Subjects", option: "required",
+	equal: func(h, w *js.StreamConfig) bool {
+		return !slices.ContainsFunc(w.Subjects, func(s string) bool { return !covered(h.Subjects, s) })
+	},
+	show: func(c *js.StreamConfig) string { return fmt.Sprintf("%q", c.Subjects) },
+	copy: func(d, s *js.StreamConfig) {
+		subs := slices.Clone(d.Subjects)
+		for _, x := range s.Subjects {
+			if !covered(subs, x) {
+				subs = append(subs, x)
+			}
+		}
+		d.Subjects = subs
+	},
+}
+
+// covered reports whether subject (which may hold wildcards) is within one
+// of the patterns.
+func covered(patterns []string, subject string) bool {
+	want := strings.Split(subject, ".")
+	for _, p := range patterns {
+		if matchTokens(strings.Split(p, "."), want) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchTokens reports whether every subject that pattern want matches is
+// matched by pattern have.
+func matchTokens(have, want []string) bool {
+	for i, h := range have {
+		if h == ">" {
+			return i < len(want)
+		}
+		if i >= len(want) || want[i] == ">" {
+			return false
+		}
+		if h != "*" && (h != want[i] || want[i] == "*") {
+			return false
+		}
+	}
+	return len(have) == len(want)
+}
+
+// ensureStream returns the stream want names: created from want if it is
+// missing, bound as it is if the settings in needs agree, updated (those
+// settings only) if update is set, else refused with a
+// *ConfigMismatchError.
+func ensureStream(ctx context.Context, j js.JetStream, want js.StreamConfig, needs settings[js.StreamConfig], update bool) (js.Stream, error) {
+	st, err := j.Stream(ctx, want.Name)
+	if errors.Is(err, js.ErrStreamNotFound) {
+		st, err = j.CreateStream(ctx, want)
+		if err == nil {
+			return st, nil
+		}
+		if !errors.Is(err, js.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("create stream %s: %w", want.Name, err)
+		}
+		st, err = j.Stream(ctx, want.Name) // created meanwhile by someone else
+	}
 	if err != nil {
-		return nil, fmt.Errorf("jetstream.Open: stream %s_DLQ: %w", cfg.stream, err)
+		return nil, fmt.Errorf("stream %s: %w", want.Name, err)
 	}
-	return &Bus{nc: nc, js: j, stream: st, dlStream: dl, cfg: cfg}, nil
+	have := st.CachedInfo().Config
+	diffs := needs.diff(&have, &want)
+	if len(diffs) == 0 {
+		return st, nil
+	}
+	if !update || anyFixed(diffs) {
+		return nil, &ConfigMismatchError{Kind: "stream", Name: want.Name, Diffs: diffs}
+	}
+	needs.apply(&have, &want)
+	st, err = j.UpdateStream(ctx, have)
+	if err != nil {
+		return nil, fmt.Errorf("update stream %s: %w", want.Name, err)
+	}
+	return st, nil
 }
 
 // JetStream returns the JetStream context the bus uses.

@@ -8,11 +8,17 @@
 //
 // # Mapping
 //
-//   - Bus (Open): one stream (default "LEASEBUS") with interest retention
-//     holds every topic, so each subscription of a topic gets every
-//     message and a message is removed once every subscription settled
-//     it; a second stream ("LEASEBUS_DLQ", limits retention) holds the
-//     dead letters.
+//   - Bus (Open, or OpenJetStream for a JetStream domain or API prefix):
+//     one stream (default "LEASEBUS") with interest retention holds every
+//     topic, so each subscription of a topic gets every message and a
+//     message is removed once every subscription settled it; a second
+//     stream ("LEASEBUS_DLQ", limits retention) holds the dead letters.
+//     Open creates a missing stream and binds to an existing one as it is:
+//     it never changes a setting no option names, and an option that
+//     disagrees with the server (or a stream lacking the bus's subjects or
+//     interest retention) makes it fail with a *ConfigMismatchError
+//     (errors.Is ErrConfigMismatch) that names the setting, unless
+//     WithUpdateStreams asks for the change.
 //   - topic T: the subject PREFIX.topic.T (default prefix "leasebus").
 //   - subscription S of T: the durable pull consumer "T_S", filtered on
 //     T's subject, explicit ack, AckWait = the visibility timeout,

@@ -35,9 +35,20 @@ type embedded struct {
 // a random one), and shuts it down when the test ends.
 func startServer(tb testing.TB, dir string, port int) *embedded {
 	tb.Helper()
-	s, err := server.NewServer(&server.Options{
+	return startServerWith(tb, dir, port, nil)
+}
+
+// startServerWith is startServer with the options adjusted by adjust (nil:
+// none).
+func startServerWith(tb testing.TB, dir string, port int, adjust func(*server.Options)) *embedded {
+	tb.Helper()
+	o := &server.Options{
 		Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true,
-	})
+	}
+	if adjust != nil {
+		adjust(o)
+	}
+	s, err := server.NewServer(o)
 	if err != nil {
 		tb.Fatalf("nats server: %v", err)
 	}

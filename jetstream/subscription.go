@@ -234,11 +234,11 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		latest:     make(map[uint64]uint32),
 	}
 	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + b.cfg.stream + "." + durable
-	s.adv, err = b.nc.ChanQueueSubscribe(subj, durable, s.advCh)
+	s.adv, err = b.js.Conn().ChanQueueSubscribe(subj, durable, s.advCh)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
 	}
-	if err := b.nc.Flush(); err != nil {
+	if err := b.js.Conn().Flush(); err != nil {
 		s.adv.Unsubscribe()
 		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
 	}
