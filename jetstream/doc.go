@@ -25,7 +25,10 @@
 //     MaxDeliver = the maximum attempts, MaxAckPending = the in-flight
 //     cap, DeliverPolicy new (it sees what is published after it exists).
 //     Several Subscription handles on one durable compete for its
-//     messages.
+//     messages. Subscribe binds to an existing durable as it is and takes
+//     its settings from the server; an explicit option that differs makes
+//     it fail with a *ConfigMismatchError, unless WithUpdateConsumer asks
+//     for the change (which then holds for every handle).
 //   - Poll(ctx, n): Fetch of up to n with a bounded wait (the poll slice,
 //     200ms by default), in a loop that checks ctx and Close between
 //     fetches, until at least one message arrives.

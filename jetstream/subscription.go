@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -45,7 +46,11 @@ type subConfig struct {
 	pollSlice     time.Duration
 	settleTimeout time.Duration
 	codec         any
-	err           error
+	// set holds the consumer settings the options name explicitly:
+	// compared with an existing consumer's, and changed only with update.
+	set    settings[js.ConsumerConfig]
+	update bool
+	err    error
 }
 
 func (c *subConfig) fail(err error) {
@@ -66,25 +71,29 @@ func newSubConfig(opts []SubscribeOption) (subConfig, error) {
 }
 
 // WithVisibilityTimeout sets the lease each delivery gets: the consumer's
-// AckWait (default 30s).
+// AckWait (default for a subscription Subscribe creates: 30s; an existing
+// one keeps its own unless this option is given).
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
 			c.fail(core.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 		}
 		c.vis = d
+		c.set.add(field("AckWait", "WithVisibilityTimeout", func(c *js.ConsumerConfig) *time.Duration { return &c.AckWait }))
 	}
 }
 
 // WithMaxAttempts sets how many deliveries a message gets before it is
-// dead-lettered: the consumer's MaxDeliver (default 5;
-// queue.UnlimitedAttempts for no limit).
+// dead-lettered: the consumer's MaxDeliver (default for a subscription
+// Subscribe creates: 5; queue.UnlimitedAttempts for no limit; an existing
+// one keeps its own unless this option is given).
 func WithMaxAttempts(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
 			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 		}
 		c.maxAttempts = n
+		c.set.add(field("MaxDeliver", "WithMaxAttempts", func(c *js.ConsumerConfig) *int { return &c.MaxDeliver }))
 	}
 }
 
@@ -100,15 +109,26 @@ func WithRetry(p queue.RetryPolicy) SubscribeOption {
 }
 
 // WithMaxInFlight caps the leases held at once across every handle of the
-// subscription: the consumer's MaxAckPending (default 1000).
+// subscription: the consumer's MaxAckPending (default for a subscription
+// Subscribe creates: 1000; an existing one keeps its own unless this
+// option is given).
 func WithMaxInFlight(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 {
 			c.fail(core.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 		}
 		c.maxInFlight = n
+		c.set.add(field("MaxAckPending", "WithMaxInFlight", func(c *js.ConsumerConfig) *int { return &c.MaxAckPending }))
 	}
 }
+
+// WithUpdateConsumer lets Subscribe change an existing subscription whose
+// consumer settings differ from the explicit options (visibility timeout,
+// maximum attempts, in-flight cap), instead of refusing with a
+// *ConfigMismatchError. The change applies to every handle of the
+// subscription, in every process: handles opened before keep their own
+// idea of the visibility timeout and attempts until they are reopened.
+func WithUpdateConsumer() SubscribeOption { return func(c *subConfig) { c.update = true } }
 
 // WithPollSlice sets how long one pull request waits on the server before
 // Poll checks its context and Close again (default 200ms): the most a
@@ -179,14 +199,17 @@ var (
 	_ poller.Rejecter       = (*Subscription[string])(nil)
 )
 
-// Subscribe opens (creating or updating) the subscription name of topic:
-// a durable pull consumer of the topic's subject, named "TOPIC_NAME", with
-// explicit acks, AckWait = the visibility timeout, MaxDeliver = the
-// maximum attempts and MaxAckPending = the in-flight cap. A new
-// subscription receives the messages published after it is created. It
-// also listens (in a queue group, so one handle of the subscription
-// handles each) for the server's max-deliveries advisories, to
-// dead-letter messages whose last lease expired.
+// Subscribe opens a handle on the subscription name of topic: a durable
+// pull consumer of the topic's subject, named "TOPIC_NAME", with explicit
+// acks, AckWait = the visibility timeout, MaxDeliver = the maximum
+// attempts and MaxAckPending = the in-flight cap. A missing subscription
+// is created, and receives the messages published after that. An existing
+// one is bound to as it is: the handle takes its settings from the
+// server, and an explicit option that differs makes Subscribe fail with a
+// *ConfigMismatchError (nothing changed), unless WithUpdateConsumer asks
+// for the change. It also listens (in a queue group, so one handle of the
+// subscription handles each) for the server's max-deliveries advisories,
+// to dead-letter messages whose last lease expired.
 func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...SubscribeOption) (*Subscription[T], error) {
 	if err := validToken("topic", topic); err != nil {
 		return nil, err
@@ -207,7 +230,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	if maxDeliver == queue.UnlimitedAttempts {
 		maxDeliver = -1
 	}
-	cons, err := b.stream.CreateOrUpdateConsumer(ctx, js.ConsumerConfig{
+	want := js.ConsumerConfig{
 		Durable:       durable,
 		FilterSubject: b.Subject(topic),
 		AckPolicy:     js.AckExplicitPolicy,
@@ -215,13 +238,15 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: cfg.maxInFlight,
 		DeliverPolicy: js.DeliverNewPolicy,
-	})
+	}
+	needs := append(settings[js.ConsumerConfig]{filterSetting, ackPolicySetting}, cfg.set...)
+	cons, err := ensureConsumer(ctx, b.stream, want, needs, cfg.update)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, err)
 	}
-	if info := cons.CachedInfo(); info != nil {
-		maxDeliver = info.Config.MaxDeliver // the server's word: the limit it enforces
-	}
+	// The server's word: the settings it enforces, whoever set them.
+	have := cons.CachedInfo().Config
+	cfg.vis, cfg.maxInFlight, maxDeliver = have.AckWait, have.MaxAckPending, have.MaxDeliver
 	h := fnv.New64a()
 	h.Write([]byte(b.cfg.stream + "/" + durable))
 	scope := h.Sum64() | 1 // never 0
@@ -245,6 +270,68 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	s.wg.Add(1)
 	go s.advisories()
 	return s, nil
+}
+
+// filterSetting requires an existing consumer to filter on the topic's
+// subject alone.
+var filterSetting = setting[js.ConsumerConfig]{
+	name: "FilterSubject", option: "required",
+	equal: func(h, w *js.ConsumerConfig) bool { return slices.Equal(filters(h), filters(w)) },
+	show:  func(c *js.ConsumerConfig) string { return fmt.Sprintf("%q", filters(c)) },
+	copy:  func(d, s *js.ConsumerConfig) { d.FilterSubject, d.FilterSubjects = s.FilterSubject, s.FilterSubjects },
+}
+
+// filters returns a consumer's filter subjects, sorted.
+func filters(c *js.ConsumerConfig) []string {
+	fs := slices.Clone(c.FilterSubjects)
+	if c.FilterSubject != "" {
+		fs = append(fs, c.FilterSubject)
+	}
+	slices.Sort(fs)
+	return fs
+}
+
+// ackPolicySetting requires explicit acks, which JetStream cannot change
+// on an existing consumer.
+var ackPolicySetting = func() setting[js.ConsumerConfig] {
+	s := field("AckPolicy", "required", func(c *js.ConsumerConfig) *js.AckPolicy { return &c.AckPolicy })
+	s.fixed = true
+	return s
+}()
+
+// ensureConsumer returns the durable consumer want names on st: created
+// from want if it is missing, bound as it is if the settings in needs
+// agree, updated (those settings only) if update is set, else refused with
+// a *ConfigMismatchError.
+func ensureConsumer(ctx context.Context, st js.Stream, want js.ConsumerConfig, needs settings[js.ConsumerConfig], update bool) (js.Consumer, error) {
+	cons, err := st.Consumer(ctx, want.Durable)
+	if errors.Is(err, js.ErrConsumerNotFound) {
+		cons, err = st.CreateConsumer(ctx, want)
+		if err == nil {
+			return cons, nil
+		}
+		if !errors.Is(err, js.ErrConsumerExists) {
+			return nil, fmt.Errorf("create consumer %s: %w", want.Durable, err)
+		}
+		cons, err = st.Consumer(ctx, want.Durable) // created meanwhile by another handle
+	}
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", want.Durable, err)
+	}
+	have := cons.CachedInfo().Config
+	diffs := needs.diff(&have, &want)
+	if len(diffs) == 0 {
+		return cons, nil
+	}
+	if !update || anyFixed(diffs) {
+		return nil, &ConfigMismatchError{Kind: "consumer", Name: want.Durable, Diffs: diffs}
+	}
+	needs.apply(&have, &want)
+	cons, err = st.UpdateConsumer(ctx, have)
+	if err != nil {
+		return nil, fmt.Errorf("update consumer %s: %w", want.Durable, err)
+	}
+	return cons, nil
 }
 
 // Topic returns the subscription's topic.
