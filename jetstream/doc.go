@@ -22,8 +22,9 @@
 //   - topic T: the subject PREFIX.topic.T (default prefix "leasebus").
 //   - subscription S of T: the durable pull consumer "T_S", filtered on
 //     T's subject, explicit ack, AckWait = the visibility timeout,
-//     MaxDeliver = the maximum attempts, MaxAckPending = the in-flight
-//     cap, DeliverPolicy new (it sees what is published after it exists).
+//     MaxAckPending = the in-flight cap, DeliverPolicy new (it sees what is
+//     published after it exists), MaxDeliver unlimited and the maximum
+//     attempts in its metadata (MetaMaxAttempts): the handles enforce it.
 //     Several Subscription handles on one durable compete for its
 //     messages. Subscribe binds to an existing durable as it is and takes
 //     its settings from the server; an explicit option that differs makes
@@ -49,11 +50,13 @@
 //     copied to PREFIX.dlq.T.S with its reason, attempts, last error,
 //     subscription, topic and stream sequence in headers, then terminated
 //     (Term).
-//   - A last lease that expires (or is released): the server publishes
-//     the $JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES advisory; one handle
-//     of the subscription (a queue group) takes the payload from the lease
-//     it holds or from the stream by sequence, and copies it to the
-//     dead-letter subject (last error "lease expired").
+//   - A last lease that expires: the handle that holds it dead-letters
+//     the message at its deadline (last error "lease expired") and
+//     terminates it. If that handle is gone, the server delivers the
+//     message once more (its MaxDeliver is unlimited), and the handle that
+//     receives this delivery past the limit dead-letters it in Poll
+//     instead of returning it: no dead-lettering depends on anyone
+//     listening when a lease expires, and nothing stays in the stream.
 //   - Dead-letter copies carry a Nats-Msg-Id made of the consumer and the
 //     stream sequence, so a copy made twice (a retry, or both paths) is
 //     stored once within the dead-letter stream's duplicate window.
@@ -72,9 +75,8 @@
 //     message may already be with another handle: do not count on it.
 //   - ErrLeaseExpired for a superseded lease is known only to the handle
 //     that saw the redelivery; another handle's lease reads as not found.
-//   - Dead-lettering of an expired last lease depends on the advisory: if
-//     no handle of the subscription is connected when the server sends it,
-//     the message is not delivered again but no dead letter is written.
+//   - An expired last lease whose holder is gone is dead-lettered at the
+//     next Poll of any handle of the subscription, not at its deadline.
 //   - Publish to a topic with no subscription stores nothing (interest
 //     retention), as in the broker.
 //   - Durable: the streams and consumers survive a server restart (file

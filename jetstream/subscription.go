@@ -2,10 +2,10 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -84,17 +84,57 @@ func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 }
 
 // WithMaxAttempts sets how many deliveries a message gets before it is
-// dead-lettered: the consumer's MaxDeliver (default for a subscription
-// Subscribe creates: 5; queue.UnlimitedAttempts for no limit; an existing
-// one keeps its own unless this option is given).
+// dead-lettered (default for a subscription Subscribe creates: 5;
+// queue.UnlimitedAttempts for no limit; an existing one keeps its own
+// unless this option is given). The limit is kept in the consumer's
+// metadata (MetaMaxAttempts) and enforced by the handles, not by the
+// server's MaxDeliver (which stays unlimited): the delivery after the last
+// attempt is dead-lettered by whichever handle receives it, so a message
+// whose last lease expires is dead-lettered even if no handle was
+// connected at the time.
 func WithMaxAttempts(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
 			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 		}
 		c.maxAttempts = n
-		c.set.add(field("MaxDeliver", "WithMaxAttempts", func(c *js.ConsumerConfig) *int { return &c.MaxDeliver }))
+		c.set.add(maxAttemptsSetting)
 	}
+}
+
+// MetaMaxAttempts is the consumer metadata key that holds a subscription's
+// maximum attempts ("5"; "-1" for no limit). A consumer without it has no
+// limit.
+const MetaMaxAttempts = "leasebus.max-attempts"
+
+// maxAttemptsSetting compares the limit in the consumer's metadata.
+var maxAttemptsSetting = setting[js.ConsumerConfig]{
+	name: "Metadata[" + MetaMaxAttempts + "]", option: "WithMaxAttempts",
+	equal: func(h, w *js.ConsumerConfig) bool { return attemptsOf(h) == attemptsOf(w) },
+	show: func(c *js.ConsumerConfig) string {
+		if v, ok := c.Metadata[MetaMaxAttempts]; ok {
+			return v
+		}
+		return "absent"
+	},
+	copy: func(d, s *js.ConsumerConfig) {
+		m := maps.Clone(d.Metadata)
+		if m == nil {
+			m = map[string]string{}
+		}
+		m[MetaMaxAttempts] = s.Metadata[MetaMaxAttempts]
+		d.Metadata = m
+	},
+}
+
+// attemptsOf returns a consumer's maximum attempts: queue.UnlimitedAttempts
+// when its metadata has none (or one that does not parse).
+func attemptsOf(c *js.ConsumerConfig) int {
+	n, err := strconv.Atoi(c.Metadata[MetaMaxAttempts])
+	if err != nil || n < 1 {
+		return queue.UnlimitedAttempts
+	}
+	return n
 }
 
 // WithRetry sets the backoff of Fail (default: the zero queue.RetryPolicy,
@@ -171,19 +211,19 @@ type Subscription[T any] struct {
 	codec   Codec[T]
 	cfg     subConfig
 	scope   uint64 // the scope of the lease ids this handle mints
-	// maxDeliver is the consumer's MaxDeliver as the server reported it
-	// when the handle opened: the attempts a message gets, 0 for no limit.
-	maxDeliver int
+	// maxAttempts is the consumer's limit as the server held it when the
+	// handle opened: the attempts a message gets, 0 for no limit.
+	maxAttempts int
 
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
-	adv       *nats.Subscription // max-deliveries advisories
-	advCh     chan *nats.Msg
-	wg        sync.WaitGroup // the advisory goroutine
+	kick      chan struct{}  // wakes the reaper: a last-attempt lease was taken
+	wg        sync.WaitGroup // the reaper
 
 	mu     sync.Mutex            // guards everything below
 	held   map[lease.ID]*heldMsg // the leases this handle holds
 	latest map[uint64]uint32     // stream seq → the latest delivery this handle saw, until settled
+	last   map[lease.ID]struct{} // the held leases on their last attempt, which the reaper watches
 }
 
 // heldMsg is one lease held: the message and its lease.
@@ -201,15 +241,14 @@ var (
 
 // Subscribe opens a handle on the subscription name of topic: a durable
 // pull consumer of the topic's subject, named "TOPIC_NAME", with explicit
-// acks, AckWait = the visibility timeout, MaxDeliver = the maximum
-// attempts and MaxAckPending = the in-flight cap. A missing subscription
+// acks, AckWait = the visibility timeout, MaxAckPending = the in-flight
+// cap, and the maximum attempts in its metadata (MaxDeliver unlimited: see
+// WithMaxAttempts). A missing subscription
 // is created, and receives the messages published after that. An existing
 // one is bound to as it is: the handle takes its settings from the
 // server, and an explicit option that differs makes Subscribe fail with a
 // *ConfigMismatchError (nothing changed), unless WithUpdateConsumer asks
-// for the change. It also listens (in a queue group, so one handle of the
-// subscription handles each) for the server's max-deliveries advisories,
-// to dead-letter messages whose last lease expired.
+// for the change.
 func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...SubscribeOption) (*Subscription[T], error) {
 	if err := validToken("topic", topic); err != nil {
 		return nil, err
@@ -226,49 +265,38 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
 	durable := topic + "_" + name
-	maxDeliver := cfg.maxAttempts
-	if maxDeliver == queue.UnlimitedAttempts {
-		maxDeliver = -1
-	}
 	want := js.ConsumerConfig{
 		Durable:       durable,
 		FilterSubject: b.Subject(topic),
 		AckPolicy:     js.AckExplicitPolicy,
 		AckWait:       cfg.vis,
-		MaxDeliver:    maxDeliver,
+		MaxDeliver:    -1, // the handles enforce the limit (see WithMaxAttempts)
 		MaxAckPending: cfg.maxInFlight,
 		DeliverPolicy: js.DeliverNewPolicy,
+		Metadata:      map[string]string{MetaMaxAttempts: strconv.Itoa(cfg.maxAttempts)},
 	}
-	needs := append(settings[js.ConsumerConfig]{filterSetting, ackPolicySetting}, cfg.set...)
+	needs := append(settings[js.ConsumerConfig]{filterSetting, ackPolicySetting, maxDeliverSetting}, cfg.set...)
 	cons, err := ensureConsumer(ctx, b.stream, want, needs, cfg.update)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, err)
 	}
 	// The server's word: the settings it enforces, whoever set them.
 	have := cons.CachedInfo().Config
-	cfg.vis, cfg.maxInFlight, maxDeliver = have.AckWait, have.MaxAckPending, have.MaxDeliver
+	cfg.vis, cfg.maxInFlight, cfg.maxAttempts = have.AckWait, have.MaxAckPending, attemptsOf(&have)
 	h := fnv.New64a()
 	h.Write([]byte(b.cfg.stream + "/" + durable))
 	scope := h.Sum64() | 1 // never 0
 	s := &Subscription[T]{
 		bus: b, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
-		maxDeliver: max(maxDeliver, 0), // the server's -1 (no limit) is a Delivery's 0
-		closed:     make(chan struct{}),
-		advCh:      make(chan *nats.Msg, 64),
-		held:       make(map[lease.ID]*heldMsg),
-		latest:     make(map[uint64]uint32),
-	}
-	subj := "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + b.cfg.stream + "." + durable
-	s.adv, err = b.js.Conn().ChanQueueSubscribe(subj, durable, s.advCh)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
-	}
-	if err := b.js.Conn().Flush(); err != nil {
-		s.adv.Unsubscribe()
-		return nil, fmt.Errorf("subscribe %q to %q: advisories: %w", name, topic, err)
+		maxAttempts: max(cfg.maxAttempts, 0), // UnlimitedAttempts is a Delivery's 0
+		closed:      make(chan struct{}),
+		kick:        make(chan struct{}, 1),
+		held:        make(map[lease.ID]*heldMsg),
+		latest:      make(map[uint64]uint32),
+		last:        make(map[lease.ID]struct{}),
 	}
 	s.wg.Add(1)
-	go s.advisories()
+	go s.reaper()
 	return s, nil
 }
 
@@ -290,6 +318,11 @@ func filters(c *js.ConsumerConfig) []string {
 	slices.Sort(fs)
 	return fs
 }
+
+// maxDeliverSetting requires the server's MaxDeliver to be unlimited: a
+// server that stops delivering would strand a message whose last lease
+// expired, with no handle to dead-letter it.
+var maxDeliverSetting = field("MaxDeliver", "required", func(c *js.ConsumerConfig) *int { return &c.MaxDeliver })
 
 // ackPolicySetting requires explicit acks, which JetStream cannot change
 // on an existing consumer.
@@ -403,8 +436,16 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 		return queue.Delivery[T]{}, false
 	}
 	seq, dc := md.Sequence.Stream, uint32(md.NumDelivered)
-	payload, err := s.codec.Decode(m.Data())
 	hm := &heldMsg{msg: m, seq: seq, attempt: int(dc), deadline: now.Add(s.cfg.vis)}
+	if s.maxAttempts > 0 && int(dc) > s.maxAttempts {
+		// The last attempt's lease expired (or its settling did not reach
+		// the server): this delivery is the one past the limit.
+		hm.attempt = s.maxAttempts
+		s.forgetSeq(seq)
+		s.deadLetter(hm, queue.ReasonMaxAttempts, errExpiredText) // on failure it comes back, and is tried again
+		return queue.Delivery[T]{}, false
+	}
+	payload, err := s.codec.Decode(m.Data())
 	if err != nil {
 		s.deadLetter(hm, queue.ReasonRejected, "decode: "+err.Error())
 		return queue.Delivery[T]{}, false
@@ -412,12 +453,18 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 	id := lease.NewID(s.scope, seq, dc)
 	s.mu.Lock()
 	if prev, ok := s.latest[seq]; ok {
-		delete(s.held, lease.NewID(s.scope, seq, prev)) // superseded
+		s.dropLocked(lease.NewID(s.scope, seq, prev)) // superseded
 	}
 	s.latest[seq] = dc
-	s.held[id] = hm
+	s.holdLocked(id, hm)
 	s.sweepLocked(now)
 	s.mu.Unlock()
+	if s.maxAttempts > 0 && hm.attempt == s.maxAttempts {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
 	h := m.Headers()
 	mid, _ := uuid.Parse(h.Get(HeaderID))
 	return queue.Delivery[T]{
@@ -427,8 +474,75 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 		LeaseID:     id,
 		Attempt:     int(dc),
 		Deadline:    hm.deadline,
-		MaxAttempts: s.maxDeliver,
+		MaxAttempts: s.maxAttempts,
 	}, true
+}
+
+// holdLocked records a lease as held.
+func (s *Subscription[T]) holdLocked(id lease.ID, h *heldMsg) {
+	s.held[id] = h
+	if s.maxAttempts > 0 && h.attempt == s.maxAttempts {
+		s.last[id] = struct{}{}
+	}
+}
+
+// dropLocked forgets a held lease.
+func (s *Subscription[T]) dropLocked(id lease.ID) {
+	delete(s.held, id)
+	delete(s.last, id)
+}
+
+// reaper dead-letters the messages whose last lease, held by this handle,
+// expires unsettled: at once, as the in-memory broker does, rather than
+// when the server delivers them again. It runs until Close. (A message
+// whose holder is gone is dead-lettered by the handle that receives its
+// next delivery, in Poll.)
+func (s *Subscription[T]) reaper() {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		due, next := s.expiredLast(time.Now())
+		for _, h := range due {
+			// On failure the server delivers it again, past the limit,
+			// and Poll tries again.
+			_ = s.deadLetter(h, queue.ReasonMaxAttempts, errExpiredText)
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = time.Until(next)
+		}
+		timer.Reset(wait)
+		select {
+		case <-s.closed:
+			return
+		case <-s.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// expiredLast takes the last-attempt leases whose deadline has passed out
+// of the held ones, and returns them with the earliest deadline of those
+// left (zero: none).
+func (s *Subscription[T]) expiredLast(now time.Time) (due []*heldMsg, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range s.last {
+		h := s.held[id]
+		if now.Before(h.deadline) {
+			if next.IsZero() || h.deadline.Before(next) {
+				next = h.deadline
+			}
+			continue
+		}
+		due = append(due, h)
+		s.dropLocked(id)
+		if s.latest[h.seq] == id.Delivery() {
+			delete(s.latest, h.seq)
+		}
+	}
+	return due, next
 }
 
 // sweepLocked forgets leases whose deadline passed more than a visibility
@@ -436,7 +550,7 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 func (s *Subscription[T]) sweepLocked(now time.Time) {
 	for id, h := range s.held {
 		if now.Sub(h.deadline) > s.cfg.vis {
-			delete(s.held, id)
+			s.dropLocked(id)
 			if s.latest[h.seq] == id.Delivery() {
 				delete(s.latest, h.seq)
 			}
@@ -469,8 +583,19 @@ func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, err
 	if live && !time.Now().Before(h.deadline) {
 		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
 	}
-	delete(s.held, id)
+	s.dropLocked(id)
 	return h, nil
+}
+
+// forgetSeq drops every record of seq: its message is settled for good,
+// whatever lease this handle held.
+func (s *Subscription[T]) forgetSeq(seq uint64) {
+	s.mu.Lock()
+	if d, ok := s.latest[seq]; ok {
+		s.dropLocked(lease.NewID(s.scope, seq, d))
+		delete(s.latest, seq)
+	}
+	s.mu.Unlock()
 }
 
 // forget drops the record of seq once its message is settled for good.
@@ -487,7 +612,7 @@ func (s *Subscription[T]) forget(id lease.ID) {
 func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 	s.mu.Lock()
 	if s.latest[id.Seq()] == id.Delivery() {
-		s.held[id] = h
+		s.holdLocked(id, h)
 	}
 	s.mu.Unlock()
 }
@@ -557,7 +682,7 @@ func (s *Subscription[T]) fail(op string, id lease.ID, delay time.Duration, caus
 	if err != nil {
 		return err
 	}
-	if s.maxDeliver > 0 && h.attempt >= s.maxDeliver {
+	if s.maxAttempts > 0 && h.attempt >= s.maxAttempts {
 		if err := s.deadLetter(h, queue.ReasonMaxAttempts, cause); err != nil {
 			s.putBack(id, h)
 			return fmt.Errorf("%s %v: %w", op, id, err)
@@ -629,8 +754,8 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 
 // Release hands the message back for redelivery at once (Nak). Unlike the
 // in-memory broker, JetStream counts it as a delivery: the next Attempt is
-// one higher, and a Release on the last allowed attempt ends in the
-// max-deliveries advisory and a dead letter. It needs a live lease.
+// one higher, and a Release on the last allowed attempt ends in a dead
+// letter (the next delivery is past the limit). It needs a live lease.
 func (s *Subscription[T]) Release(id lease.ID) error {
 	h, err := s.take("release", id, true)
 	if err != nil {
@@ -646,7 +771,7 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 // deadLetter copies the message to the dead-letter subject, with why in
 // its headers, then terminates it. The copy carries a Nats-Msg-Id made of
 // the consumer and stream sequence, so a second copy (a retry after a lost
-// reply, or the advisory path racing this one) is dropped by the
+// reply, or a redelivery after a lost Term) is dropped by the
 // dead-letter stream's duplicate window.
 func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
@@ -688,67 +813,6 @@ func (s *Subscription[T]) publishDeadLetter(ctx context.Context, seq uint64, dat
 	return nil
 }
 
-// maxDeliveries is the payload of the server's max-deliveries advisory.
-type maxDeliveries struct {
-	StreamSeq  uint64 `json:"stream_seq"`
-	Deliveries uint64 `json:"deliveries"`
-}
-
-// advisories dead-letters the messages the server gave up on after their
-// last lease expired (or was released). It runs until Close.
-func (s *Subscription[T]) advisories() {
-	defer s.wg.Done()
-	for {
-		select {
-		case <-s.closed:
-			return
-		case m := <-s.advCh:
-			var a maxDeliveries
-			if err := json.Unmarshal(m.Data, &a); err != nil || a.StreamSeq == 0 {
-				continue
-			}
-			s.onMaxDeliveries(a)
-		}
-	}
-}
-
-func (s *Subscription[T]) onMaxDeliveries(a maxDeliveries) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
-	defer cancel()
-	// The payload: from the lease this handle holds, else from the stream.
-	var (
-		data      []byte
-		hdr       nats.Header
-		published time.Time
-	)
-	s.mu.Lock()
-	if d, ok := s.latest[a.StreamSeq]; ok {
-		id := lease.NewID(s.scope, a.StreamSeq, d)
-		if h, ok := s.held[id]; ok {
-			data, hdr = h.msg.Data(), h.msg.Headers()
-			if md, err := h.msg.Metadata(); err == nil {
-				published = md.Timestamp
-			}
-			delete(s.held, id)
-		}
-		delete(s.latest, a.StreamSeq)
-	}
-	s.mu.Unlock()
-	if data == nil {
-		raw, err := s.bus.stream.GetMsg(ctx, a.StreamSeq)
-		if err != nil {
-			// The message is gone from the stream: record the dead
-			// letter without its payload rather than lose it silently.
-			hdr = nats.Header{HeaderLastError: []string{"payload unavailable: " + err.Error()}}
-		} else {
-			data, hdr, published = raw.Data, raw.Header, raw.Time
-		}
-	}
-	// Best effort: on failure the advisory is not redelivered; the
-	// message stays in the stream, and is not delivered again.
-	_ = s.publishDeadLetter(ctx, a.StreamSeq, data, hdr, published, queue.ReasonMaxAttempts, int(a.Deliveries), errExpiredText)
-}
-
 // Close closes this handle: Polls return errors matching queue.ErrClosed
 // (a blocked one within the poll slice), and so do later calls. The
 // subscription (the durable consumer) stays, with its messages; leases
@@ -757,7 +821,6 @@ func (s *Subscription[T]) onMaxDeliveries(a maxDeliveries) {
 func (s *Subscription[T]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
-		s.adv.Unsubscribe()
 		s.wg.Wait()
 	})
 	return nil
