@@ -37,7 +37,9 @@
 //     hash of the stream and consumer names; each handle keeps a map of
 //     the leases it holds.
 //   - Attempt: NumDelivered.
-//   - Ack: a double ack (the server confirms it). Not held (unknown, or
+//   - Ack: a double ack (the server confirms it), retried on transient
+//     errors (timeout, no responders) until the lease's deadline. Not
+//     held (unknown, or
 //     acked before): an error matching queue.ErrLeaseNotFound; a lease
 //     whose message this handle has seen delivered again:
 //     queue.ErrLeaseExpired.
@@ -49,7 +51,7 @@
 //   - Reject, and Nack or Fail on the last allowed attempt: the message is
 //     copied to PREFIX.dlq.T.S with its reason, attempts, last error,
 //     subscription, topic and stream sequence in headers, then terminated
-//     (Term).
+//     (a confirmed Term; both retried like an Ack).
 //   - A last lease that expires: the handle that holds it dead-letters
 //     the message at its deadline (last error "lease expired") and
 //     terminates it. If that handle is gone, the server delivers the

@@ -618,8 +618,14 @@ func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 }
 
 // Ack acks the message and waits for the server to confirm it (a double
-// ack, bounded by the settle timeout), so a nil error means the message
-// will not be delivered again. It works after the deadline too, as long as
+// ack), so a nil error means the message will not be delivered again. A
+// try that fails with a transient error (a timeout, no responders, as
+// while a consumer's leader moves) is retried until the lease's deadline,
+// each try bounded by the settle timeout: an ack is idempotent on the
+// server, so a retry after a lost reply is harmless. An error that no
+// retry can fix (a closed connection) returns at once; either way the
+// lease is still held, and the error says how many tries were made. It
+// works after the deadline too (one try), as long as
 // this handle has not seen the message delivered again — but the server
 // may by then have handed it to another handle, and a confirmed late ack
 // then still stands; an Ack whose message this handle saw delivered again
@@ -630,14 +636,60 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
-	defer cancel()
-	if err := h.msg.DoubleAck(ctx); err != nil {
+	if err := s.retry(h.deadline, h.msg.DoubleAck); err != nil {
 		s.putBack(id, h)
 		return fmt.Errorf("ack %v: %w", id, err)
 	}
 	s.forget(id)
 	return nil
+}
+
+// Backoff between the tries of a settling call.
+const (
+	retryInitial = 10 * time.Millisecond
+	retryMax     = 250 * time.Millisecond
+)
+
+// retry runs op until it succeeds, fails with an error that is not
+// transient, the handle closes, or deadline passes (at least one try, and
+// each bounded by the settle timeout).
+func (s *Subscription[T]) retry(deadline time.Time, op func(context.Context) error) error {
+	wait := retryInitial
+	for tries := 1; ; tries++ {
+		end := time.Now().Add(s.cfg.settleTimeout)
+		if deadline.After(time.Now()) && deadline.Before(end) {
+			end = deadline
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		err := op(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !transient(err) || !time.Now().Add(wait).Before(deadline) {
+			if tries > 1 {
+				return fmt.Errorf("%d tries: %w", tries, err)
+			}
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.closed:
+			t.Stop()
+			return fmt.Errorf("%d tries, then closed: %w", tries, err)
+		}
+		wait = min(2*wait, retryMax)
+	}
+}
+
+// transient reports whether a settling call that failed with err may
+// succeed if tried again: its request or reply was lost, or no server
+// answered (a consumer whose leader is moving, a reconnecting client).
+func transient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, js.ErrNoHeartbeat)
 }
 
 // Nack fails the attempt: the message is delivered again after delay
@@ -774,16 +826,21 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 // reply, or a redelivery after a lost Term) is dropped by the
 // dead-letter stream's duplicate window.
 func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.settleTimeout)
-	defer cancel()
 	var published time.Time
 	if md, err := h.msg.Metadata(); err == nil {
 		published = md.Timestamp
 	}
-	if err := s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), published, reason, h.attempt, lastErr); err != nil {
+	if err := s.retry(h.deadline, func(ctx context.Context) error {
+		return s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), published, reason, h.attempt, lastErr)
+	}); err != nil {
 		return err
 	}
-	if err := h.msg.TermWithReason(reason.String()); err != nil {
+	// A confirmed Term: a lost one would deliver the message again.
+	term := []byte("+TERM " + reason.String())
+	if err := s.retry(h.deadline, func(ctx context.Context) error {
+		_, err := s.bus.js.Conn().RequestWithContext(ctx, h.msg.Reply(), term)
+		return err
+	}); err != nil {
 		return fmt.Errorf("term after dead-lettering: %w", err)
 	}
 	return nil
