@@ -2,12 +2,10 @@ module github.com/leasebus/leasebus/bench
 
 go 1.26.0
 
-replace github.com/leasebus/leasebus => ../
-
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/benbjohnson/clock v1.3.5
-	github.com/leasebus/leasebus v0.0.0
+	github.com/leasebus/leasebus v0.1.0
 	gocloud.dev v0.47.0
 	maragu.dev/goqite v0.4.0
 	modernc.org/sqlite v1.62.0

@@ -2,11 +2,9 @@ module github.com/leasebus/leasebus/jetstream
 
 go 1.26.0
 
-replace github.com/leasebus/leasebus => ../
-
 require (
 	github.com/google/uuid v1.6.0
-	github.com/leasebus/leasebus v0.0.0-00010101000000-000000000000
+	github.com/leasebus/leasebus v0.1.0
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	go.uber.org/goleak v1.3.0
