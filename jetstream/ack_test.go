@@ -64,7 +64,7 @@ func TestAckRetriesTransientErrors(t *testing.T) {
 		tries int
 	}{
 		{"timeout", dropFrame, 2},
-		{"no responders", misrouteAcks, 3},
+		{"no responders", misroute, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, _, sub, d := ackFixture(t, 5*time.Second)

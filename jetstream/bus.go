@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -51,7 +50,24 @@ const (
 	// stream Open creates: a dead letter copied twice within it (a retry,
 	// a redelivery racing a Term) is stored once.
 	DefaultDeadLetterDuplicates = 10 * time.Minute
+	// DefaultDeadLettersPerSubscription is how many dead letters a
+	// dead-letter stream Open creates keeps per subscription (its
+	// MaxMsgsPerSubject): when a subscription has that many, its oldest is
+	// dropped. The in-memory broker keeps 10,000 in all.
+	DefaultDeadLettersPerSubscription = 10_000
 )
+
+// DeadLetterLimits bound the dead letters' stream (WithDeadLetterLimits).
+// A zero field is not named: a stream Open creates takes the default, an
+// existing one keeps its own. -1 is explicitly no limit. When a limit is
+// reached the oldest dead letters are dropped (JetStream does not count
+// them).
+type DeadLetterLimits struct {
+	PerSubscription int64         // dead letters kept per subscription (MaxMsgsPerSubject; default DefaultDeadLettersPerSubscription)
+	MaxMsgs         int64         // dead letters kept in all (MaxMsgs; default no limit)
+	MaxBytes        int64         // bytes kept in all (MaxBytes; default no limit)
+	MaxAge          time.Duration // how long a dead letter is kept (MaxAge; default no limit)
+}
 
 // Bus is leasebus on one JetStream stream: topics are subjects in it, and
 // dead letters go to a second stream beside it. Its methods are safe for
@@ -108,8 +124,9 @@ func WithStream(name string) Option {
 }
 
 // WithSubjectPrefix sets the subject prefix (default DefaultSubjectPrefix):
-// topic T is the subject PREFIX.topic.T and the dead letters of its
-// subscription S go to PREFIX.dlq.T.S.
+// topic T is the subject PREFIX.topic.T, the messages for its subscription
+// S alone (redriven dead letters) go to PREFIX.sub.T_S, and its dead
+// letters to PREFIX.dlq.T.S.
 func WithSubjectPrefix(p string) Option {
 	return func(c *busConfig) {
 		if p == "" {
@@ -231,6 +248,34 @@ func WithDuplicateWindow(d time.Duration) Option {
 	}
 }
 
+// WithDeadLetterLimits bounds the dead letters' stream; the fields set
+// are explicit options, compared with an existing stream's (see Option).
+func WithDeadLetterLimits(l DeadLetterLimits) Option {
+	return func(c *busConfig) {
+		count := func(name, setting string, v int64, dst *int64, p func(*js.StreamConfig) *int64) {
+			switch {
+			case v == 0:
+				return
+			case v < -1:
+				c.fail(core.Invalid("WithDeadLetterLimits: %s %d, must be >= 1 or -1 (no limit)", name, v))
+			}
+			*dst = v
+			c.dlqSet.add(field(setting, "WithDeadLetterLimits", p))
+		}
+		count("PerSubscription", "MaxMsgsPerSubject", l.PerSubscription, &c.dlq.MaxMsgsPerSubject, func(c *js.StreamConfig) *int64 { return &c.MaxMsgsPerSubject })
+		count("MaxMsgs", "MaxMsgs", l.MaxMsgs, &c.dlq.MaxMsgs, func(c *js.StreamConfig) *int64 { return &c.MaxMsgs })
+		count("MaxBytes", "MaxBytes", l.MaxBytes, &c.dlq.MaxBytes, func(c *js.StreamConfig) *int64 { return &c.MaxBytes })
+		switch {
+		case l.MaxAge == 0:
+		case l.MaxAge < -1:
+			c.fail(core.Invalid("WithDeadLetterLimits: MaxAge %v, must be > 0 or -1 (no limit)", l.MaxAge))
+		default:
+			c.dlq.MaxAge = max(l.MaxAge, 0)
+			c.dlqSet.add(field("MaxAge", "WithDeadLetterLimits", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
+		}
+	}
+}
+
 // WithUpdateStreams lets Open change an existing stream whose settings
 // differ from the explicit options, instead of refusing: the settings the
 // options name are set, every other setting stays as the server holds it.
@@ -277,6 +322,7 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 		dlq: js.StreamConfig{
 			Retention: js.LimitsPolicy, Discard: js.DiscardOld, Storage: js.FileStorage, Replicas: 1,
 			MaxBytes: -1, MaxMsgs: -1, Duplicates: DefaultDeadLetterDuplicates,
+			MaxMsgsPerSubject: DefaultDeadLettersPerSubscription,
 		},
 	}
 	for _, o := range opts {
@@ -285,7 +331,7 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	cfg.topic.Name, cfg.topic.Subjects = cfg.stream, []string{cfg.prefix + ".topic.>"}
+	cfg.topic.Name, cfg.topic.Subjects = cfg.stream, []string{cfg.prefix + ".topic.>", cfg.prefix + ".sub.>"}
 	cfg.dlq.Name, cfg.dlq.Subjects = cfg.stream+"_DLQ", []string{cfg.prefix + ".dlq.>"}
 	topicNeeds := append(settings[js.StreamConfig]{subjectsSetting,
 		field("Retention", "required", func(c *js.StreamConfig) *js.RetentionPolicy { return &c.Retention })}, cfg.topicSet...)
@@ -409,6 +455,17 @@ func (b *Bus) CreateTopic(topic string) error { return validToken("topic", topic
 // Subject returns the subject of topic.
 func (b *Bus) Subject(topic string) string { return b.cfg.prefix + ".topic." + topic }
 
+// subscriptionSubject is the subject of the messages meant for the
+// subscription name of topic alone (a redriven dead letter): its consumer
+// filters on it beside the topic's subject.
+func (b *Bus) subscriptionSubject(topic, name string) string {
+	return b.cfg.prefix + ".sub." + durableName(topic, name)
+}
+
+// durableName is the name of the consumer of the subscription name of
+// topic.
+func durableName(topic, name string) string { return topic + "_" + name }
+
 // DeadLetterSubject returns the subject the subscription name of topic
 // dead-letters to.
 func (b *Bus) DeadLetterSubject(topic, name string) string {
@@ -489,7 +546,7 @@ func userHeaders(h nats.Header) queue.Headers {
 
 func isReserved(k string) bool {
 	switch k {
-	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt,
+	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom,
 		"Leasebus-Reason", "Leasebus-Attempts", "Leasebus-Last-Error", "Leasebus-Subscription", "Leasebus-Topic":
 		return true
 	}
@@ -500,92 +557,6 @@ func isReserved(k string) bool {
 func reasonOf(s string) queue.Reason {
 	r, _ := core.ParseReason(s)
 	return r
-}
-
-// FetchDeadLetters reads the dead letters of the subscription name of
-// topic, oldest first, from the dead letters' stream: it waits until it
-// has n or ctx ends (then it returns what it has and ctx's error). n < 1
-// reads what is there now.
-func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n int, opts ...SubscribeOption) ([]queue.DeadLetter[T], error) {
-	cfg, err := newSubConfig(opts)
-	if err != nil {
-		return nil, err
-	}
-	codec, ok := codecFor[T](cfg.codec)
-	if !ok {
-		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
-	}
-	oc, err := b.dlStream.OrderedConsumer(ctx, js.OrderedConsumerConfig{FilterSubjects: []string{b.DeadLetterSubject(topic, name)}})
-	if err != nil {
-		return nil, fmt.Errorf("dead letters of %s/%s: %w", topic, name, err)
-	}
-	var out []queue.DeadLetter[T]
-	for {
-		if n < 1 {
-			info, err := oc.Info(ctx)
-			if err != nil {
-				return out, err
-			}
-			if info.NumPending == 0 {
-				return out, nil
-			}
-		} else if len(out) >= n {
-			return out, nil
-		}
-		wait, err := slice(ctx, cfg.pollSlice)
-		if err != nil {
-			return out, err
-		}
-		want := max(n-len(out), 100)
-		batch, err := oc.Fetch(want, js.FetchMaxWait(wait))
-		if err != nil {
-			return out, fmt.Errorf("dead letters of %s/%s: %w", topic, name, err)
-		}
-		for m := range batch.Messages() {
-			dl, err := decodeDeadLetter(m, codec)
-			if err != nil {
-				return out, err
-			}
-			out = append(out, dl)
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, js.ErrNoMessages) {
-			return out, fmt.Errorf("dead letters of %s/%s: %w", topic, name, err)
-		}
-	}
-}
-
-// dlHeader reads a dead letter's header, under its legacy name if need be.
-func dlHeader(h nats.Header, name string) string {
-	if v := h.Get(name); v != "" {
-		return v
-	}
-	return h.Get(legacyHeaders[name])
-}
-
-func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], error) {
-	h := m.Headers()
-	payload, err := codec.Decode(m.Data())
-	if err != nil {
-		return queue.DeadLetter[T]{}, fmt.Errorf("dead letter: decode: %w", err)
-	}
-	attempts, _ := strconv.Atoi(dlHeader(h, HeaderAttempts))
-	id, _ := uuid.Parse(h.Get(HeaderID))
-	published, _ := time.Parse(time.RFC3339Nano, h.Get(HeaderPublishedAt))
-	var at time.Time
-	if md, err := m.Metadata(); err == nil {
-		at = md.Timestamp
-	}
-	return queue.DeadLetter[T]{
-		Subscription: dlHeader(h, HeaderSubscription),
-		Message: queue.Message[T]{
-			ID: id, Topic: dlHeader(h, HeaderTopic), Payload: payload,
-			Headers: userHeaders(h), PublishedAt: published,
-		},
-		Reason:    reasonOf(dlHeader(h, HeaderReason)),
-		Attempts:  attempts,
-		LastError: dlHeader(h, HeaderLastError),
-		At:        at,
-	}, nil
 }
 
 // slice returns how long one fetch may wait: the poll slice, less if ctx

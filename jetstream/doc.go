@@ -63,7 +63,16 @@
 //     stream sequence, so a copy made twice (a retry, or both paths) is
 //     stored once within the dead-letter stream's duplicate window.
 //   - FetchDeadLetters reads a subscription's dead letters back as
-//     queue.DeadLetter values.
+//     queue.DeadLetter values. The dead letters' stream is bounded: Open
+//     creates it keeping DefaultDeadLettersPerSubscription per
+//     subscription (MaxMsgsPerSubject), oldest dropped first; see
+//     WithDeadLetterLimits.
+//   - Redrive republishes matching dead letters to PREFIX.sub.T_S, a
+//     subject only the subscription's consumer filters on (beside its
+//     topic's), with a Nats-Msg-Id made of the dead letter's sequence,
+//     then deletes them from the dead letters' stream: each is put back
+//     once, even by concurrent or repeated Redrives, within the topics'
+//     stream's duplicate window.
 //
 // # Differences from the in-memory broker
 //
@@ -71,8 +80,10 @@
 //     (Delivery.Deadline) are the client's estimate, receipt + AckWait.
 //   - Extend always extends by the visibility timeout.
 //   - Release spends an attempt.
-//   - No priorities, ordering keys, filters, TTL, overflow policies or
-//     redrive (JetStream has its own limits and republishing for those).
+//   - No priorities, ordering keys, filters, TTL or overflow policies
+//     (JetStream has its own limits for those).
+//   - A redriven message goes to the back of the queue; it does not keep
+//     its place.
 //   - A late Ack (after the deadline) is sent, and may succeed, but the
 //     message may already be with another handle: do not count on it.
 //   - ErrLeaseExpired for a superseded lease is known only to the handle

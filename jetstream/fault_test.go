@@ -16,24 +16,29 @@ type faultMode int
 
 const (
 	dropFrame    faultMode = iota // never sent: the request times out
-	misrouteAcks                  // sent to a subject no one serves: the server answers "no responders"
+	misroute                      // sent to a subject no one serves: the server answers "no responders"
 )
 
 // faults is a dialer whose connections can drop or misroute the next n
-// acks the client sends (PUB or HPUB frames to $JS.ACK.>), so a test
-// injects a lost or unanswered ack deterministically, byte for byte,
-// without touching the server.
+// messages the client sends to subjects with a prefix (PUB or HPUB frames;
+// acks by default), so a test injects a lost or unanswered request
+// deterministically, byte for byte, without touching the server.
 type faults struct {
 	mu      sync.Mutex // guards everything below
+	prefix  []byte     // the subjects intercepted
 	mode    faultMode
-	left    int // acks still to intercept; < 0: every one
-	matched int // acks intercepted so far
+	left    int // messages still to intercept; < 0: every one
+	matched int // messages intercepted so far
 }
 
 // arm intercepts the next n acks (n < 0: all) with mode.
-func (f *faults) arm(mode faultMode, n int) {
+func (f *faults) arm(mode faultMode, n int) { f.armPrefix(ackPrefix, mode, n) }
+
+// armPrefix intercepts the next n messages (n < 0: all) to subjects that
+// begin with prefix, with mode.
+func (f *faults) armPrefix(prefix []byte, mode faultMode, n int) {
 	f.mu.Lock()
-	f.mode, f.left = mode, n
+	f.prefix, f.mode, f.left, f.matched = prefix, mode, n, 0
 	f.mu.Unlock()
 }
 
@@ -44,12 +49,12 @@ func (f *faults) hits() int {
 	return f.matched
 }
 
-// take reports whether the ack about to go out is to be intercepted, and
-// how.
-func (f *faults) take() (faultMode, bool) {
+// take reports whether the message to subject about to go out is to be
+// intercepted, and how.
+func (f *faults) take(subject []byte) (faultMode, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.left == 0 {
+	if f.left == 0 || !bytes.HasPrefix(subject, f.prefix) {
 		return 0, false
 	}
 	if f.left > 0 {
@@ -114,12 +119,12 @@ func (c *faultyConn) Write(p []byte) (int, error) {
 			}
 		}
 		frame := c.buf[:end]
-		if isPub && bytes.HasPrefix(fields[1], ackPrefix) {
-			if mode, hit := c.f.take(); hit {
+		if isPub {
+			if mode, hit := c.f.take(fields[1]); hit {
 				if mode == dropFrame {
 					frame = nil
 				} else {
-					frame = bytes.Replace(frame, ackPrefix, []byte("$JS.NOACK."), 1)
+					frame = bytes.Replace(frame, fields[1], append([]byte("_NOONE."), fields[1]...), 1)
 				}
 			}
 		}

@@ -20,7 +20,7 @@ func operatorStreams(t *testing.T, j js.JetStream) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	if _, err := j.CreateStream(ctx, js.StreamConfig{
-		Name: jetstream.DefaultStream, Subjects: []string{"leasebus.topic.>"},
+		Name: jetstream.DefaultStream, Subjects: []string{"leasebus.topic.>", "leasebus.sub.>"},
 		Retention: js.InterestPolicy, Storage: js.FileStorage,
 		MaxAge: time.Hour, MaxBytes: 1 << 30,
 	}); err != nil {
@@ -179,13 +179,13 @@ func TestOpenNeedsItsSubjects(t *testing.T) {
 		t.Fatalf("Open on a stream without its subjects: %v", err)
 	}
 	open(t, nc, jetstream.WithUpdateStreams())
-	if c := streamConfig(t, j, jetstream.DefaultStream); !slices.Equal(c.Subjects, []string{"audit.>", "leasebus.topic.>"}) {
+	if c := streamConfig(t, j, jetstream.DefaultStream); !slices.Equal(c.Subjects, []string{"audit.>", "leasebus.topic.>", "leasebus.sub.>"}) {
 		t.Errorf("subjects after the update: %q", c.Subjects)
 	}
 	// The dead-letter stream was missing: created.
 	streamConfig(t, j, jetstream.DefaultStream+"_DLQ")
 
-	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: "LIMITS", Subjects: []string{"lim.topic.>"}}); err != nil {
+	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: "LIMITS", Subjects: []string{"lim.topic.>", "lim.sub.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = jetstream.Open(ctx, nc, jetstream.WithStream("LIMITS"), jetstream.WithSubjectPrefix("lim"))
@@ -193,7 +193,7 @@ func TestOpenNeedsItsSubjects(t *testing.T) {
 		t.Fatalf("Open on a limits stream: %v", err)
 	}
 	// A stream whose subjects cover the bus's with a wider wildcard is fine.
-	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: "WIDE", Subjects: []string{"acme.*.topic.>"}, Retention: js.InterestPolicy}); err != nil {
+	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: "WIDE", Subjects: []string{"acme.*.topic.>", "acme.*.sub.>"}, Retention: js.InterestPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	open(t, nc, jetstream.WithStream("WIDE"), jetstream.WithSubjectPrefix("acme.wide"))

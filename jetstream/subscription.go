@@ -264,16 +264,16 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	if !ok {
 		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
-	durable := topic + "_" + name
+	durable := durableName(topic, name)
 	want := js.ConsumerConfig{
-		Durable:       durable,
-		FilterSubject: b.Subject(topic),
-		AckPolicy:     js.AckExplicitPolicy,
-		AckWait:       cfg.vis,
-		MaxDeliver:    -1, // the handles enforce the limit (see WithMaxAttempts)
-		MaxAckPending: cfg.maxInFlight,
-		DeliverPolicy: js.DeliverNewPolicy,
-		Metadata:      map[string]string{MetaMaxAttempts: strconv.Itoa(cfg.maxAttempts)},
+		Durable:        durable,
+		FilterSubjects: []string{b.Subject(topic), b.subscriptionSubject(topic, name)},
+		AckPolicy:      js.AckExplicitPolicy,
+		AckWait:        cfg.vis,
+		MaxDeliver:     -1, // the handles enforce the limit (see WithMaxAttempts)
+		MaxAckPending:  cfg.maxInFlight,
+		DeliverPolicy:  js.DeliverNewPolicy,
+		Metadata:       map[string]string{MetaMaxAttempts: strconv.Itoa(cfg.maxAttempts)},
 	}
 	needs := append(settings[js.ConsumerConfig]{filterSetting, ackPolicySetting, maxDeliverSetting}, cfg.set...)
 	cons, err := ensureConsumer(ctx, b.stream, want, needs, cfg.update)
