@@ -546,7 +546,7 @@ func userHeaders(h nats.Header) queue.Headers {
 
 func isReserved(k string) bool {
 	switch k {
-	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom,
+	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom, HeaderAttemptsSpent,
 		"Leasebus-Reason", "Leasebus-Attempts", "Leasebus-Last-Error", "Leasebus-Subscription", "Leasebus-Topic":
 		return true
 	}

@@ -23,10 +23,15 @@ func (h *jsHarness) Capabilities() sourcetest.Capabilities {
 		// StaleAck holds within one handle: it remembers the latest
 		// delivery of each message it holds.
 		StaleAck: true,
+		// Emulated by the handle: InProgress before each AckWait runs
+		// out, or a Nak at a deadline shorter than AckWait.
+		ArbitraryExtend: true,
+		// Emulated: a released message is republished with the attempts
+		// it had spent.
+		ReleaseKeepsAttempt: true,
 		// Not: FakeClock (the server keeps time), Priorities (a stream
-		// is FIFO), ArbitraryExtend (InProgress resets to AckWait),
-		// LateAck (the server may have redelivered to another handle),
-		// ReleaseKeepsAttempt (a Nak counts as a delivery).
+		// is FIFO), LateAck (the server may have redelivered to another
+		// handle).
 	}
 }
 

@@ -198,7 +198,6 @@ func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], err
 	}, nil
 }
 
-
 // deadLetterGone reports whether the dead letters' stream no longer holds
 // seq (a concurrent Redrive deleted it). The client reports a failed
 // delete as text only, so this asks the stream.

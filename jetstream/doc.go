@@ -45,9 +45,13 @@
 //     queue.ErrLeaseExpired.
 //   - Nack(id, d): NakWithDelay(d) (Nak for 0). Fail(id, err):
 //     NakWithDelay(RetryPolicy.Delay(attempt)).
-//   - Extend: InProgress, which resets the server's timer to the full
-//     AckWait whatever timeout is asked for.
-//   - Release: Nak without delay; JetStream counts it as a delivery.
+//   - Extend(id, d): InProgress, which restarts the server's timer at
+//     AckWait; for d longer than that the handle sends InProgress again
+//     before each AckWait runs out, until the deadline; for d shorter it
+//     Naks the message at the deadline.
+//   - Release: the message is republished to PREFIX.sub.T_S with the
+//     attempts it had spent (header HeaderAttemptsSpent; Attempt counts
+//     from it) and this delivery terminated, so no attempt is spent.
 //   - Reject, and Nack or Fail on the last allowed attempt: the message is
 //     copied to PREFIX.dlq.T.S with its reason, attempts, last error,
 //     subscription, topic and stream sequence in headers, then terminated
@@ -78,8 +82,10 @@
 //
 //   - Time is the server's: there is no injectable clock, and deadlines
 //     (Delivery.Deadline) are the client's estimate, receipt + AckWait.
-//   - Extend always extends by the visibility timeout.
-//   - Release spends an attempt.
+//   - An extension past AckWait lasts while its handle does: if the
+//     handle closes or its process dies, the message comes back within an
+//     AckWait.
+//   - A released message goes to the back of the queue.
 //   - No priorities, ordering keys, filters, TTL or overflow policies
 //     (JetStream has its own limits for those).
 //   - A redriven message goes to the back of the queue; it does not keep

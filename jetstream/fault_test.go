@@ -15,8 +15,8 @@ import (
 type faultMode int
 
 const (
-	dropFrame    faultMode = iota // never sent: the request times out
-	misroute                      // sent to a subject no one serves: the server answers "no responders"
+	dropFrame faultMode = iota // never sent: the request times out
+	misroute                   // sent to a subject no one serves: the server answers "no responders"
 )
 
 // faults is a dialer whose connections can drop or misroute the next n

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
@@ -217,21 +216,25 @@ type Subscription[T any] struct {
 
 	closed    chan struct{} // closed by Close
 	closeOnce sync.Once
-	kick      chan struct{}  // wakes the reaper: a last-attempt lease was taken
+	kick      chan struct{}  // wakes the reaper: a lease to watch
 	wg        sync.WaitGroup // the reaper
 
 	mu     sync.Mutex            // guards everything below
 	held   map[lease.ID]*heldMsg // the leases this handle holds
 	latest map[uint64]uint32     // stream seq → the latest delivery this handle saw, until settled
-	last   map[lease.ID]struct{} // the held leases on their last attempt, which the reaper watches
+	watch  map[lease.ID]struct{} // the held leases the reaper watches: last attempts, extended ones
 }
 
 // heldMsg is one lease held: the message and its lease.
 type heldMsg struct {
-	msg      js.Msg
-	seq      uint64
-	attempt  int
-	deadline time.Time
+	msg       js.Msg
+	seq       uint64
+	attempt   int
+	published time.Time // the message's PublishedAt
+	deadline  time.Time // the lease's deadline
+	// serverDeadline is when the server's ack timer runs out: receipt or
+	// the last InProgress, plus AckWait (an estimate, a little late).
+	serverDeadline time.Time
 }
 
 var (
@@ -293,7 +296,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		kick:        make(chan struct{}, 1),
 		held:        make(map[lease.ID]*heldMsg),
 		latest:      make(map[uint64]uint32),
-		last:        make(map[lease.ID]struct{}),
+		watch:       make(map[lease.ID]struct{}),
 	}
 	s.wg.Add(1)
 	go s.reaper()
@@ -425,196 +428,6 @@ func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T],
 			return nil, fmt.Errorf("poll %s/%s: %w", s.topic, s.name, err)
 		}
 	}
-}
-
-// lease records a fetched message as held and returns its delivery.
-func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
-	now := time.Now()
-	md, err := m.Metadata()
-	if err != nil {
-		m.Term() // not a JetStream message: nothing to redeliver
-		return queue.Delivery[T]{}, false
-	}
-	seq, dc := md.Sequence.Stream, uint32(md.NumDelivered)
-	hm := &heldMsg{msg: m, seq: seq, attempt: int(dc), deadline: now.Add(s.cfg.vis)}
-	if s.maxAttempts > 0 && int(dc) > s.maxAttempts {
-		// The last attempt's lease expired (or its settling did not reach
-		// the server): this delivery is the one past the limit.
-		hm.attempt = s.maxAttempts
-		s.forgetSeq(seq)
-		s.deadLetter(hm, queue.ReasonMaxAttempts, errExpiredText) // on failure it comes back, and is tried again
-		return queue.Delivery[T]{}, false
-	}
-	payload, err := s.codec.Decode(m.Data())
-	if err != nil {
-		s.deadLetter(hm, queue.ReasonRejected, "decode: "+err.Error())
-		return queue.Delivery[T]{}, false
-	}
-	id := lease.NewID(s.scope, seq, dc)
-	s.mu.Lock()
-	if prev, ok := s.latest[seq]; ok {
-		s.dropLocked(lease.NewID(s.scope, seq, prev)) // superseded
-	}
-	s.latest[seq] = dc
-	s.holdLocked(id, hm)
-	s.sweepLocked(now)
-	s.mu.Unlock()
-	if s.maxAttempts > 0 && hm.attempt == s.maxAttempts {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	h := m.Headers()
-	mid, _ := uuid.Parse(h.Get(HeaderID))
-	return queue.Delivery[T]{
-		Message: queue.Message[T]{
-			ID: mid, Topic: s.topic, Payload: payload, Headers: userHeaders(h), PublishedAt: md.Timestamp,
-		},
-		LeaseID:     id,
-		Attempt:     int(dc),
-		Deadline:    hm.deadline,
-		MaxAttempts: s.maxAttempts,
-	}, true
-}
-
-// holdLocked records a lease as held.
-func (s *Subscription[T]) holdLocked(id lease.ID, h *heldMsg) {
-	s.held[id] = h
-	if s.maxAttempts > 0 && h.attempt == s.maxAttempts {
-		s.last[id] = struct{}{}
-	}
-}
-
-// dropLocked forgets a held lease.
-func (s *Subscription[T]) dropLocked(id lease.ID) {
-	delete(s.held, id)
-	delete(s.last, id)
-}
-
-// reaper dead-letters the messages whose last lease, held by this handle,
-// expires unsettled: at once, as the in-memory broker does, rather than
-// when the server delivers them again. It runs until Close. (A message
-// whose holder is gone is dead-lettered by the handle that receives its
-// next delivery, in Poll.)
-func (s *Subscription[T]) reaper() {
-	defer s.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		due, next := s.expiredLast(time.Now())
-		for _, h := range due {
-			// On failure the server delivers it again, past the limit,
-			// and Poll tries again.
-			_ = s.deadLetter(h, queue.ReasonMaxAttempts, errExpiredText)
-		}
-		wait := time.Hour
-		if !next.IsZero() {
-			wait = time.Until(next)
-		}
-		timer.Reset(wait)
-		select {
-		case <-s.closed:
-			return
-		case <-s.kick:
-		case <-timer.C:
-		}
-	}
-}
-
-// expiredLast takes the last-attempt leases whose deadline has passed out
-// of the held ones, and returns them with the earliest deadline of those
-// left (zero: none).
-func (s *Subscription[T]) expiredLast(now time.Time) (due []*heldMsg, next time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id := range s.last {
-		h := s.held[id]
-		if now.Before(h.deadline) {
-			if next.IsZero() || h.deadline.Before(next) {
-				next = h.deadline
-			}
-			continue
-		}
-		due = append(due, h)
-		s.dropLocked(id)
-		if s.latest[h.seq] == id.Delivery() {
-			delete(s.latest, h.seq)
-		}
-	}
-	return due, next
-}
-
-// sweepLocked forgets leases whose deadline passed more than a visibility
-// timeout ago: their messages went back to the server long since.
-func (s *Subscription[T]) sweepLocked(now time.Time) {
-	for id, h := range s.held {
-		if now.Sub(h.deadline) > s.cfg.vis {
-			s.dropLocked(id)
-			if s.latest[h.seq] == id.Delivery() {
-				delete(s.latest, h.seq)
-			}
-		}
-	}
-}
-
-// unknownLocked is the error for a lease this handle does not hold.
-func (s *Subscription[T]) unknownLocked(op string, id lease.ID) error {
-	if id.Scope() == s.scope {
-		if d, ok := s.latest[id.Seq()]; ok && d > id.Delivery() {
-			return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
-		}
-	}
-	return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
-}
-
-// take removes a held lease for settling. live requires now < deadline
-// (else ErrLeaseExpired, and the lease stays held).
-func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, error) {
-	if s.isClosed() {
-		return nil, s.errClosed(op)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	h, ok := s.held[id]
-	if !ok {
-		return nil, s.unknownLocked(op, id)
-	}
-	if live && !time.Now().Before(h.deadline) {
-		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
-	}
-	s.dropLocked(id)
-	return h, nil
-}
-
-// forgetSeq drops every record of seq: its message is settled for good,
-// whatever lease this handle held.
-func (s *Subscription[T]) forgetSeq(seq uint64) {
-	s.mu.Lock()
-	if d, ok := s.latest[seq]; ok {
-		s.dropLocked(lease.NewID(s.scope, seq, d))
-		delete(s.latest, seq)
-	}
-	s.mu.Unlock()
-}
-
-// forget drops the record of seq once its message is settled for good.
-func (s *Subscription[T]) forget(id lease.ID) {
-	s.mu.Lock()
-	if s.latest[id.Seq()] == id.Delivery() {
-		delete(s.latest, id.Seq())
-	}
-	s.mu.Unlock()
-}
-
-// putBack holds a lease again after a settling call failed, unless the
-// message was delivered again meanwhile.
-func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
-	s.mu.Lock()
-	if s.latest[id.Seq()] == id.Delivery() {
-		s.holdLocked(id, h)
-	}
-	s.mu.Unlock()
 }
 
 // Ack acks the message and waits for the server to confirm it (a double
@@ -773,10 +586,14 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 	return nil
 }
 
-// Extend keeps the lease: JetStream's InProgress, which resets the
-// server's ack timer to the full AckWait. JetStream cannot set another
-// length, so whatever timeout (> 0) is asked for, the new deadline is now
-// + the visibility timeout. It needs a live lease.
+// Extend sets the lease's deadline to now + timeout, for any timeout > 0.
+// JetStream's InProgress can only restart the server's timer at the
+// visibility timeout (AckWait), so the handle emulates the rest: for a
+// longer timeout it sends InProgress again before each AckWait runs out,
+// until the deadline (if the handle closes or its process dies, the
+// message comes back within an AckWait); for a shorter one it hands the
+// message back (Nak) at the deadline, so it is visible again then, as an
+// expired lease is. It needs a live lease.
 func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 	if timeout <= 0 {
 		return core.Invalid("Extend: timeout %v, must be > 0", timeout)
@@ -796,27 +613,54 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 		s.mu.Unlock()
 		return fmt.Errorf("extend %v: %w", id, queue.ErrLeaseExpired)
 	}
-	h.deadline = now.Add(s.cfg.vis)
+	h.deadline, h.serverDeadline = now.Add(timeout), now.Add(s.cfg.vis)
+	s.watch[id] = struct{}{}
 	s.mu.Unlock()
+	s.wake()
 	if err := h.msg.InProgress(); err != nil {
 		return fmt.Errorf("extend %v: %w", id, err)
 	}
 	return nil
 }
 
-// Release hands the message back for redelivery at once (Nak). Unlike the
-// in-memory broker, JetStream counts it as a delivery: the next Attempt is
-// one higher, and a Release on the last allowed attempt ends in a dead
-// letter (the next delivery is past the limit). It needs a live lease.
+// Release hands the message back unprocessed, visible at once, without
+// spending its attempt: the next delivery has the same Attempt, as in the
+// in-memory broker. JetStream counts every delivery, so the handle
+// emulates it: it republishes the message to the subscription's own
+// subject with the attempts spent so far in a header
+// (HeaderAttemptsSpent), its ID, headers and publish time kept, then
+// terminates this delivery (both confirmed, and retried like Ack; the
+// copy carries a Nats-Msg-Id, so a retried Release makes one copy). The
+// message goes to the back of the queue. It needs a live lease.
 func (s *Subscription[T]) Release(id lease.ID) error {
 	h, err := s.take("release", id, true)
 	if err != nil {
 		return err
 	}
-	if err := h.msg.Nak(); err != nil {
+	m := nats.NewMsg(s.bus.subscriptionSubject(s.topic, s.name))
+	m.Data = h.msg.Data()
+	for k, vs := range h.msg.Headers() {
+		if !isReserved(k) {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(HeaderAttemptsSpent, strconv.Itoa(h.attempt-1))
+	m.Header.Set(HeaderPublishedAt, h.published.Format(time.RFC3339Nano))
+	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%d.%d", s.bus.cfg.stream, s.durable, h.seq, id.Delivery()))
+	if err := s.retry(h.deadline, func(ctx context.Context) error {
+		_, err := s.bus.js.PublishMsg(ctx, m)
+		return err
+	}); err != nil {
 		s.putBack(id, h)
 		return fmt.Errorf("release %v: %w", id, err)
 	}
+	if err := s.term(h, "released"); err != nil {
+		// The copy is out: this delivery would come back too. A second
+		// Release publishes no second copy and terminates it.
+		s.putBack(id, h)
+		return fmt.Errorf("release %v: republished, not terminated: %w", id, err)
+	}
+	s.forget(id)
 	return nil
 }
 
@@ -826,24 +670,25 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 // reply, or a redelivery after a lost Term) is dropped by the
 // dead-letter stream's duplicate window.
 func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
-	var published time.Time
-	if md, err := h.msg.Metadata(); err == nil {
-		published = md.Timestamp
-	}
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
-		return s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), published, reason, h.attempt, lastErr)
+		return s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), h.published, reason, h.attempt, lastErr)
 	}); err != nil {
 		return err
 	}
-	// A confirmed Term: a lost one would deliver the message again.
-	term := []byte("+TERM " + reason.String())
-	if err := s.retry(h.deadline, func(ctx context.Context) error {
-		_, err := s.bus.js.Conn().RequestWithContext(ctx, h.msg.Reply(), term)
-		return err
-	}); err != nil {
+	if err := s.term(h, reason.String()); err != nil {
 		return fmt.Errorf("term after dead-lettering: %w", err)
 	}
 	return nil
+}
+
+// term terminates the delivery h and waits for the server to confirm it
+// (a lost Term would deliver the message again), retried like Ack.
+func (s *Subscription[T]) term(h *heldMsg, reason string) error {
+	body := []byte("+TERM " + reason)
+	return s.retry(h.deadline, func(ctx context.Context) error {
+		_, err := s.bus.js.Conn().RequestWithContext(ctx, h.msg.Reply(), body)
+		return err
+	})
 }
 
 func (s *Subscription[T]) publishDeadLetter(ctx context.Context, seq uint64, data []byte, hdr nats.Header, published time.Time, reason queue.Reason, attempts int, lastErr string) error {
