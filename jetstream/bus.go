@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
@@ -470,66 +468,6 @@ func durableName(topic, name string) string { return topic + "_" + name }
 // dead-letters to.
 func (b *Bus) DeadLetterSubject(topic, name string) string {
 	return b.cfg.prefix + ".dlq." + topic + "." + name
-}
-
-// PublishOption adjusts one Publish.
-type PublishOption func(*publishConfig)
-
-type publishConfig struct {
-	headers map[string]string
-	msgID   string
-	codec   any
-}
-
-// WithHeaders adds headers to the message.
-func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) { c.headers = maps.Clone(h) }
-}
-
-// WithMsgID sets the JetStream deduplication id (Nats-Msg-Id): a second
-// publish of one id within the stream's duplicate window is dropped.
-func WithMsgID(id string) PublishOption { return func(c *publishConfig) { c.msgID = id } }
-
-// WithPublishCodec encodes the payload with c instead of DefaultCodec.
-func WithPublishCodec[T any](c Codec[T]) PublishOption {
-	return func(p *publishConfig) { p.codec = c }
-}
-
-// Publish encodes payload and publishes it to topic, waiting for the
-// stream to store it. It returns the message as subscribers will see it
-// (ID, Topic, Payload, Headers, PublishedAt; Priority and Key are not
-// carried on JetStream).
-func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
-	var pc publishConfig
-	for _, o := range opts {
-		o(&pc)
-	}
-	if err := validToken("topic", topic); err != nil {
-		return queue.Message[T]{}, err
-	}
-	codec, ok := codecFor[T](pc.codec)
-	if !ok {
-		return queue.Message[T]{}, core.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
-	}
-	data, err := codec.Encode(nil, payload)
-	if err != nil {
-		return queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
-	}
-	id := uuid.New()
-	m := nats.NewMsg(b.Subject(topic))
-	m.Data = data
-	for k, v := range pc.headers {
-		m.Header.Set(k, v)
-	}
-	m.Header.Set(HeaderID, id.String())
-	if pc.msgID != "" {
-		m.Header.Set(nats.MsgIdHdr, pc.msgID)
-	}
-	now := time.Now()
-	if _, err := b.js.PublishMsg(ctx, m); err != nil {
-		return queue.Message[T]{}, fmt.Errorf("publish to %q: %w", topic, err)
-	}
-	return queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: queue.NewHeaders(pc.headers), PublishedAt: now}, nil
 }
 
 // userHeaders returns h less the headers of NATS and leasebus.

@@ -66,6 +66,10 @@
 //   - Dead-letter copies carry a Nats-Msg-Id made of the consumer and the
 //     stream sequence, so a copy made twice (a retry, or both paths) is
 //     stored once within the dead-letter stream's duplicate window.
+//   - Stats: the consumer's info (NumPending, NumAckPending, delivery
+//     sequence). Purge: the consumer deleted and created again.
+//     PublishBatch: asynchronous publishes, then their acks. A duplicate
+//     publish (WithMsgID) returns the original, read back by sequence.
 //   - FetchDeadLetters reads a subscription's dead letters back as
 //     queue.DeadLetter values. The dead letters' stream is bounded: Open
 //     creates it keeping DefaultDeadLettersPerSubscription per

@@ -737,3 +737,59 @@ func (s *Subscription[T]) Delete(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Stats returns what the consumer's info says of the subscription:
+// Visible (NumPending: not yet delivered), InFlight (NumAckPending: leased,
+// and also those waiting out a Nack or retry delay or an expired lease's
+// redelivery, which JetStream does not tell apart) and Delivered (the
+// consumer's delivery sequence: every delivery, first or not). The other
+// counters of queue.Stats are not kept by JetStream and stay zero. It is
+// one round trip to the server.
+func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
+	if s.isClosed() {
+		return queue.Stats{}, s.errClosed("stats")
+	}
+	info, err := s.cons.Info(ctx)
+	if err != nil {
+		return queue.Stats{}, fmt.Errorf("stats of %s/%s: %w", s.topic, s.name, err)
+	}
+	return queue.Stats{
+		Visible:   int(info.NumPending),
+		InFlight:  info.NumAckPending,
+		Delivered: info.Delivered.Consumer,
+	}, nil
+}
+
+// Purge drops every message the subscription holds, in flight included
+// (SQS PurgeQueue), and returns how many: it deletes the durable consumer
+// and creates it again with the same settings, from the end of the
+// stream. Other subscriptions of the topic keep their messages (interest
+// retention removes a message once no consumer needs it). Leases this
+// handle held are forgotten (ErrLeaseNotFound); another handle's leases
+// are not known to be purged there, and an Ack of one succeeds without
+// effect. A message published while Purge runs may be dropped too.
+func (s *Subscription[T]) Purge(ctx context.Context) (int, error) {
+	if s.isClosed() {
+		return 0, s.errClosed("purge")
+	}
+	info, err := s.cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("purge %s/%s: %w", s.topic, s.name, err)
+	}
+	cfg := info.Config
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = js.DeliverNewPolicy, 0, nil
+	if err := s.bus.stream.DeleteConsumer(ctx, s.durable); err != nil && !errors.Is(err, js.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("purge %s/%s: %w", s.topic, s.name, err)
+	}
+	// The handles' js.Consumer values name the consumer, so they pull
+	// from the new one as they did from the old.
+	if _, err := s.bus.stream.CreateConsumer(ctx, cfg); err != nil && !errors.Is(err, js.ErrConsumerExists) {
+		return 0, fmt.Errorf("purge %s/%s: deleted, not created again (Subscribe creates it): %w", s.topic, s.name, err)
+	}
+	s.mu.Lock()
+	clear(s.held)
+	clear(s.watch)
+	clear(s.latest)
+	s.mu.Unlock()
+	return int(info.NumPending) + info.NumAckPending, nil
+}

@@ -1,0 +1,160 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasebus/leasebus/jetstream"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// twoSubs is a bus with two subscriptions of "orders".
+func twoSubs(t *testing.T, opts ...jetstream.Option) (*jetstream.Bus, *jetstream.Subscription[string], *jetstream.Subscription[string]) {
+	t.Helper()
+	srv := startServer(t, t.TempDir(), -1)
+	bus := open(t, connect(t, srv.srv.ClientURL()), append([]jetstream.Option{jetstream.WithMemoryStorage()}, opts...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	var subs [2]*jetstream.Subscription[string]
+	for i, name := range []string{"billing", "audit"} {
+		s, err := jetstream.Subscribe[string](ctx, bus, "orders", name, jetstream.WithPollSlice(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		subs[i] = s
+	}
+	return bus, subs[0], subs[1]
+}
+
+func payloads(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("m%02d", i)
+	}
+	return out
+}
+
+// TestStats: Visible, InFlight and Delivered from the consumer's info.
+func TestStats(t *testing.T) {
+	bus, billing, _ := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := jetstream.PublishBatch(ctx, bus, "orders", payloads(3)); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := billing.Poll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := billing.Stats(ctx)
+	if err != nil || st.Visible != 2 || st.InFlight != 1 || st.Delivered != 1 {
+		t.Fatalf("Stats: %+v, %v; want 2 visible, 1 in flight, 1 delivered", st, err)
+	}
+	if err := billing.Nack(ds[0].LeaseID, 0); err != nil {
+		t.Fatal(err)
+	}
+	drainDistinct(t, billing, 3, 100*time.Millisecond)
+	if st, err := billing.Stats(ctx); err != nil || st.Visible != 0 || st.InFlight != 0 || st.Delivered != 4 {
+		t.Fatalf("Stats after the drain: %+v, %v; want 4 delivered, nothing left", st, err)
+	}
+}
+
+// TestPurge: Purge drops what the subscription holds, in flight included,
+// and nothing of the other subscription's.
+func TestPurge(t *testing.T) {
+	bus, billing, audit := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := jetstream.PublishBatch(ctx, bus, "orders", payloads(5)); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := billing.Poll(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := billing.Purge(ctx)
+	if err != nil || n != 5 {
+		t.Fatalf("Purge: %d, %v; want 5", n, err)
+	}
+	if err := billing.Ack(ds[0].LeaseID); !errors.Is(err, queue.ErrLeaseNotFound) {
+		t.Fatalf("Ack of a purged lease: %v", err)
+	}
+	expectNothing(t, billing, 300*time.Millisecond)
+	if _, err := jetstream.Publish(ctx, bus, "orders", "after"); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainDistinct(t, billing, 1, 100*time.Millisecond); got["after"].Attempt != 1 {
+		t.Fatalf("after the purge: %+v", got)
+	}
+	drainDistinct(t, audit, 6, 100*time.Millisecond)
+}
+
+// TestPublishDedup: a publish with the WithMsgID of one in the window
+// returns the original message and stores nothing.
+func TestPublishDedup(t *testing.T) {
+	bus, billing, audit := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	first, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithMsgID("order-1"), jetstream.WithHeaders(map[string]string{"k": "v"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := jetstream.Publish(ctx, bus, "orders", "o1 again", jetstream.WithMsgID("order-1"))
+	if err != nil || again.ID != first.ID || again.Payload != "o1" || again.Headers.Get("k") != "v" {
+		t.Fatalf("duplicate publish: %+v, %v; want the original %+v", again, err, first)
+	}
+	batch, err := jetstream.PublishBatch(ctx, bus, "orders", []string{"o2", "o1 once more"}, jetstream.WithMsgIDs([]string{"order-2", "order-1"}))
+	if err != nil || batch[1].ID != first.ID || batch[0].ID == first.ID {
+		t.Fatalf("batch with a duplicate: %+v, %v", batch, err)
+	}
+	got := drainDistinct(t, billing, 2, 300*time.Millisecond)
+	if got["o1"].Message.ID != first.ID {
+		t.Fatalf("delivered: %+v", got)
+	}
+	// Once every subscription has settled it, the original is gone.
+	drainDistinct(t, audit, 2, 100*time.Millisecond)
+	if _, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithMsgID("order-1")); !errors.Is(err, jetstream.ErrDuplicateGone) {
+		t.Fatalf("duplicate of a settled message: %v", err)
+	}
+	expectNothing(t, billing, 200*time.Millisecond)
+}
+
+// TestPublishBatch: a batch arrives whole and in order, each message with
+// its own ID; invalid options are refused.
+func TestPublishBatch(t *testing.T) {
+	bus, billing, _ := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	ps := payloads(50)
+	msgs, err := jetstream.PublishBatch(ctx, bus, "orders", ps)
+	if err != nil || len(msgs) != len(ps) {
+		t.Fatalf("PublishBatch: %d, %v", len(msgs), err)
+	}
+	for i := 0; i < len(ps); {
+		ds, err := billing.Poll(ctx, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Payload != ps[i] || d.Message.ID != msgs[i].ID {
+				t.Fatalf("delivery %d: %q %v, want %q %v", i, d.Payload, d.Message.ID, ps[i], msgs[i].ID)
+			}
+			if err := billing.Ack(d.LeaseID); err != nil {
+				t.Fatal(err)
+			}
+			i++
+		}
+	}
+	if msgs, err := jetstream.PublishBatch[string](ctx, bus, "orders", nil); msgs != nil || err != nil {
+		t.Fatalf("empty batch: %v, %v", msgs, err)
+	}
+	for _, opt := range []jetstream.PublishOption{jetstream.WithMsgID("x"), jetstream.WithMsgIDs([]string{"a"})} {
+		if _, err := jetstream.PublishBatch(ctx, bus, "orders", ps[:2], opt); !errors.Is(err, queue.ErrInvalidArgument) {
+			t.Fatalf("PublishBatch with a bad id option: %v", err)
+		}
+	}
+}

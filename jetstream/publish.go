@@ -1,0 +1,209 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	js "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// ErrDuplicateGone is returned by Publish for a message whose WithMsgID
+// names one published within the stream's duplicate window that is no
+// longer in the stream (every subscription has settled it), so it cannot
+// be returned in place of the new one. Nothing was published.
+var ErrDuplicateGone = errors.New("jetstream: duplicate of a message no longer in the stream")
+
+// PublishOption adjusts one Publish or PublishBatch.
+type PublishOption func(*publishConfig)
+
+type publishConfig struct {
+	headers map[string]string
+	msgID   string
+	msgIDs  []string
+	codec   any
+}
+
+// WithHeaders adds headers to the message.
+func WithHeaders(h map[string]string) PublishOption {
+	return func(c *publishConfig) { c.headers = maps.Clone(h) }
+}
+
+// WithMsgID sets the JetStream deduplication id (Nats-Msg-Id): a second
+// publish of one id within the topics' stream's duplicate window
+// (WithDuplicateWindow) stores nothing and returns the original message,
+// or ErrDuplicateGone if every subscription has settled it since. Invalid
+// in PublishBatch (see WithMsgIDs).
+func WithMsgID(id string) PublishOption { return func(c *publishConfig) { c.msgID = id } }
+
+// WithMsgIDs gives each payload of a PublishBatch its deduplication id, as
+// WithMsgID does for one ("" for none). It must hold one id per payload.
+func WithMsgIDs(ids []string) PublishOption {
+	return func(c *publishConfig) { c.msgIDs = append([]string(nil), ids...) }
+}
+
+// WithPublishCodec encodes the payload with c instead of DefaultCodec.
+func WithPublishCodec[T any](c Codec[T]) PublishOption {
+	return func(p *publishConfig) { p.codec = c }
+}
+
+func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Codec[T], error) {
+	var pc publishConfig
+	for _, o := range opts {
+		o(&pc)
+	}
+	if err := validToken("topic", topic); err != nil {
+		return pc, nil, err
+	}
+	codec, ok := codecFor[T](pc.codec)
+	if !ok {
+		return pc, nil, core.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
+	}
+	return pc, codec, nil
+}
+
+// prepare encodes payload into a message to topic, and the message as
+// subscribers will see it (PublishedAt is set by the caller).
+func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Codec[T], msgID string) (*nats.Msg, queue.Message[T], error) {
+	data, err := codec.Encode(nil, payload)
+	if err != nil {
+		return nil, queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
+	}
+	id := uuid.New()
+	m := nats.NewMsg(b.Subject(topic))
+	m.Data = data
+	for k, v := range pc.headers {
+		m.Header.Set(k, v)
+	}
+	m.Header.Set(HeaderID, id.String())
+	if msgID != "" {
+		m.Header.Set(nats.MsgIdHdr, msgID)
+	}
+	return m, queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: queue.NewHeaders(pc.headers)}, nil
+}
+
+// Publish encodes payload and publishes it to topic, waiting for the
+// stream to store it. It returns the message as subscribers will see it
+// (ID, Topic, Payload, Headers, PublishedAt; Priority and Key are not
+// carried on JetStream). A duplicate (WithMsgID) returns the original.
+func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
+	pc, codec, err := publishSetup[T](topic, opts)
+	if err != nil {
+		return queue.Message[T]{}, err
+	}
+	if pc.msgIDs != nil {
+		return queue.Message[T]{}, core.Invalid("WithMsgIDs: only for PublishBatch; Publish takes WithMsgID")
+	}
+	m, out, err := prepare(b, topic, payload, &pc, codec, pc.msgID)
+	if err != nil {
+		return queue.Message[T]{}, err
+	}
+	now := time.Now()
+	ack, err := b.js.PublishMsg(ctx, m)
+	if err != nil {
+		return queue.Message[T]{}, fmt.Errorf("publish to %q: %w", topic, err)
+	}
+	out.PublishedAt = now
+	if ack.Duplicate {
+		return original(ctx, b, topic, ack.Sequence, codec)
+	}
+	return out, nil
+}
+
+// PublishBatch publishes each payload to topic, in order, as Publish
+// would with the same options, and returns the messages as stored. It
+// sends them all before it waits for the stream's acks (asynchronous
+// publish, in order on the bus's connection), so a batch costs about one
+// round trip rather than one per message. WithMsgIDs gives each payload
+// its dedup ID (a duplicate returns the original message in its place);
+// WithMsgID is invalid here. A payload whose publish failed has the zero
+// Message in its place, and the error joins each failure (a timeout means
+// the stream may or may not have stored it: publish again with the same
+// dedup ID to be sure it is stored once). An empty batch returns nil.
+func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
+	pc, codec, err := publishSetup[T](topic, opts)
+	if err != nil {
+		return nil, err
+	}
+	if pc.msgID != "" {
+		return nil, core.Invalid("WithMsgID: one ID cannot name many messages; PublishBatch takes WithMsgIDs")
+	}
+	if pc.msgIDs != nil && len(pc.msgIDs) != len(payloads) {
+		return nil, core.Invalid("WithMsgIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
+	}
+	if len(payloads) == 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]queue.Message[T], len(payloads))
+	msgs := make([]*nats.Msg, len(payloads))
+	for i, p := range payloads {
+		var msgID string
+		if pc.msgIDs != nil {
+			msgID = pc.msgIDs[i]
+		}
+		if msgs[i], out[i], err = prepare(b, topic, p, &pc, codec, msgID); err != nil {
+			return nil, fmt.Errorf("payload %d: %w", i, err)
+		}
+	}
+	now := time.Now()
+	futures := make([]js.PubAckFuture, len(msgs))
+	var errs []error
+	for i, m := range msgs {
+		if futures[i], err = b.js.PublishMsgAsync(m); err != nil {
+			errs = append(errs, fmt.Errorf("publish to %q, payload %d: %w", topic, i, err))
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			out[i] = queue.Message[T]{}
+			continue
+		}
+		var ack *js.PubAck
+		select {
+		case ack = <-f.Ok():
+		case err = <-f.Err():
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			out[i] = queue.Message[T]{}
+			errs = append(errs, fmt.Errorf("publish to %q, payload %d: %w", topic, i, err))
+			continue
+		}
+		out[i].PublishedAt = now
+		if ack.Duplicate {
+			if out[i], err = original(ctx, b, topic, ack.Sequence, codec); err != nil {
+				errs = append(errs, fmt.Errorf("payload %d: %w", i, err))
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// original reads back the message stored at seq, of which a publish was a
+// duplicate.
+func original[T any](ctx context.Context, b *Bus, topic string, seq uint64, codec Codec[T]) (queue.Message[T], error) {
+	raw, err := b.stream.GetMsg(ctx, seq)
+	if errors.Is(err, js.ErrMsgNotFound) {
+		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: %w", topic, seq, ErrDuplicateGone)
+	}
+	if err != nil {
+		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: %w", topic, seq, err)
+	}
+	payload, err := codec.Decode(raw.Data)
+	if err != nil {
+		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: decode: %w", topic, seq, err)
+	}
+	id, _ := uuid.Parse(raw.Header.Get(HeaderID))
+	return queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: userHeaders(raw.Header), PublishedAt: raw.Time}, nil
+}
