@@ -30,9 +30,11 @@
 //     its settings from the server; an explicit option that differs makes
 //     it fail with a *ConfigMismatchError, unless WithUpdateConsumer asks
 //     for the change (which then holds for every handle).
-//   - Poll(ctx, n): Fetch of up to n with a bounded wait (the poll slice,
-//     200ms by default), in a loop that checks ctx and Close between
-//     fetches, until at least one message arrives.
+//   - Poll(ctx, n): a no-wait pull of n (what is there now); when there is
+//     nothing, pulls of one with a bounded wait (the poll slice, 200ms by
+//     default), in a loop that checks ctx and Close between them, until a
+//     message arrives. TryPoll is the no-wait pull alone.
+//     PollWithVisibility leases for its own timeout, emulated as Extend.
 //   - lease ID: lease.NewID(scope, stream sequence, NumDelivered), scope a
 //     hash of the stream and consumer names; each handle keeps a map of
 //     the leases it holds.

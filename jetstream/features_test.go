@@ -158,3 +158,33 @@ func TestPublishBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestTryPollAndPollWithVisibility: TryPoll takes what is there without
+// waiting; PollWithVisibility leases for its own timeout.
+func TestTryPollAndPollWithVisibility(t *testing.T) {
+	bus, billing, _ := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if ds := billing.TryPoll(5); len(ds) != 0 {
+		t.Fatalf("TryPoll on nothing: %v", ds)
+	}
+	if _, err := jetstream.PublishBatch(ctx, bus, "orders", payloads(3)); err != nil {
+		t.Fatal(err)
+	}
+	ds := billing.TryPoll(2)
+	if len(ds) != 2 || ds[0].Payload != "m00" {
+		t.Fatalf("TryPoll(2): %v", ds)
+	}
+	short, err := billing.PollWithVisibility(ctx, 1, 300*time.Millisecond)
+	if err != nil || short[0].Payload != "m02" || time.Until(short[0].Deadline) > 300*time.Millisecond {
+		t.Fatalf("PollWithVisibility: %v, %v", short, err)
+	}
+	// Back after its own 300ms, not the consumer's 30s.
+	again, err := billing.Poll(ctx, 1)
+	if err != nil || again[0].Payload != "m02" || again[0].Attempt != 2 {
+		t.Fatalf("after the short lease: %v, %v", again, err)
+	}
+	if _, err := billing.PollWithVisibility(ctx, 1, 0); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("PollWithVisibility(0): %v", err)
+	}
+}

@@ -19,7 +19,7 @@ const HeaderAttemptsSpent = "Leasebus-Attempts-Spent"
 // lease records a fetched message as held and returns its delivery. A
 // delivery past the attempt limit is dead-lettered instead (false), and so
 // is one whose payload does not decode.
-func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
+func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T], bool) {
 	now := time.Now()
 	md, err := m.Metadata()
 	if err != nil {
@@ -35,7 +35,7 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 	}
 	hm := &heldMsg{
 		msg: m, seq: seq, attempt: max(spent, 0) + int(dc), published: published,
-		deadline: now.Add(s.cfg.vis), serverDeadline: now.Add(s.cfg.vis),
+		deadline: now.Add(vis), serverDeadline: now.Add(s.cfg.vis),
 	}
 	if s.maxAttempts > 0 && hm.attempt > s.maxAttempts {
 		// The last attempt's lease expired (or its settling did not reach
@@ -59,7 +59,7 @@ func (s *Subscription[T]) lease(m js.Msg) (queue.Delivery[T], bool) {
 	s.holdLocked(id, hm)
 	s.sweepLocked(now)
 	s.mu.Unlock()
-	if s.isLast(hm) {
+	if s.isLast(hm) || vis != s.cfg.vis {
 		s.wake()
 	}
 	mid, _ := uuid.Parse(h.Get(HeaderID))
