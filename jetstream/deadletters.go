@@ -153,6 +153,7 @@ func (b *Bus) redrive(ctx context.Context, topic, name string, m js.Msg, seq uin
 	}
 	from := fmt.Sprintf("%s.%d", b.cfg.stream+"_DLQ", seq)
 	out.Header.Set(HeaderRedrivenFrom, from)
+	out.Header.Set(HeaderTopic, dlHeader(m.Headers(), HeaderTopic))
 	out.Header.Set(nats.MsgIdHdr, "redrive."+from)
 	ack, err := b.js.PublishMsg(ctx, out)
 	if err != nil {

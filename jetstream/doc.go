@@ -19,7 +19,10 @@
 //     interest retention) makes it fail with a *ConfigMismatchError
 //     (errors.Is ErrConfigMismatch) that names the setting, unless
 //     WithUpdateStreams asks for the change.
-//   - topic T: the subject PREFIX.topic.T (default prefix "leasebus").
+//   - topic T: the subject PREFIX.topic.T (default prefix "leasebus"); a
+//     dotted topic (orders.eu.created) is a subject of many tokens, and a
+//     subscription's topic may be a pattern ('*' one segment, a last '>'
+//     or '#' one or more): its consumer's filter.
 //   - subscription S of T: the durable pull consumer "T_S", filtered on
 //     T's subject, explicit ack, AckWait = the visibility timeout,
 //     MaxAckPending = the in-flight cap, DeliverPolicy new (it sees what is

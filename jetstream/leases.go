@@ -33,8 +33,14 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	if t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderPublishedAt)); err == nil {
 		published = t // a released message keeps its first publish time
 	}
+	topic, ok := s.bus.topicOf(m.Subject())
+	if !ok { // released or redriven: on the subscription's own subject
+		if topic = h.Get(HeaderTopic); topic == "" {
+			topic = s.topic
+		}
+	}
 	hm := &heldMsg{
-		msg: m, seq: seq, attempt: max(spent, 0) + int(dc), published: published,
+		msg: m, topic: topic, seq: seq, attempt: max(spent, 0) + int(dc), published: published,
 		deadline: now.Add(vis), serverDeadline: now.Add(s.cfg.vis),
 	}
 	if s.maxAttempts > 0 && hm.attempt > s.maxAttempts {
@@ -65,7 +71,7 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	mid, _ := uuid.Parse(h.Get(HeaderID))
 	return queue.Delivery[T]{
 		Message: queue.Message[T]{
-			ID: mid, Topic: s.topic, Payload: payload, Headers: userHeaders(h), PublishedAt: published,
+			ID: mid, Topic: topic, Payload: payload, Headers: userHeaders(h), PublishedAt: published,
 		},
 		LeaseID:     id,
 		Attempt:     hm.attempt,

@@ -59,7 +59,7 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 	for _, o := range opts {
 		o(&pc)
 	}
-	if err := validToken("topic", topic); err != nil {
+	if err := validTopic(topic, false); err != nil {
 		return pc, nil, err
 	}
 	codec, ok := codecFor[T](pc.codec)

@@ -228,6 +228,7 @@ type Subscription[T any] struct {
 // heldMsg is one lease held: the message and its lease.
 type heldMsg struct {
 	msg       js.Msg
+	topic     string // the message's own topic (a pattern subscription sees many)
 	seq       uint64
 	attempt   int
 	published time.Time // the message's PublishedAt
@@ -253,9 +254,10 @@ var (
 // *ConfigMismatchError (nothing changed), unless WithUpdateConsumer asks
 // for the change.
 func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...SubscribeOption) (*Subscription[T], error) {
-	if err := validToken("topic", topic); err != nil {
+	if err := validTopic(topic, true); err != nil {
 		return nil, err
 	}
+	topic = normalTopic(topic)
 	if err := validToken("subscription", name); err != nil {
 		return nil, err
 	}
@@ -693,6 +695,7 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 		}
 	}
 	m.Header.Set(HeaderAttemptsSpent, strconv.Itoa(h.attempt-1))
+	m.Header.Set(HeaderTopic, h.topic)
 	m.Header.Set(HeaderPublishedAt, h.published.Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%d.%d", s.bus.cfg.stream, s.durable, h.seq, id.Delivery()))
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
@@ -719,7 +722,7 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 // dead-letter stream's duplicate window.
 func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
-		return s.publishDeadLetter(ctx, h.seq, h.msg.Data(), h.msg.Headers(), h.published, reason, h.attempt, lastErr)
+		return s.publishDeadLetter(ctx, h.topic, h.seq, h.msg.Data(), h.msg.Headers(), h.published, reason, h.attempt, lastErr)
 	}); err != nil {
 		return err
 	}
@@ -739,7 +742,7 @@ func (s *Subscription[T]) term(h *heldMsg, reason string) error {
 	})
 }
 
-func (s *Subscription[T]) publishDeadLetter(ctx context.Context, seq uint64, data []byte, hdr nats.Header, published time.Time, reason queue.Reason, attempts int, lastErr string) error {
+func (s *Subscription[T]) publishDeadLetter(ctx context.Context, topic string, seq uint64, data []byte, hdr nats.Header, published time.Time, reason queue.Reason, attempts int, lastErr string) error {
 	m := nats.NewMsg(s.bus.DeadLetterSubject(s.topic, s.name))
 	m.Data = data
 	for k, vs := range hdr {
@@ -751,7 +754,7 @@ func (s *Subscription[T]) publishDeadLetter(ctx context.Context, seq uint64, dat
 	m.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
 	m.Header.Set(HeaderLastError, lastErr)
 	m.Header.Set(HeaderSubscription, s.name)
-	m.Header.Set(HeaderTopic, s.topic)
+	m.Header.Set(HeaderTopic, topic)
 	m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
 	if !published.IsZero() {
 		m.Header.Set(HeaderPublishedAt, published.Format(time.RFC3339Nano))
