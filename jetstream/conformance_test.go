@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasebus/leasebus/jetstream"
 	"github.com/leasebus/leasebus/poller/sourcetest"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // jsHarness runs the conformance suite on an embedded server, in real
@@ -79,3 +80,53 @@ func TestConformance(t *testing.T) {
 	bus := open(t, nc, jetstream.WithMemoryStorage())
 	sourcetest.Run(t, &jsHarness{bus: bus, unit: 150 * time.Millisecond})
 }
+
+// The optional interfaces of the suite.
+var (
+	_ sourcetest.BatchPublisher    = (*jsHarness)(nil)
+	_ sourcetest.DedupPublisher    = (*jsHarness)(nil)
+	_ sourcetest.TryPoller         = (*jsHarness)(nil)
+	_ sourcetest.VisibilityPoller  = (*jsHarness)(nil)
+	_ sourcetest.Purger            = (*jsHarness)(nil)
+	_ sourcetest.StatsReader       = (*jsHarness)(nil)
+	_ sourcetest.Redriver          = (*jsHarness)(nil)
+	_ sourcetest.PatternSubscriber = (*jsHarness)(nil)
+)
+
+func jsSub(sub sourcetest.Subscription) *jetstream.Subscription[string] {
+	return sub.(*jetstream.Subscription[string])
+}
+
+func (h *jsHarness) PublishBatch(ctx context.Context, topic string, payloads []string) error {
+	_, err := jetstream.PublishBatch(ctx, h.bus, topic, payloads)
+	return err
+}
+
+func (h *jsHarness) PublishDedup(ctx context.Context, topic, payload, id string) (queue.Message[string], error) {
+	return jetstream.Publish(ctx, h.bus, topic, payload, jetstream.WithMsgID(id))
+}
+
+func (h *jsHarness) TryPoll(sub sourcetest.Subscription, n int) []queue.Delivery[string] {
+	return jsSub(sub).TryPoll(n)
+}
+
+func (h *jsHarness) PollWithVisibility(ctx context.Context, sub sourcetest.Subscription, n int, vis time.Duration) ([]queue.Delivery[string], error) {
+	return jsSub(sub).PollWithVisibility(ctx, n, vis)
+}
+
+func (h *jsHarness) Purge(ctx context.Context, sub sourcetest.Subscription) (int, error) {
+	return jsSub(sub).Purge(ctx)
+}
+
+func (h *jsHarness) Stats(ctx context.Context, sub sourcetest.Subscription) (queue.Stats, error) {
+	return jsSub(sub).Stats(ctx)
+}
+
+func (h *jsHarness) Redrive(ctx context.Context, sub sourcetest.Subscription, match func(sourcetest.DeadLetter) bool) (int, error) {
+	s := jsSub(sub)
+	return jetstream.Redrive(ctx, h.bus, s.Topic(), s.Name(), func(dl queue.DeadLetter[string]) bool {
+		return match(sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+	})
+}
+
+func (h *jsHarness) Patterns() bool { return true }

@@ -15,7 +15,11 @@
 // attempt counts, redelivery after the visibility timeout, dead-lettering
 // after the last attempt (failed or expired), the attempt limit each
 // delivery carries (Delivery.MaxAttempts), fan-out isolation between two
-// subscriptions of one topic, and Close.
+// subscriptions of one topic, and Close; and, for a harness that
+// implements the optional interfaces (BatchPublisher, DedupPublisher,
+// TryPoller, VisibilityPoller, Purger, StatsReader, Redriver,
+// PatternSubscriber), batch publish, deduplication, TryPoll,
+// PollWithVisibility, Purge, Stats, Redrive and wildcard subscriptions.
 //
 // # Capabilities
 //

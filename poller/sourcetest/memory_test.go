@@ -123,3 +123,50 @@ func TestDurableBroker(t *testing.T) {
 	defer b.Close()
 	sourcetest.Run(t, &memHarness{b: b, mock: mock})
 }
+
+// The optional interfaces, on the broker.
+var (
+	_ sourcetest.BatchPublisher    = (*memHarness)(nil)
+	_ sourcetest.DedupPublisher    = (*memHarness)(nil)
+	_ sourcetest.TryPoller         = (*memHarness)(nil)
+	_ sourcetest.VisibilityPoller  = (*memHarness)(nil)
+	_ sourcetest.Purger            = (*memHarness)(nil)
+	_ sourcetest.StatsReader       = (*memHarness)(nil)
+	_ sourcetest.Redriver          = (*memHarness)(nil)
+	_ sourcetest.PatternSubscriber = (*memHarness)(nil)
+)
+
+func (h *memHarness) PublishBatch(ctx context.Context, topic string, payloads []string) error {
+	_, err := h.b.PublishBatch(ctx, topic, payloads)
+	return err
+}
+
+func (h *memHarness) PublishDedup(ctx context.Context, topic, payload, id string) (queue.Message[string], error) {
+	return h.b.Publish(ctx, topic, payload, broker.WithDedupID(id))
+}
+
+func (h *memHarness) TryPoll(sub sourcetest.Subscription, n int) []queue.Delivery[string] {
+	return sub.(memSub).TryPoll(n)
+}
+
+func (h *memHarness) PollWithVisibility(ctx context.Context, sub sourcetest.Subscription, n int, vis time.Duration) ([]queue.Delivery[string], error) {
+	return sub.(memSub).PollWithVisibility(ctx, n, vis)
+}
+
+func (h *memHarness) Purge(_ context.Context, sub sourcetest.Subscription) (int, error) {
+	return sub.(memSub).Purge()
+}
+
+func (h *memHarness) Stats(_ context.Context, sub sourcetest.Subscription) (queue.Stats, error) {
+	return sub.(memSub).Stats(), nil
+}
+
+func (h *memHarness) Redrive(_ context.Context, sub sourcetest.Subscription, match func(sourcetest.DeadLetter) bool) (int, error) {
+	s := sub.(memSub)
+	return h.b.Redrive(func(dl queue.DeadLetter[string]) bool {
+		return dl.Message.Topic == s.Topic() && dl.Subscription == s.Name() &&
+			match(sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+	})
+}
+
+func (h *memHarness) Patterns() bool { return true }

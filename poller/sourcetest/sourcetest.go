@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 		{"Priorities", s.testPriorities},
 		{"Close", s.testClose},
 	}
+	cases = append(cases, s.featureCases()...)
 	for _, c := range cases {
 		t.Run(c.name, c.f)
 	}
