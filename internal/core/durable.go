@@ -140,8 +140,12 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 		}
 		q.placeLocked(now, e, true)
 	}
-	dead = append(dead, q.pending...)
-	q.pending, q.dirty = nil, false
+	for _, b := range append(q.backlog, q.pending) { // its own settle's too, had it more than a chunk due
+		for _, n := range b {
+			dead = append(dead, q.letter(n))
+		}
+	}
+	q.backlog, q.pending, q.dirty = nil, nil, false
 	q.signalIdleLocked()
 	q.mu.Unlock()
 	return dead, nil

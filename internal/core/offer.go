@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/leasebus/leasebus/queue"
 )
 
 // WithTTL gives an offered message a time to live from its publish,
@@ -34,9 +32,14 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 	ttl := oa.ttl // 0: the queue's, read under the lock
 	at := m.PublishedAt
 	for {
-		now, err := q.lockAt(at)
+		now, err := q.lockUnsettled(at)
 		if err != nil {
 			return err
+		}
+		if !q.offerNeedsNoSettleLocked(now, m) {
+			if err := q.settleOpenLocked(now); err != nil {
+				return err
+			}
 		}
 		if ttl == 0 {
 			ttl = q.cfg.TTL
@@ -75,6 +78,19 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			return q.unlockOffer(oa.deferred)
 		}
 	}
+}
+
+// offerNeedsNoSettleLocked reports whether an Offer of m at now may leave
+// an unfinished settle (another call's, between two chunks; see
+// settleLocked) for later, because its outcome is the same before and
+// after the rest of that settle and its own settle at now: there is room
+// whatever the settle frees, m's key (if any) holds nothing the settle
+// could change, and now is no earlier than the settle's time, so that m is
+// not due in it (neither its delay nor its TTL can have passed). Without
+// an unfinished settle it reports false: every call settles first.
+func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *Message[T]) bool {
+	return q.sweeping && !now.Before(q.sweepAt) && q.nheld < q.cfg.MaxQueue &&
+		(m.Key == "" || q.keys[m.Key] == nil)
 }
 
 // offerSpec is what an Offer's options say.
@@ -138,15 +154,12 @@ func (q *Queue[T]) overflowDeadLetterLocked(now time.Time, m *Message[T], ttl ti
 	q.stats.Published++
 	q.stats.DeadLettered++
 	q.nextSeq++
-	dl := Letter[T]{
-		DeadLetter: queue.DeadLetter[T]{Subscription: q.cfg.Name, Message: *m, Reason: ReasonOverflow, At: now},
-		origin:     q.scope, Place: q.nextSeq, TTL: ttl,
-	}
-	q.pending = append(q.pending, dl)
+	n := deadNote[T]{msg: m, reason: ReasonOverflow, at: now, place: q.nextSeq, ttl: ttl}
+	q.pending = append(q.pending, n)
 	if q.rec != nil {
 		q.dirty = true
-		q.rec.Offered(Entry[T]{Message: m, Place: dl.Place, TTL: ttl}, note)
-		q.rec.DeadLettered(dl)
+		q.rec.Offered(Entry[T]{Message: m, Place: n.place, TTL: ttl}, note)
+		q.rec.DeadLettered(q.letter(n))
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/lease"
 )
@@ -281,14 +280,14 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		e.attempt++
 		e.leaseOpen = true
 		e.state = stateLeased
-		l := leaseheap.Lease{ID: lease.NewID(q.scope, e.seq(), e.delivery), Attempt: e.attempt, Deadline: deadline}
-		e.lz.Lease, e.lz.Value = l, e
-		q.inflight.Push(&e.lz)
+		e.deadline = deadline
+		q.inflight.Push(e)
 		q.stats.Delivered++
 		if e.attempt > 1 {
 			q.stats.Redelivered++
 		}
-		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: l.ID, Attempt: l.Attempt, Deadline: deadline, MaxAttempts: maxAttempts})
+		id := lease.NewID(q.scope, e.seq(), e.delivery)
+		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: id, Attempt: e.attempt, Deadline: deadline, MaxAttempts: maxAttempts})
 	}
 	if q.rec != nil {
 		q.dirty = true
@@ -305,8 +304,8 @@ func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
 	if q.delayed.len() > 0 {
 		next, ok = q.delayed.top().visibleAt, true
 	}
-	if it, has := q.inflight.Peek(); has && (!ok || it.Lease.Deadline.Before(next)) {
-		next, ok = it.Lease.Deadline, true
+	if e := q.inflight.Peek(); e != nil && (!ok || e.deadline.Before(next)) {
+		next, ok = e.deadline, true
 	}
 	return next, ok
 }

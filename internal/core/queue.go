@@ -15,7 +15,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/vocab"
 )
 
@@ -33,24 +32,31 @@ type Queue[T any] struct {
 	scope  uint64          // the scope of every lease ID this queue issues
 	onDead func(Letter[T]) // receives dead letters, called outside the lock; may be nil
 	rec    Recorder[T]     // told of every change (durable mode); nil in memory
+	chunk  int             // settleChunk; tests lower it
+	gap    func()          // tests: called between two chunks of a sweep, without the lock; nil otherwise
 
-	mu       sync.Mutex // guards everything below
-	closed   bool
-	arena    [][]entry[T] // every entry, held or free, by slot, in chunks (pointers stay valid)
-	slots    uint32       // slots in the arena
-	free     []uint32     // free slots
-	nheld    int          // entries held
-	maxGen   uint32       // the highest generation handed out: a new chunk starts above it
-	ready    ready[T]
-	delayed  entryHeap[T] // by (visibleAt, place)
-	ttl      entryHeap[T] // waiting entries that have a TTL, by expiresAt
-	inflight leaseheap.Heap[*entry[T]]
-	keys     map[string]*keyQueue[T] // ordering keys with a message held
-	heldBack int                     // entries held back behind their key's head
-	nextSeq  uint64                  // the last place handed out
-	stats    Stats                   // the counters; Stats fills in the gauges
-	pending  []Letter[T]             // dead letters to hand to onDead after unlocking
-	dirty    bool                    // something was recorded since the last unlock
+	mu           sync.Mutex // guards everything below
+	closed       bool
+	arena        [][]entry[T] // every entry, held or free, by slot, in chunks (pointers stay valid)
+	slots        uint32       // slots in the arena
+	free         []uint32     // free slots
+	nheld        int          // entries held
+	maxGen       uint32       // the highest generation handed out: a new chunk starts above it
+	ready        ready[T]
+	delayed      entryHeap[T] // by (visibleAt, place)
+	ttl          entryHeap[T] // waiting entries that have a TTL, by expiresAt
+	inflight     inflight[T]
+	keys         map[string]*keyQueue[T] // ordering keys with a message held
+	heldBack     int                     // entries held back behind their key's head
+	nextSeq      uint64                  // the last place handed out
+	stats        Stats                   // the counters; Stats fills in the gauges
+	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
+	backlog      [][]deadNote[T]         // earlier ones of an unfinished sweep, to hand before pending
+	dirty        bool                    // something was recorded since the last unlock
+	sweeping     bool                    // a settle (at sweepAt) unlocked between two chunks and is not done
+	sweepAt      time.Time               // the time of that settle
+	swept        chan struct{}           // closed and dropped when it is done (or the queue closes); nil when none wait
+	sweepWaiters int                     // calls waiting for it
 
 	wake   chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked int           // Polls waiting with their timer armed
@@ -72,6 +78,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 		clock:  cfg.Clock,
 		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
 		onDead: onDead,
+		chunk:  settleChunk,
 	}
 	q.resetLocked()
 	return q, nil
@@ -93,7 +100,7 @@ func (q *Queue[T]) resetLocked() {
 	}
 	q.delayed = newEntryHeap(byVisibleAt[T], false)
 	q.ttl = newEntryHeap(byExpiry[T], true)
-	q.inflight.Clear()
+	q.inflight = newInflight[T]()
 	q.keys = nil
 	q.heldBack = 0
 }
@@ -154,7 +161,7 @@ func (q *Queue[T]) Close() error {
 	}
 	q.closed = true
 	q.wakeLocked()
-	for _, ch := range []*chan struct{}{&q.parkCh, &q.room} {
+	for _, ch := range []*chan struct{}{&q.parkCh, &q.room, &q.swept} {
 		if *ch != nil {
 			close(*ch)
 			*ch = nil
@@ -171,6 +178,18 @@ func (q *Queue[T]) lock() (time.Time, error) { return q.lockAt(time.Time{}) }
 // lockAt is lock with the current time given; the zero time means read the
 // clock.
 func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
+	now, err := q.lockUnsettled(now)
+	if err != nil {
+		return now, err
+	}
+	return now, q.settleOpenLocked(now)
+}
+
+// lockUnsettled locks the queue and fails if it is closed, without
+// settling: a call that may leave another call's unfinished settle alone
+// (see settleLocked) decides under the lock, then settles if it may not.
+// The zero time means read the clock.
+func (q *Queue[T]) lockUnsettled(now time.Time) (time.Time, error) {
 	if q == nil { // a zero broker.Subscription's
 		return time.Time{}, errNilQueue
 	}
@@ -182,8 +201,19 @@ func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
 		q.mu.Unlock()
 		return time.Time{}, ErrClosed
 	}
-	q.settleLocked(now)
 	return now, nil
+}
+
+// settleOpenLocked settles everything due at now. settleLocked lets go of
+// the lock between chunks: if the queue was closed meanwhile, it unlocks
+// it (committing what the chunks recorded) and returns ErrClosed.
+func (q *Queue[T]) settleOpenLocked(now time.Time) error {
+	q.settleLocked(now)
+	if q.closed {
+		_ = q.unlock() // the call fails as closed: a store's error shows there
+		return ErrClosed
+	}
+	return nil
 }
 
 // unlock unlocks the queue, commits what was recorded (a durable queue) and
@@ -192,11 +222,22 @@ func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
 // Every change of what the queue holds passes through here (or through
 // Restore, which ends the same way), so this is where AwaitIdle's waiters
 // are woken: when the queue is empty or closed.
+//
+// The dead letters of a sweep (see settleLocked) wait in q.backlog until
+// it is done: a call that goes ahead meanwhile does not hand them over, so
+// the call that did the sweep hands them all, in order, when it unlocks.
+// Outside the lock, pending is always empty, and backlog is empty unless
+// a sweep is unfinished (Freeze's thaw, under a compaction that holds the
+// broker's lock, hands nothing to onDead).
 func (q *Queue[T]) unlock() error {
 	q.signalIdleLocked()
 	dirty := q.dirty
 	q.dirty = false
-	if len(q.pending) == 0 && !dirty {
+	var backlog [][]deadNote[T]
+	if !q.sweeping {
+		backlog, q.backlog = q.backlog, nil
+	}
+	if len(q.pending) == 0 && len(backlog) == 0 && !dirty {
 		q.mu.Unlock()
 		return nil
 	}
@@ -208,8 +249,13 @@ func (q *Queue[T]) unlock() error {
 		err = q.rec.Commit()
 	}
 	if q.onDead != nil {
-		for _, dl := range dls {
-			q.onDead(dl)
+		for _, b := range backlog {
+			for _, n := range b {
+				q.onDead(q.letter(n))
+			}
+		}
+		for _, n := range dls {
+			q.onDead(q.letter(n))
 		}
 	}
 	return err

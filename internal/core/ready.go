@@ -5,7 +5,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leasebus/leasebus/internal/leaseheap"
 	"github.com/leasebus/leasebus/internal/minheap"
 )
 
@@ -34,12 +33,13 @@ type entry[T any] struct {
 	prio      int  // index into ready.lanes: Priority+1
 	lastErr   string
 	visibleAt time.Time // when delayed
-	index     int       // position in a heap, or -1 in a lane's FIFO
+	deadline  time.Time // when leased: the lease's deadline
+	stamp     uint64    // when leased: lease order (equal deadlines expire in it)
+	index     int       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (a lane's FIFO, or none)
 	key       string    // ordering key, "" for none
 	ttl       time.Duration
-	expiresAt time.Time                 // zero: never
-	ttlIndex  int                       // position in the TTL heap, or -1
-	lz        leaseheap.Item[*entry[T]] // its lease while in flight
+	expiresAt time.Time // zero: never
+	ttlIndex  int       // position in the TTL heap, or -1
 }
 
 // seq is the seq of this hold's lease IDs: its slot and generation.
@@ -47,9 +47,10 @@ func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
 
 // ready holds the visible entries: one lane per priority, highest first.
 // A lane is a FIFO of fresh messages (they arrive in place order, so no
-// heap is needed) plus a heap, by place, of messages that came back (from
-// expiry, nack, backoff, delay or redrive) and must slot in before later
-// ones. Popping compares the two heads.
+// heap is needed), a run of messages that came back (from expiry, nack,
+// backoff, delay or redrive) in place order, as a batch of leases that
+// expire together does, and a heap, by place, of those that came back out
+// of that order. Popping compares the three heads.
 type ready[T any] struct {
 	lanes [numPriorities]lane[T]
 	n     int
@@ -58,23 +59,28 @@ type ready[T any] struct {
 type lane[T any] struct {
 	fifo []*entry[T] // fifo[head:] in place order
 	head int
-	back entryHeap[T] // by place
+	ret  run[T]       // came back, in place order
+	back entryHeap[T] // came back, by place
 }
 
 func (r *ready[T]) len() int { return r.n }
 
 // push adds e. Entries that never waited before and come after everything
-// in their lane's FIFO go there in O(1); others go to the lane's heap.
+// in their lane's FIFO go there in O(1); others go to the lane's run if
+// they come after everything in it, else to the lane's heap.
 func (r *ready[T]) push(e *entry[T], fresh bool) {
 	l := &r.lanes[e.prio]
 	e.state = stateReady
 	r.n++
-	if fresh && (len(l.fifo) == l.head || l.fifo[len(l.fifo)-1].place < e.place) {
+	switch {
+	case fresh && (len(l.fifo) == l.head || l.fifo[len(l.fifo)-1].place < e.place):
 		e.index = -1
 		l.fifo = append(l.fifo, e)
-		return
+	case l.ret.len() == 0 || l.ret.last().place < e.place:
+		l.ret.push(e)
+	default:
+		l.back.push(e)
 	}
-	l.back.push(e)
 }
 
 // peekLane returns the highest non-empty lane, or nil.
@@ -116,8 +122,12 @@ func (r *ready[T]) popOldestLowest() *entry[T] {
 func (r *ready[T]) remove(e *entry[T]) {
 	l := &r.lanes[e.prio]
 	r.n--
-	if e.index >= 0 {
+	switch {
+	case e.index >= 0:
 		l.back.remove(e.index)
+		return
+	case e.index <= -2:
+		l.ret.remove(e)
 		return
 	}
 	// A FIFO entry leaves from the middle only when its TTL passes: with
@@ -139,17 +149,32 @@ func (r *ready[T]) remove(e *entry[T]) {
 	}
 }
 
-func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.back.len() }
+func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.ret.len() + l.back.len() }
 
+// pop removes and returns the entry with the lowest place.
 func (l *lane[T]) pop() *entry[T] {
-	if l.head < len(l.fifo) && (l.back.len() == 0 || l.fifo[l.head].place < l.back.top().place) {
-		e := l.fifo[l.head]
+	var e *entry[T]
+	from := 0 // 1: the FIFO, 2: the run, 3: the heap
+	if l.head < len(l.fifo) {
+		e, from = l.fifo[l.head], 1
+	}
+	if l.ret.len() > 0 && (e == nil || l.ret.first().place < e.place) {
+		e, from = l.ret.first(), 2
+	}
+	if l.back.len() > 0 && (e == nil || l.back.top().place < e.place) {
+		from = 3
+	}
+	switch from {
+	case 1:
 		l.fifo[l.head] = nil
 		l.head++
 		l.compact()
 		return e
+	case 2:
+		return l.ret.pop()
+	default:
+		return l.back.remove(0)
 	}
-	return l.back.remove(0)
 }
 
 // compact reclaims the consumed front of the FIFO.
