@@ -538,7 +538,7 @@ func userHeaders(h nats.Header) queue.Headers {
 
 func isReserved(k string) bool {
 	switch k {
-	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom, HeaderAttemptsSpent,
+	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom, HeaderAttemptsSpent, HeaderTTL,
 		"Leasebus-Reason", "Leasebus-Attempts", "Leasebus-Last-Error", "Leasebus-Subscription", "Leasebus-Topic":
 		return true
 	}

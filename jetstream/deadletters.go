@@ -154,6 +154,9 @@ func (b *Bus) redrive(ctx context.Context, topic, name string, m js.Msg, seq uin
 	from := fmt.Sprintf("%s.%d", b.cfg.stream+"_DLQ", seq)
 	out.Header.Set(HeaderRedrivenFrom, from)
 	out.Header.Set(HeaderTopic, dlHeader(m.Headers(), HeaderTopic))
+	if ttl := m.Headers().Get(HeaderTTL); ttl != "" {
+		out.Header.Set(HeaderTTL, ttl) // counted from the redrive
+	}
 	out.Header.Set(nats.MsgIdHdr, "redrive."+from)
 	ack, err := b.js.PublishMsg(ctx, out)
 	if err != nil {

@@ -95,8 +95,11 @@
 //     handle closes or its process dies, the message comes back within an
 //     AckWait.
 //   - A released message goes to the back of the queue.
-//   - No priorities, ordering keys, filters, TTL or overflow policies
-//     (JetStream has its own limits for those).
+//   - TTL (WithTTL) and filters (WithFilter) are emulated by the handles
+//     at delivery: an expired message is dead-lettered (Expired) when it
+//     is delivered, a filtered one acked unseen.
+//   - No priorities, ordering keys, publish delays or overflow policies
+//     (the stream's limits, with discard-new, refuse a publish when full).
 //   - A redriven message goes to the back of the queue; it does not keep
 //     its place.
 //   - A late Ack (after the deadline) is sent, and may succeed, but the

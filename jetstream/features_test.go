@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/jetstream"
+	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -186,5 +187,85 @@ func TestTryPollAndPollWithVisibility(t *testing.T) {
 	}
 	if _, err := billing.PollWithVisibility(ctx, 1, 0); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Fatalf("PollWithVisibility(0): %v", err)
+	}
+}
+
+// TestTTL: a message whose TTL has passed when it is delivered is
+// dead-lettered (Expired) instead; a redrive counts the TTL again.
+func TestTTL(t *testing.T) {
+	bus, billing, _ := twoSubs(t)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if _, err := jetstream.Publish(ctx, bus, "orders", "stale", jetstream.WithTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jetstream.Publish(ctx, bus, "orders", "fresh", jetstream.WithTTL(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // let the TTL pass
+	got := drainDistinct(t, billing, 1, 200*time.Millisecond)
+	if _, ok := got["fresh"]; !ok {
+		t.Fatalf("delivered %v, want fresh alone", got)
+	}
+	dls := deadLettersOf(t, bus, "orders", "billing")
+	if len(dls) != 1 || dls[0].Message.Payload != "stale" || dls[0].Reason != queue.ReasonExpired || dls[0].Attempts != 0 {
+		t.Fatalf("dead letters %+v, want stale, expired, 0 attempts", dls)
+	}
+	if n, err := jetstream.Redrive(ctx, bus, "orders", "billing", func(queue.DeadLetter[string]) bool { return true }); n != 1 || err != nil {
+		t.Fatalf("Redrive: %d, %v", n, err)
+	}
+	if got := drainDistinct(t, billing, 1, 100*time.Millisecond); got["stale"].Attempt != 1 {
+		t.Fatalf("redriven: %+v", got)
+	}
+	if _, err := jetstream.Publish(ctx, bus, "orders", "x", jetstream.WithTTL(0)); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("WithTTL(0): %v", err)
+	}
+}
+
+// TestFilterAndAckBatch: a handle's filter skips what it rejects (acked,
+// never handed out); AckBatch acks many at once.
+func TestFilterAndAckBatch(t *testing.T) {
+	srv := startServer(t, t.TempDir(), -1)
+	bus := open(t, connect(t, srv.srv.ClientURL()), jetstream.WithMemoryStorage())
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	sub, err := jetstream.Subscribe[string](ctx, bus, "orders", "eu", jetstream.WithPollSlice(50*time.Millisecond),
+		jetstream.WithFilter(func(m queue.Message[string]) bool { return m.Headers.Get("region") == "eu" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i, region := range []string{"eu", "us", "eu", "us", "eu"} {
+		if _, err := jetstream.Publish(ctx, bus, "orders", fmt.Sprintf("%s%d", region, i), jetstream.WithHeaders(map[string]string{"region": region})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []lease.ID
+	var got []string
+	for len(got) < 3 {
+		ds, err := sub.Poll(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			got = append(got, d.Payload)
+			ids = append(ids, d.LeaseID)
+		}
+	}
+	if fmt.Sprint(got) != "[eu0 eu2 eu4]" {
+		t.Fatalf("filtered deliveries %v", got)
+	}
+	if err := sub.AckBatch(ids); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.AckBatch(ids[:1]); !errors.Is(err, queue.ErrLeaseNotFound) {
+		t.Fatalf("AckBatch of an acked lease: %v", err)
+	}
+	expectNothing(t, sub, 200*time.Millisecond)
+	if st, err := sub.Stats(ctx); err != nil || st.Visible != 0 || st.InFlight != 0 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+	if _, err := jetstream.Subscribe[string](ctx, bus, "orders", "x", jetstream.WithFilter(func(queue.Message[int]) bool { return true })); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("WithFilter of another type: %v", err)
 	}
 }

@@ -51,9 +51,21 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 		s.deadLetter(hm, queue.ReasonMaxAttempts, errExpiredText) // on failure it comes back, and is tried again
 		return queue.Delivery[T]{}, false
 	}
+	if ttl, err := time.ParseDuration(h.Get(HeaderTTL)); err == nil && !now.Before(published.Add(ttl)) {
+		hm.attempt-- // this delivery spent nothing
+		s.forgetSeq(seq)
+		s.deadLetter(hm, queue.ReasonExpired, "") // on failure it comes back, and is tried again
+		return queue.Delivery[T]{}, false
+	}
 	payload, err := s.codec.Decode(m.Data())
 	if err != nil {
 		s.deadLetter(hm, queue.ReasonRejected, "decode: "+err.Error())
+		return queue.Delivery[T]{}, false
+	}
+	mid, _ := uuid.Parse(h.Get(HeaderID))
+	msg := queue.Message[T]{ID: mid, Topic: topic, Payload: payload, Headers: userHeaders(h), PublishedAt: published}
+	if s.filter != nil && !s.filter(msg) {
+		_ = m.Ack() // not for this subscription; if the ack is lost, it is filtered again
 		return queue.Delivery[T]{}, false
 	}
 	id := lease.NewID(s.scope, seq, dc)
@@ -68,11 +80,8 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	if s.isLast(hm) || vis != s.cfg.vis {
 		s.wake()
 	}
-	mid, _ := uuid.Parse(h.Get(HeaderID))
 	return queue.Delivery[T]{
-		Message: queue.Message[T]{
-			ID: mid, Topic: topic, Payload: payload, Headers: userHeaders(h), PublishedAt: published,
-		},
+		Message:     msg,
 		LeaseID:     id,
 		Attempt:     hm.attempt,
 		Deadline:    hm.deadline,

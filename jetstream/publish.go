@@ -25,6 +25,8 @@ var ErrDuplicateGone = errors.New("jetstream: duplicate of a message no longer i
 type PublishOption func(*publishConfig)
 
 type publishConfig struct {
+	ttl     time.Duration
+	ttlSet  bool
 	headers map[string]string
 	msgID   string
 	msgIDs  []string
@@ -49,6 +51,20 @@ func WithMsgIDs(ids []string) PublishOption {
 	return func(c *publishConfig) { c.msgIDs = append([]string(nil), ids...) }
 }
 
+// HeaderTTL carries a message's time to live (WithTTL), as a Go duration.
+const HeaderTTL = "Leasebus-Ttl"
+
+// WithTTL gives the message a time to live, as the broker's WithTTL does:
+// a delivery at or after PublishedAt + d dead-letters it (ReasonExpired)
+// instead of handing it out. A lease taken before may still be acked. It
+// is emulated by the handles, at delivery: JetStream's own per-message
+// TTL would delete the message for every subscription, without a dead
+// letter. A redriven message counts its TTL from the redrive. d must be >
+// 0.
+func WithTTL(d time.Duration) PublishOption {
+	return func(c *publishConfig) { c.ttl, c.ttlSet = d, true }
+}
+
 // WithPublishCodec encodes the payload with c instead of DefaultCodec.
 func WithPublishCodec[T any](c Codec[T]) PublishOption {
 	return func(p *publishConfig) { p.codec = c }
@@ -61,6 +77,9 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 	}
 	if err := validTopic(topic, false); err != nil {
 		return pc, nil, err
+	}
+	if pc.ttlSet && pc.ttl <= 0 {
+		return pc, nil, core.Invalid("WithTTL: %v, must be > 0", pc.ttl)
 	}
 	codec, ok := codecFor[T](pc.codec)
 	if !ok {
@@ -83,6 +102,9 @@ func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Co
 		m.Header.Set(k, v)
 	}
 	m.Header.Set(HeaderID, id.String())
+	if pc.ttl > 0 {
+		m.Header.Set(HeaderTTL, pc.ttl.String())
+	}
 	if msgID != "" {
 		m.Header.Set(nats.MsgIdHdr, msgID)
 	}

@@ -45,6 +45,7 @@ type subConfig struct {
 	pollSlice     time.Duration
 	settleTimeout time.Duration
 	codec         any
+	filter        any // a func(queue.Message[T]) bool
 	// set holds the consumer settings the options name explicitly:
 	// compared with an existing consumer's, and changed only with update.
 	set    settings[js.ConsumerConfig]
@@ -192,6 +193,21 @@ func WithSettleTimeout(d time.Duration) SubscribeOption {
 	}
 }
 
+// WithFilter makes the handle skip the messages for which f returns false:
+// they are acked on delivery, without being handed out (the broker's
+// WithFilter, emulated at delivery rather than at publish, so they still
+// count in Stats.Delivered). The filter is the handle's, not the
+// server's: give every handle of the subscription the same one. f runs in
+// Poll.
+func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
+	return func(c *subConfig) {
+		if f == nil {
+			c.fail(core.Invalid("WithFilter: nil func"))
+		}
+		c.filter = f
+	}
+}
+
 // WithCodec decodes payloads with c instead of DefaultCodec.
 func WithCodec[T any](c Codec[T]) SubscribeOption {
 	return func(s *subConfig) { s.codec = c }
@@ -203,6 +219,7 @@ func WithCodec[T any](c Codec[T]) SubscribeOption {
 // poller.Rejecter. Its methods are safe for concurrent use.
 type Subscription[T any] struct {
 	bus     *Bus
+	filter  func(queue.Message[T]) bool // nil: none
 	topic   string
 	name    string
 	durable string
@@ -269,6 +286,12 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	if !ok {
 		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
+	var filter func(queue.Message[T]) bool
+	if cfg.filter != nil {
+		if filter, ok = cfg.filter.(func(queue.Message[T]) bool); !ok {
+			return nil, core.Invalid("WithFilter: %T does not take the payload type", cfg.filter)
+		}
+	}
 	durable := durableName(topic, name)
 	want := js.ConsumerConfig{
 		Durable:        durable,
@@ -292,7 +315,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	h.Write([]byte(b.cfg.stream + "/" + durable))
 	scope := h.Sum64() | 1 // never 0
 	s := &Subscription[T]{
-		bus: b, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
+		bus: b, filter: filter, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
 		maxAttempts: max(cfg.maxAttempts, 0), // UnlimitedAttempts is a Delivery's 0
 		closed:      make(chan struct{}),
 		kick:        make(chan struct{}, 1),
@@ -507,6 +530,19 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 	return nil
 }
 
+// AckBatch acks many leases, each as Ack would, with their round trips
+// to the server in flight at once rather than one after another. The error
+// joins those of the leases it could not ack.
+func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() { errs[i] = s.Ack(id) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Backoff between the tries of a settling call.
 const (
 	retryInitial = 10 * time.Millisecond
@@ -696,6 +732,9 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 	}
 	m.Header.Set(HeaderAttemptsSpent, strconv.Itoa(h.attempt-1))
 	m.Header.Set(HeaderTopic, h.topic)
+	if ttl := h.msg.Headers().Get(HeaderTTL); ttl != "" {
+		m.Header.Set(HeaderTTL, ttl)
+	}
 	m.Header.Set(HeaderPublishedAt, h.published.Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%d.%d", s.bus.cfg.stream, s.durable, h.seq, id.Delivery()))
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
@@ -755,6 +794,9 @@ func (s *Subscription[T]) publishDeadLetter(ctx context.Context, topic string, s
 	m.Header.Set(HeaderLastError, lastErr)
 	m.Header.Set(HeaderSubscription, s.name)
 	m.Header.Set(HeaderTopic, topic)
+	if ttl := hdr.Get(HeaderTTL); ttl != "" {
+		m.Header.Set(HeaderTTL, ttl) // a redrive counts it again
+	}
 	m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
 	if !published.IsZero() {
 		m.Header.Set(HeaderPublishedAt, published.Format(time.RFC3339Nano))
