@@ -4,7 +4,9 @@
 //
 // A Subscription[T] satisfies poller.Source[T] and poller.Rejecter, and
 // passes the backend conformance suite (package poller/sourcetest), with
-// the differences below declared as capabilities it lacks.
+// the differences below declared as capabilities it lacks. The module's
+// README has a table of every feature of the in-memory broker: supported,
+// emulated (how) or refused (why).
 //
 // # Mapping
 //
@@ -24,7 +26,7 @@
 //     subscription's topic may be a pattern ('*' one segment, a last '>'
 //     or '#' one or more): its consumer's filter.
 //   - subscription S of T: the durable pull consumer "T_S", filtered on
-//     T's subject, explicit ack, AckWait = the visibility timeout,
+//     T's subject and PREFIX.sub.T_S (messages for it alone), explicit ack, AckWait = the visibility timeout,
 //     MaxAckPending = the in-flight cap, DeliverPolicy new (it sees what is
 //     published after it exists), MaxDeliver unlimited and the maximum
 //     attempts in its metadata (MetaMaxAttempts): the handles enforce it.
@@ -41,13 +43,14 @@
 //   - lease ID: lease.NewID(scope, stream sequence, NumDelivered), scope a
 //     hash of the stream and consumer names; each handle keeps a map of
 //     the leases it holds.
-//   - Attempt: NumDelivered.
+//   - Attempt: NumDelivered, plus the attempts a released message had
+//     spent.
 //   - Ack: a double ack (the server confirms it), retried on transient
 //     errors (timeout, no responders) until the lease's deadline. Not
-//     held (unknown, or
-//     acked before): an error matching queue.ErrLeaseNotFound; a lease
-//     whose message this handle has seen delivered again:
-//     queue.ErrLeaseExpired.
+//     held (unknown, or acked before): an error matching
+//     queue.ErrLeaseNotFound; a lease whose message this handle has seen
+//     delivered again: queue.ErrLeaseExpired. AckBatch sends its acks at
+//     once.
 //   - Nack(id, d): NakWithDelay(d) (Nak for 0). Fail(id, err):
 //     NakWithDelay(RetryPolicy.Delay(attempt)).
 //   - Extend(id, d): InProgress, which restarts the server's timer at
