@@ -446,7 +446,7 @@ func machineInfo(dir string, res *Results) string {
 		if strings.TrimSpace(output(dir, "git", "-C", "..", "status", "--porcelain", "--untracked-files=no")) != "" {
 			rev += " + uncommitted changes"
 		}
-		fmt.Fprintf(&b, "- leasebus: the working tree at %s (replace => ../)\n", rev)
+		fmt.Fprintf(&b, "- leasebus: the working tree at %s (through go.work)\n", rev)
 	}
 	mods := output(dir, "go", "list", "-m", "-f", "{{.Path}} {{.Version}}",
 		"gocloud.dev", "github.com/ThreeDotsLabs/watermill", "maragu.dev/goqite", "modernc.org/sqlite", "github.com/benbjohnson/clock")
