@@ -34,8 +34,10 @@ type durability[T any] interface {
 	newQueue(s *Subscription[T], qc queue.Config, onDead func(core.Letter[T])) (*core.Queue[T], error)
 
 	// prepare readies a publish of m: it returns the encoded envelope
-	// (nil in memory) and the offer options that log it.
-	prepare(m *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error)
+	// that every subscription's offer logs, or nil in memory. (It takes
+	// no offer options: a slice passed through an interface escapes, and
+	// would cost a publish an allocation.)
+	prepare(m *queue.Message[T]) (*envBuf, error)
 	// release returns prepare's envelope once every offer has logged it.
 	release(env *envBuf)
 	// segment is the journal segment that records go to now.
@@ -72,9 +74,7 @@ func (inMemory[T]) newQueue(_ *Subscription[T], qc queue.Config, onDead func(cor
 	return core.New(qc, onDead)
 }
 
-func (inMemory[T]) prepare(_ *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error) {
-	return nil, offer, nil
-}
+func (inMemory[T]) prepare(*queue.Message[T]) (*envBuf, error) { return nil, nil }
 
 func (inMemory[T]) confirmDedup(d *dedup[T], e *dedupEntry[T], _ string, _ *envBuf, _ bool, _ int) {
 	d.confirm(e, nil, "", nil, false, 0)

@@ -173,11 +173,14 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	if pc.ttl > 0 {
 		offer = append(offer, core.WithTTL(pc.ttl))
 	}
-	env, offer, err := b.dur.prepare(m, offer)
+	env, err := b.dur.prepare(m)
 	if err != nil {
 		return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 	}
-	defer b.dur.release(env)
+	if env != nil { // encoded once, logged by every subscription, committed once
+		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
+		defer b.dur.release(env)
+	}
 	var reserved *dedupEntry[T]
 	if pc.dedupID != "" {
 		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)

@@ -186,13 +186,7 @@ func (st *store[T]) newQueue(s *Subscription[T], qc queue.Config, onDead func(co
 
 // prepare encodes m's envelope once: every subscription's offer logs it,
 // and the publish commits once.
-func (st *store[T]) prepare(m *queue.Message[T], offer []core.OfferOption) (*envBuf, []core.OfferOption, error) {
-	env, err := st.encode(m)
-	if err != nil {
-		return nil, offer, err
-	}
-	return env, append(offer, core.WithNote(env), core.WithDeferredCommit()), nil
-}
+func (st *store[T]) prepare(m *queue.Message[T]) (*envBuf, error) { return st.encode(m) }
 
 func (st *store[T]) release(env *envBuf) { st.recycle(env) }
 
