@@ -252,6 +252,21 @@ var modelEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // ---------------------------------------------------------------- the property
 
+// drawModelRun draws a queue configuration with the given overflow policy
+// and a sequence of 25 to 100 operations, and returns a harness on a fresh
+// mock clock with the sequence to run.
+func drawModelRun(rt *rapid.T, policy OverflowPolicy) (*harness, []op) {
+	var cfg [configBytes]byte
+	for i := range cfg {
+		cfg[i] = rapid.Byte().Draw(rt, fmt.Sprintf("config%d", i))
+	}
+	cfg[3] = cfg[3]&^3 | byte(policy)
+	seq := rapid.SliceOfN(opGen, 25, 100).Draw(rt, "ops")
+	mock := clock.NewMock()
+	mock.Set(modelEpoch)
+	return newHarness(rt, cfg, mockDriver{mock}), seq
+}
+
 // TestQueueModel drives the real queue and the model with random operation
 // sequences on a mock clock, one rapid property per overflow policy (each
 // with rapid's default 100 checks of 25 to 100 operations).
@@ -261,15 +276,7 @@ func TestQueueModel(t *testing.T) {
 	for _, policy := range []OverflowPolicy{OverflowDeadLetter, OverflowReject, OverflowBlock, OverflowDropOldest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				var cfg [configBytes]byte
-				for i := range cfg {
-					cfg[i] = rapid.Byte().Draw(rt, fmt.Sprintf("config%d", i))
-				}
-				cfg[3] = cfg[3]&^3 | byte(policy)
-				seq := rapid.SliceOfN(opGen, 25, 100).Draw(rt, "ops")
-				mock := clock.NewMock()
-				mock.Set(modelEpoch)
-				h := newHarness(rt, cfg, mockDriver{mock})
+				h, seq := drawModelRun(rt, policy)
 				defer h.close()
 				h.run(seq)
 				runs++

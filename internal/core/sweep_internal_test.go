@@ -460,15 +460,7 @@ func TestQueueModelChunked(t *testing.T) {
 	for _, policy := range []OverflowPolicy{OverflowDeadLetter, OverflowDropOldest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				var cfg [configBytes]byte
-				for i := range cfg {
-					cfg[i] = rapid.Byte().Draw(rt, fmt.Sprintf("config%d", i))
-				}
-				cfg[3] = cfg[3]&^3 | byte(policy)
-				seq := rapid.SliceOfN(opGen, 25, 100).Draw(rt, "ops")
-				mock := clock.NewMock()
-				mock.Set(modelEpoch)
-				h := newHarness(rt, cfg, mockDriver{mock})
+				h, seq := drawModelRun(rt, policy)
 				defer h.close()
 				h.q.chunk = 1
 				h.q.gap = func() { chunked++ }
