@@ -113,7 +113,7 @@ func TestNackAndExtendNeedNowBeforeDeadline(t *testing.T) {
 	assert.ErrorIs(t, s.Extend(d.LeaseID, vis), queue.ErrLeaseExpired)
 	assert.ErrorIs(t, s.Release(d.LeaseID), queue.ErrLeaseExpired)
 	assert.ErrorIs(t, s.Fail(d.LeaseID, errors.New("x")), queue.ErrLeaseExpired)
-	assert.Equal(t, queue.Stats{Visible: 1, Published: 1, Delivered: 1}, s.Stats())
+	assert.Equal(t, queue.Stats{Visible: 1, Published: 1, Delivered: 1, OldestVisibleAge: vis}, s.Stats())
 }
 
 func TestLateAckBeforeRedeliverySucceeds(t *testing.T) {

@@ -317,6 +317,44 @@ func TestStatsCounters(t *testing.T) {
 	assert.Equal(t, queue.Stats{
 		Visible: 1, Delayed: 1, InFlight: 0,
 		Published: 4, Delivered: 3, Acked: 1, Redelivered: 1, DeadLettered: 1,
+		DeadLetteredBy:   queue.DeadLetterCounts{MaxAttempts: 1},
+		OldestVisibleAge: vis, // message 3, published before the clock moved
 	}, st)
 	balanced(t, st)
+}
+
+func TestStatsOldestVisibleAgeAndDeadLettersByReason(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(2), broker.WithMaxQueue(3))
+	age := func() time.Duration { return s.Stats().OldestVisibleAge }
+	assert.Zero(t, age(), "nothing visible")
+
+	brokertest.Publish(t, b, "t", "old")
+	mock.Add(5 * time.Second)
+	_, err := b.Publish(ctx, "t", "urgent", broker.WithPriority(queue.PriorityHigh))
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, age(), "the oldest of all priorities, not the next to go")
+
+	old := s.TryPoll(2)
+	require.Len(t, old, 2)
+	assert.Zero(t, age(), "everything in flight")
+	require.NoError(t, s.Ack(old[0].LeaseID))
+	mock.Add(vis) // "old" expires: visible again, its PublishedAt kept
+	assert.Equal(t, 5*time.Second+vis, age())
+
+	again := s.TryPoll(1)
+	require.Len(t, again, 1)
+	require.NoError(t, s.Fail(again[0].LeaseID, errors.New("boom"))) // last attempt
+	for _, p := range []string{"a", "b", "c", "overflow"} {
+		brokertest.Publish(t, b, "t", p)
+	}
+	d := s.TryPoll(1)
+	require.NoError(t, s.Reject(d[0].LeaseID, errors.New("poison")))
+	_, err = b.Publish(ctx, "t", "short", broker.WithTTL(time.Second))
+	require.NoError(t, err)
+	mock.Add(time.Second)
+	st := s.Stats()
+	assert.Equal(t, queue.DeadLetterCounts{MaxAttempts: 1, Overflow: 1, Expired: 1, Rejected: 1}, st.DeadLetteredBy)
+	assert.Equal(t, uint64(4), st.DeadLettered)
+	assert.Equal(t, time.Second, st.OldestVisibleAge, `"b" and "c", published a second ago`)
 }

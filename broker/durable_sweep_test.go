@@ -44,7 +44,7 @@ func TestDurableSweep(t *testing.T) {
 				require.Equal(t, queue.ReasonMaxAttempts, dl.Reason)
 				require.Equal(t, d.mock.Now().UnixNano(), dl.At)
 			}
-			require.Equal(t, queue.Stats{Visible: n, Published: n, Delivered: n}, again.Stats())
+			require.Equal(t, queue.Stats{Visible: n, Published: n, Delivered: n, OldestVisibleAge: time.Minute}, again.Stats())
 
 			d.restart()
 			require.Equal(t, letters, deadLettersOf(d.Broker), "the dead letters after a restart")

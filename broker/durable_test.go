@@ -219,7 +219,8 @@ func TestDurableRoundTrip(t *testing.T) {
 			m6 := pub(6, broker.WithDelay(30*time.Minute))
 			m7 := pub(7, broker.WithPriority(queue.PriorityHigh), broker.WithTTL(10*time.Minute))
 			m8 := pub(8, broker.WithPriority(queue.PriorityCritical), broker.WithKey("k1")) // held back behind m1
-			require.Equal(t, queue.Stats{Published: 9, Delivered: 1, Acked: 1, Visible: 6, Delayed: 1, HeldBack: 1}, s.Stats())
+			age := d.mock.Now().Sub(m1.PublishedAt)                                         // m1 is the oldest visible
+			require.Equal(t, queue.Stats{Published: 9, Delivered: 1, Acked: 1, Visible: 6, Delayed: 1, HeldBack: 1, OldestVisibleAge: age}, s.Stats())
 
 			d.restart()
 			rec := d.Recovery()
@@ -230,7 +231,7 @@ func TestDurableRoundTrip(t *testing.T) {
 			gotCfg := s.Config()
 			wantCfg.Clock, gotCfg.Clock = nil, nil
 			require.Equal(t, wantCfg, gotCfg, "the subscription's options")
-			require.Equal(t, queue.Stats{Published: 8, Visible: 6, Delayed: 1, HeldBack: 1}, s.Stats(),
+			require.Equal(t, queue.Stats{Published: 8, Visible: 6, Delayed: 1, HeldBack: 1, OldestVisibleAge: age}, s.Stats(),
 				"counters start from zero; restored messages count as published")
 			require.Empty(t, d.DeadLetters())
 
@@ -379,7 +380,7 @@ func TestDurableLeasedAtRestart(t *testing.T) {
 			deadLettersOf(d.Broker))
 		require.Empty(t, s.TryPoll(1))
 		st := s.Stats()
-		require.Equal(t, queue.Stats{Published: 1, DeadLettered: 1}, st)
+		require.Equal(t, queue.Stats{Published: 1, DeadLettered: 1, DeadLetteredBy: queue.DeadLetterCounts{MaxAttempts: 1}}, st)
 		require.Equal(t, st.Published+st.Redriven, st.Acked+st.DeadLettered+st.Dropped+uint64(st.Visible+st.Delayed+st.InFlight+st.HeldBack),
 			"stats balance: %+v", st)
 		d.restart()

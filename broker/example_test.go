@@ -37,7 +37,7 @@ func Example() {
 	// Output:
 	// password reset bob attempt 1
 	// welcome alice attempt 1
-	// {Visible:0 Delayed:0 InFlight:0 HeldBack:0 Published:2 Delivered:2 Acked:2 Redelivered:0 DeadLettered:0 Dropped:0 Redriven:0 Rejected:0}
+	// {Visible:0 Delayed:0 InFlight:0 HeldBack:0 Published:2 Delivered:2 Acked:2 Redelivered:0 DeadLettered:0 Dropped:0 Redriven:0 Rejected:0 DeadLetteredBy:{MaxAttempts:0 Overflow:0 Expired:0 Rejected:0} OldestVisibleAge:0s}
 }
 
 // An unsettled lease expires on the mock clock and the message comes back

@@ -82,6 +82,23 @@ type Stats struct {
 	Dropped      uint64 // removed by a policy the user chose (drop-oldest overflow, purge)
 	Redriven     uint64 // dead letters put back by Redrive
 	Rejected     uint64 // publishes refused by OverflowReject or an OverflowBlock that gave up
+
+	// DeadLetteredBy splits DeadLettered by reason.
+	DeadLetteredBy DeadLetterCounts
+	// OldestVisibleAge is how long ago the oldest visible message was
+	// published (SQS's ApproximateAgeOfOldestMessage, counted over the
+	// visible ones): the clock's now minus its PublishedAt, 0 when
+	// nothing is visible. A redriven message keeps its PublishedAt.
+	OldestVisibleAge time.Duration
+}
+
+// DeadLetterCounts counts a subscription's dead letters by reason; the
+// fields sum to Stats.DeadLettered.
+type DeadLetterCounts struct {
+	MaxAttempts uint64 // ReasonMaxAttempts
+	Overflow    uint64 // ReasonOverflow
+	Expired     uint64 // ReasonExpired
+	Rejected    uint64 // ReasonRejected
 }
 
 // Priority orders delivery within a subscription: higher first, publish

@@ -134,7 +134,7 @@ func (m *model) finish(now time.Time, e *mEntry) {
 }
 
 func (m *model) deadLetter(now time.Time, e *mEntry, reason Reason) {
-	m.stats.DeadLettered++
+	m.countDead(reason)
 	continued := false
 	for _, x := range m.held {
 		if e.key != "" && x != e && x.key == e.key && x.state == mHeld && x.place > e.place {
@@ -244,7 +244,45 @@ func (m *model) statsAt(now time.Time) Stats {
 	m.settle(now)
 	s := m.stats
 	s.Visible, s.Delayed, s.InFlight, s.HeldBack = m.count(mReady), m.count(mDelayed), m.count(mLeased), m.count(mHeld)
+	s.OldestVisibleAge = m.oldestVisibleAge(now)
 	return s
+}
+
+// oldestVisibleAge is now minus the earliest PublishedAt among the next
+// visible message of each priority (a zero PublishedAt not counted), 0 if
+// none or if that is in the future.
+func (m *model) oldestVisibleAge(now time.Time) time.Duration {
+	next := map[Priority]*mEntry{}
+	for _, e := range m.held {
+		if n := next[e.msg.Priority]; e.state == mReady && (n == nil || e.place < n.place) {
+			next[e.msg.Priority] = e
+		}
+	}
+	var oldest time.Time
+	for _, e := range next {
+		if at := e.msg.PublishedAt; !at.IsZero() && (oldest.IsZero() || at.Before(oldest)) {
+			oldest = at
+		}
+	}
+	if oldest.IsZero() || !now.After(oldest) {
+		return 0
+	}
+	return now.Sub(oldest)
+}
+
+// countDead counts a dead letter in all and by its reason.
+func (m *model) countDead(reason Reason) {
+	m.stats.DeadLettered++
+	switch reason {
+	case ReasonMaxAttempts:
+		m.stats.DeadLetteredBy.MaxAttempts++
+	case ReasonOverflow:
+		m.stats.DeadLetteredBy.Overflow++
+	case ReasonExpired:
+		m.stats.DeadLetteredBy.Expired++
+	case ReasonRejected:
+		m.stats.DeadLetteredBy.Rejected++
+	}
 }
 
 // dropVictim is the message OverflowDropOldest gives up: the oldest visible
@@ -304,7 +342,7 @@ func (m *model) offer(at time.Time, msg *Message[int], delay, ttl time.Duration)
 		return errFullCanceled
 	default:
 		m.stats.Published++
-		m.stats.DeadLettered++
+		m.countDead(ReasonOverflow)
 		m.nextPlace++ // its publish order, kept by a redrive: after everything held
 		m.dead = append(m.dead, mDead{
 			dl:    queue.DeadLetter[int]{Subscription: m.cfg.Name, Message: *msg, Reason: ReasonOverflow, At: at},

@@ -152,7 +152,7 @@ func (q *Queue[T]) dropOldestLocked(now time.Time, m *Message[T], delay, ttl tim
 // it there.
 func (q *Queue[T]) overflowDeadLetterLocked(now time.Time, m *Message[T], ttl time.Duration, note any) {
 	q.stats.Published++
-	q.stats.DeadLettered++
+	q.countDeadLocked(ReasonOverflow)
 	q.nextSeq++
 	n := deadNote[T]{msg: m, reason: ReasonOverflow, at: now, place: q.nextSeq, ttl: ttl}
 	q.pending = append(q.pending, n)

@@ -135,12 +135,16 @@ func (q *Queue[T]) Stats() Stats {
 	if q == nil {
 		return Stats{}
 	}
+	now := q.clock.Now()
 	q.mu.Lock()
 	if !q.closed {
-		q.settleLocked(q.clock.Now())
+		q.settleLocked(now)
 	}
 	s := q.stats
 	s.Visible = q.ready.len()
+	if oldest, ok := q.ready.oldest(); ok && now.After(oldest) {
+		s.OldestVisibleAge = now.Sub(oldest)
+	}
 	s.Delayed = q.delayed.len()
 	s.InFlight = q.inflight.Len()
 	s.HeldBack = q.heldBack

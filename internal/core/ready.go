@@ -106,6 +106,27 @@ func (r *ready[T]) pop() *entry[T] {
 	return l.pop()
 }
 
+// oldest returns the earliest PublishedAt of the lanes' next entries.
+// Within a lane place order is publish order, so that is the earliest of
+// all visible entries unless the clock went back between publishes. A
+// zero PublishedAt (an Offer that left it to the queue; the broker always
+// sets it) is not counted.
+func (r *ready[T]) oldest() (t time.Time, ok bool) {
+	if r.n == 0 {
+		return time.Time{}, false
+	}
+	for p := range r.lanes {
+		l := &r.lanes[p]
+		if l.len() == 0 {
+			continue
+		}
+		if at := l.peek().msg.PublishedAt; !at.IsZero() && (!ok || at.Before(t)) {
+			t, ok = at, true
+		}
+	}
+	return t, ok
+}
+
 // popOldestLowest removes the oldest entry of the lowest non-empty
 // priority (the one OverflowDropOldest gives up).
 func (r *ready[T]) popOldestLowest() *entry[T] {
@@ -150,6 +171,21 @@ func (r *ready[T]) remove(e *entry[T]) {
 }
 
 func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.ret.len() + l.back.len() }
+
+// peek returns the entry with the lowest place, which must exist.
+func (l *lane[T]) peek() *entry[T] {
+	var e *entry[T]
+	if l.head < len(l.fifo) {
+		e = l.fifo[l.head]
+	}
+	if l.ret.len() > 0 && (e == nil || l.ret.first().place < e.place) {
+		e = l.ret.first()
+	}
+	if l.back.len() > 0 && (e == nil || l.back.top().place < e.place) {
+		e = l.back.top()
+	}
+	return e
+}
 
 // pop removes and returns the entry with the lowest place.
 func (l *lane[T]) pop() *entry[T] {

@@ -410,7 +410,7 @@ func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 // deadLetterLocked records e as a dead letter and lets go of it. e must be
 // out of every structure already.
 func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
-	q.stats.DeadLettered++
+	q.countDeadLocked(reason)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: e.attempt, lastErr: e.lastErr, at: now, place: e.place, ttl: e.ttl}
 	if kq := q.keys[e.key]; e.key != "" && kq != nil {
 		n.continued = kq.hasAfter(e.place)
@@ -421,6 +421,22 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 		q.rec.DeadLettered(q.letter(n))
 	}
 	q.finishLocked(now, e)
+}
+
+// countDeadLocked counts a dead letter, in all and by its reason.
+func (q *Queue[T]) countDeadLocked(reason Reason) {
+	q.stats.DeadLettered++
+	c := &q.stats.DeadLetteredBy
+	switch reason {
+	case ReasonMaxAttempts:
+		c.MaxAttempts++
+	case ReasonOverflow:
+		c.Overflow++
+	case ReasonExpired:
+		c.Expired++
+	case ReasonRejected:
+		c.Rejected++
+	}
 }
 
 // deadNote is a dead letter on its way to onDead: the shared envelope and
