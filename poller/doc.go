@@ -44,14 +44,24 @@
 // # Concurrency and flow control
 //
 // At most WithWorkers handlers run at once (default 1). The poller never
-// holds more than WithMaxOutstanding leases (default: the number of
-// workers), and one Poll asks for at most WithBatch messages (default:
-// the number of workers) and never for more than there is room for. By
-// default, then, the poller leases a message only when a worker is free
-// to start it, so nothing waits in a local buffer while its lease runs
-// out. A MaxOutstanding above the worker count prefetches: the extra
-// messages wait for a worker with their leases extended, and a drain
-// releases them unspent.
+// holds more than WithMaxOutstanding leases waiting for or running a
+// handler (default: the number of workers), and one Poll asks for at most
+// WithBatch messages (default: the number of workers) and never for more
+// than there is room for. By default, then, the poller leases a message
+// only when a worker is free to start it, so nothing waits in a local
+// buffer for a handler while its lease runs out. A MaxOutstanding above
+// the worker count prefetches: the extra messages wait for a worker with
+// their leases extended, and a drain releases them unspent.
+//
+// A lease whose handler has returned and whose message is leaving the
+// source — the Ack of a success, the Reject of a GiveUp, the Fail of a
+// last attempt — no longer takes room: the poll for the next message
+// runs while that call does, so on a remote source (where each is a round
+// trip) a worker does not pay a Poll and an Ack one after the other for
+// every message. What such a poll leases waits at most for one worker's
+// settling call, never for a handler. A failure that sends the message
+// back to the source (Nack, Fail) is settled before its room is free, so
+// that the next poll sees the message in its place.
 //
 // # Lease extension
 //

@@ -75,10 +75,13 @@ func WithBatch(n int) Option {
 
 // WithMaxOutstanding bounds the leases the poller holds at once, running
 // or waiting for a worker (default: the number of workers, so that nothing
-// is leased before a worker is free to start it). A larger n prefetches:
-// up to n - workers messages wait in a local buffer, their leases
-// extended like those of running handlers, and a drain releases them
-// unspent. n must be 0 (the default) or at least the number of workers.
+// is leased before a worker is free to start it). A lease whose handler
+// has returned and whose Ack (or dead-lettering) is on its way no longer
+// counts: the next Poll overlaps that call (see the package doc). A larger
+// n prefetches: up to n - workers messages wait in a local buffer, their
+// leases extended like those of running handlers, and a drain releases
+// them unspent. n must be 0 (the default) or at least the number of
+// workers.
 func WithMaxOutstanding(n int) Option {
 	return func(c *config) {
 		if n < 0 {

@@ -60,7 +60,7 @@ type run[T any] struct {
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
-	slots          chan struct{}           // one token per lease held; capacity maxOutstanding
+	slots          chan struct{}           // one token per lease waiting for or running a handler (or being nacked); capacity maxOutstanding
 	workers        sync.WaitGroup
 	stopping       atomic.Bool // no new handler starts: the poll loop has ended
 	closed         atomic.Bool // the source is closed
@@ -205,6 +205,17 @@ func (r *run[T]) invoke(ctx context.Context, d queue.Delivery[T]) (err error) {
 
 // finish settles its lease by the handler's result herr and frees its
 // slot.
+//
+// When the settling call takes the message out of the source for good (an
+// Ack, a Reject, a failure on the last attempt, which dead-letters it),
+// the slot is freed before the call, so that the poll for the next
+// message overlaps it: on a remote source each is a round trip, and
+// otherwise every message would cost a worker a Poll and an Ack one after
+// the other, the poll loop asking for the one or two slots whose settles
+// had just returned. What that poll leases waits at most for one settling
+// call, never for a handler. A message that goes back to the source
+// (Nack, Fail) is settled first, so that the next poll sees it in its
+// place.
 func (r *run[T]) finish(it *item[T], herr error) {
 	p := r.p
 	deadline := r.untrack(it)
@@ -214,10 +225,16 @@ func (r *run[T]) finish(it *item[T], herr error) {
 		serr error
 		dir  directive
 	)
+	isDir := herr != nil && errors.As(herr, &dir)
+	_, giveUp := dir.(*giveUpError)
+	leaves := herr == nil || giveUp && p.rejecter != nil || lastAttempt(it.d)
+	if leaves {
+		<-r.slots
+	}
 	switch {
 	case herr == nil:
 		out, serr = OutcomeAcked, p.src.Ack(id)
-	case errors.As(herr, &dir):
+	case isDir:
 		switch dir := dir.(type) {
 		case *retryError:
 			out, serr = OutcomeRetried, p.src.Nack(id, dir.delay)
@@ -248,7 +265,9 @@ func (r *run[T]) finish(it *item[T], herr error) {
 		}
 	}
 	r.emit(out, it, deadline, herr, serr)
-	<-r.slots
+	if !leaves {
+		<-r.slots
+	}
 }
 
 // lastAttempt reports whether d is its message's last allowed attempt, so
