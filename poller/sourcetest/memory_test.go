@@ -170,3 +170,38 @@ func (h *memHarness) Redrive(_ context.Context, sub sourcetest.Subscription, mat
 }
 
 func (h *memHarness) Patterns() bool { return true }
+
+// The publish and subscribe options beyond the basics, on the broker.
+var (
+	_ sourcetest.TTLPublisher     = (*memHarness)(nil)
+	_ sourcetest.FilterSubscriber = (*memHarness)(nil)
+	_ sourcetest.KeyPublisher     = (*memHarness)(nil)
+	_ sourcetest.DelayPublisher   = (*memHarness)(nil)
+)
+
+func (h *memHarness) PublishTTL(ctx context.Context, topic, payload string, ttl time.Duration) error {
+	_, err := h.b.Publish(ctx, topic, payload, broker.WithTTL(ttl))
+	return err
+}
+
+func (h *memHarness) SubscribeFiltered(_ context.Context, topic, name string, o sourcetest.SubscribeOptions, keep func(queue.Message[string]) bool) (sourcetest.Subscription, error) {
+	s, err := h.b.Subscribe(topic, name,
+		broker.WithVisibilityTimeout(o.VisibilityTimeout),
+		broker.WithMaxAttempts(o.MaxAttempts),
+		broker.WithRetry(o.Retry()),
+		broker.WithFilter(keep))
+	if err != nil {
+		return nil, err
+	}
+	return memSub{s, h.b}, nil
+}
+
+func (h *memHarness) PublishKey(ctx context.Context, topic, payload, key string) error {
+	_, err := h.b.Publish(ctx, topic, payload, broker.WithKey(key))
+	return err
+}
+
+func (h *memHarness) PublishDelay(ctx context.Context, topic, payload string, delay time.Duration) error {
+	_, err := h.b.Publish(ctx, topic, payload, broker.WithDelay(delay))
+	return err
+}

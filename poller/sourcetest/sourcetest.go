@@ -64,6 +64,7 @@ func Run(t *testing.T, h Harness) {
 		{"Close", s.testClose},
 	}
 	cases = append(cases, s.featureCases()...)
+	cases = append(cases, s.parityCases()...)
 	for _, c := range cases {
 		t.Run(c.name, c.f)
 	}
