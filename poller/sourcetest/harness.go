@@ -18,8 +18,10 @@
 // subscriptions of one topic, and Close; and, for a harness that
 // implements the optional interfaces (BatchPublisher, DedupPublisher,
 // TryPoller, VisibilityPoller, Purger, StatsReader, Redriver,
-// PatternSubscriber), batch publish, deduplication, TryPoll,
-// PollWithVisibility, Purge, Stats, Redrive and wildcard subscriptions.
+// PatternSubscriber, TTLPublisher, FilterSubscriber, KeyPublisher,
+// DelayPublisher), batch publish, deduplication, TryPoll,
+// PollWithVisibility, Purge, Stats, Redrive, wildcard subscriptions,
+// message TTL, subscription filters, ordering keys and publish delay.
 //
 // # Capabilities
 //
