@@ -1,0 +1,526 @@
+package sqsserver
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/broker"
+)
+
+// sqsQueue is one SQS queue: a leasebus topic of the same name with one
+// subscription, and the attributes the server applies to it.
+type sqsQueue struct {
+	name string
+	fifo bool
+	gen  uint64 // the incarnation receipt handles name
+	sub  *broker.Subscription[Message]
+
+	mu       sync.Mutex // guards everything below
+	attrs    map[string]string
+	st       settings // parsed from attrs
+	tags     map[string]string
+	created  time.Time
+	modified time.Time
+	// first is when each message (by its sequence in the subscription) was
+	// first received; order keeps those times in receive order, so that an
+	// entry older than the retention period (its message is gone) is
+	// dropped.
+	first map[uint64]time.Time
+	order []firstReceive
+}
+
+type firstReceive struct {
+	seq uint64
+	at  time.Time
+}
+
+func (q *sqsQueue) settings() settings {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.st
+}
+
+// firstReceive records a receive of message seq at now and returns when
+// the message was first received.
+func (q *sqsQueue) firstReceive(seq uint64, now time.Time) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	keep := time.Duration(q.st.retention) * time.Second
+	for len(q.order) > 0 && !now.Before(q.order[0].at.Add(keep)) {
+		if e := q.order[0]; q.first[e.seq].Equal(e.at) {
+			delete(q.first, e.seq)
+		}
+		q.order = q.order[1:]
+	}
+	if at, ok := q.first[seq]; ok {
+		return at
+	}
+	if q.first == nil {
+		q.first = make(map[uint64]time.Time)
+	}
+	q.first[seq] = now
+	q.order = append(q.order, firstReceive{seq, now})
+	return now
+}
+
+func (q *sqsQueue) forget(seq uint64) {
+	q.mu.Lock()
+	delete(q.first, seq)
+	q.mu.Unlock()
+}
+
+func (q *sqsQueue) forgetAll() {
+	q.mu.Lock()
+	q.first, q.order = nil, nil
+	q.mu.Unlock()
+}
+
+func (s *Server) arn(name string) string {
+	return arnPrefix + s.cfg.region + ":" + s.cfg.account + ":" + name
+}
+
+// nameOfARN returns the queue name of one of this server's queue ARNs.
+func (s *Server) nameOfARN(arn string) (string, bool) {
+	name, ok := strings.CutPrefix(arn, s.arn(""))
+	return name, ok && name != ""
+}
+
+// queue returns the named queue, or QueueDoesNotExist.
+func (s *Server) queue(name string) (*sqsQueue, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, kUnavailable.new("The server is closed.")
+	}
+	q := s.queues[name]
+	if q == nil {
+		return nil, kQueueDoesNotExist.new("The specified queue does not exist.")
+	}
+	return q, nil
+}
+
+// queueOf finds the queue a request's QueueUrl names: by the URL's last
+// path segment, whatever its host.
+func (s *Server) queueOf(url *string) (*sqsQueue, error) {
+	if url == nil || *url == "" {
+		return nil, kMissingParameter.new("The request must contain the parameter QueueUrl.")
+	}
+	u := strings.TrimRight(*url, "/")
+	name := u[strings.LastIndexByte(u, '/')+1:]
+	return s.queue(name)
+}
+
+func createQueue(rc *request, in *createQueueInput) (any, error) {
+	s := rc.s
+	if in.QueueName == nil {
+		return nil, kMissingParameter.new("The request must contain the parameter QueueName.")
+	}
+	name := *in.QueueName
+	fifo, err := validQueueName(name)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := in.Attributes["FifoQueue"]; ok {
+		switch {
+		case v != "true" && v != "false":
+			return nil, kInvalidAttributeValue.new("Invalid value for the parameter FifoQueue: %q.", v)
+		case (v == "true") != fifo:
+			return nil, kInvalidParameterValue.new("The name of a FIFO queue must end with .fifo, and only a FIFO queue's name may: %q with FifoQueue=%s.", name, v)
+		}
+	} else if fifo {
+		return nil, kInvalidParameterValue.new("The queue %q has the .fifo suffix: create it with the attribute FifoQueue=true.", name)
+	}
+	attrs := defaultAttributes(fifo)
+	given := make(map[string]string, len(in.Attributes))
+	for k, v := range in.Attributes {
+		if k == "FifoQueue" {
+			continue
+		}
+		nv, err := normalizeAttribute(k, v, fifo)
+		if err != nil {
+			return nil, err
+		}
+		given[k] = nv
+	}
+	if len(in.Tags) > maxTags {
+		return nil, kInvalidParameterValue.new("A queue has at most %d tags.", maxTags)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, kUnavailable.new("The server is closed.")
+	}
+	if q := s.queues[name]; q != nil {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for k, v := range given {
+			if q.attrs[k] != v {
+				return nil, kQueueNameExists.new("A queue already exists with the same name and a different value for attribute %s.", k)
+			}
+		}
+		return queueURLOutput{rc.queueURL(name)}, nil
+	}
+	if err := s.applyLocked(name, attrs, given); err != nil {
+		return nil, err
+	}
+	now := s.clock.Now()
+	q := &sqsQueue{
+		name: name, fifo: fifo, gen: newGen(), attrs: attrs, st: parseSettings(attrs),
+		tags: maps.Clone(in.Tags), created: now, modified: now,
+	}
+	s.queues[name] = q
+	if err := s.saveLocked(); err != nil {
+		delete(s.queues, name)
+		return nil, err
+	}
+	if err := s.attach(q); err != nil {
+		delete(s.queues, name)
+		_ = s.saveLocked()
+		return nil, kInternal.new("create queue %s: %v", name, err)
+	}
+	return queueURLOutput{rc.queueURL(name)}, nil
+}
+
+func newGen() uint64 { return binary.BigEndian.Uint64(randomBytes(8)) }
+
+// attach creates a queue's topic and subscription (on a durable broker,
+// binds those it recovered).
+func (s *Server) attach(q *sqsQueue) error {
+	if err := s.b.CreateTopic(q.name); err != nil {
+		return err
+	}
+	sub, err := s.b.Subscribe(q.name, subName, broker.WithVisibilityTimeout(defaultVis*time.Second))
+	if err != nil {
+		return err
+	}
+	q.sub = sub
+	return nil
+}
+
+// applyLocked checks the attributes given for the queue name against the
+// other queues (a RedrivePolicy's target must exist, be of the same kind,
+// and allow it) and merges them into attrs. Called with s.mu held.
+func (s *Server) applyLocked(name string, attrs, given map[string]string) error {
+	if v, ok := given["RedrivePolicy"]; ok && v != "" {
+		p := parseSettings(map[string]string{"RedrivePolicy": v}).redrive
+		target, ok := s.nameOfARN(p.DeadLetterTargetArn)
+		dlq := s.queues[target]
+		switch {
+		case !ok || dlq == nil:
+			return kInvalidParameterValue.new("Value %s for parameter RedrivePolicy is invalid. Reason: Dead-letter target does not exist.", v)
+		case target == name:
+			return kInvalidParameterValue.new("Value %s for parameter RedrivePolicy is invalid. Reason: a queue cannot be its own dead-letter queue.", v)
+		case dlq.fifo != strings.HasSuffix(name, ".fifo"):
+			return kInvalidParameterValue.new("Value %s for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be same type of queue as the source.", v)
+		}
+		dlq.mu.Lock()
+		allowed := allows(dlq.attrs["RedriveAllowPolicy"], s.arn(name))
+		dlq.mu.Unlock()
+		if !allowed {
+			return kInvalidParameterValue.new("Value %s for parameter RedrivePolicy is invalid. Reason: the dead-letter queue's RedriveAllowPolicy does not allow this source queue.", v)
+		}
+	}
+	for k, v := range given {
+		if v == "" && (k == "RedrivePolicy" || k == "RedriveAllowPolicy" || k == "Policy" || k == "KmsMasterKeyId") {
+			delete(attrs, k)
+			if k == "KmsMasterKeyId" {
+				delete(attrs, "KmsDataKeyReusePeriodSeconds")
+			}
+			continue
+		}
+		attrs[k] = v
+	}
+	if attrs["KmsMasterKeyId"] != "" {
+		if given["SqsManagedSseEnabled"] == "true" {
+			return kInvalidAttributeValue.new("KmsMasterKeyId and SqsManagedSseEnabled=true are exclusive: a queue is encrypted by one of them.")
+		}
+		attrs["SqsManagedSseEnabled"] = "false"
+		if attrs["KmsDataKeyReusePeriodSeconds"] == "" {
+			attrs["KmsDataKeyReusePeriodSeconds"] = "300"
+		}
+	}
+	return nil
+}
+
+func getQueueURL(rc *request, in *getQueueURLInput) (any, error) {
+	if in.QueueName == nil || *in.QueueName == "" {
+		return nil, kMissingParameter.new("The request must contain the parameter QueueName.")
+	}
+	if in.QueueOwnerAWSAccountID != "" && in.QueueOwnerAWSAccountID != rc.s.cfg.account {
+		return nil, kQueueDoesNotExist.new("The specified queue does not exist (account %s is not this server's).", in.QueueOwnerAWSAccountID)
+	}
+	if _, err := rc.s.queue(*in.QueueName); err != nil {
+		return nil, err
+	}
+	return queueURLOutput{rc.queueURL(*in.QueueName)}, nil
+}
+
+// page returns names after the NextToken, at most max (0: 1000 and no
+// token), and the token of the next page.
+func page(names []string, token string, max *int) ([]string, string, error) {
+	limit := 1000
+	if max != nil {
+		if *max < 1 || *max > 1000 {
+			return nil, "", kInvalidParameterValue.new("Value %d for parameter MaxResults is invalid. Reason: must be between 1 and 1000.", *max)
+		}
+		limit = *max
+	}
+	slices.Sort(names)
+	if token != "" {
+		after, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil {
+			return nil, "", kInvalidParameterValue.new("Invalid NextToken value.")
+		}
+		i, _ := slices.BinarySearch(names, string(after)+"\x00")
+		names = names[i:]
+	}
+	next := ""
+	if len(names) > limit {
+		names = names[:limit]
+		if max != nil {
+			next = base64.RawURLEncoding.EncodeToString([]byte(names[limit-1]))
+		}
+	}
+	return names, next, nil
+}
+
+func listQueues(rc *request, in *listQueuesInput) (any, error) {
+	s := rc.s
+	s.mu.RLock()
+	var names []string
+	for name := range s.queues {
+		if strings.HasPrefix(name, in.QueueNamePrefix) {
+			names = append(names, name)
+		}
+	}
+	s.mu.RUnlock()
+	names, next, err := page(names, in.NextToken, in.MaxResults)
+	if err != nil {
+		return nil, err
+	}
+	out := listQueuesOutput{NextToken: next}
+	for _, n := range names {
+		out.QueueUrls = append(out.QueueUrls, rc.queueURL(n))
+	}
+	return out, nil
+}
+
+func listDeadLetterSourceQueues(rc *request, in *listDeadLetterSourceQueuesInput) (any, error) {
+	s := rc.s
+	dlq, err := s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	target := s.arn(dlq.name)
+	s.mu.RLock()
+	var names []string
+	for name, q := range s.queues {
+		if p := q.settings().redrive; p != nil && p.DeadLetterTargetArn == target {
+			names = append(names, name)
+		}
+	}
+	s.mu.RUnlock()
+	names, next, err := page(names, in.NextToken, in.MaxResults)
+	if err != nil {
+		return nil, err
+	}
+	out := listDeadLetterSourceQueuesOutput{QueueUrls: []string{}, NextToken: next}
+	for _, n := range names {
+		out.QueueUrls = append(out.QueueUrls, rc.queueURL(n))
+	}
+	return out, nil
+}
+
+func deleteQueue(rc *request, in *queueInput) (any, error) {
+	s := rc.s
+	q, err := s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queues[q.name] != q {
+		return nil, kQueueDoesNotExist.new("The specified queue does not exist.")
+	}
+	delete(s.queues, q.name)
+	if err := s.saveLocked(); err != nil {
+		s.queues[q.name] = q
+		return nil, err
+	}
+	// Its receives end with QueueDoesNotExist; its messages are gone.
+	if err := s.b.DeleteTopic(q.name); err != nil {
+		return nil, kInternal.new("delete queue %s: %v", q.name, err)
+	}
+	return struct{}{}, nil
+}
+
+func purgeQueue(rc *request, in *queueInput) (any, error) {
+	q, err := rc.s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := q.sub.Purge(); err != nil {
+		return nil, brokerError(err)
+	}
+	q.forgetAll()
+	return struct{}{}, nil
+}
+
+func getQueueAttributes(rc *request, in *getQueueAttributesInput) (any, error) {
+	s := rc.s
+	q, err := s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	all := slices.Contains(in.AttributeNames, "All")
+	for _, n := range in.AttributeNames {
+		if n != "All" && n != "FifoQueue" && !slices.Contains(settable, n) && !slices.Contains(readOnly, n) {
+			return nil, kInvalidAttributeName.new("Unknown Attribute %s.", n)
+		}
+	}
+	want := func(n string) bool { return all || slices.Contains(in.AttributeNames, n) }
+	out := make(map[string]string)
+	q.mu.Lock()
+	for k, v := range q.attrs {
+		if want(k) {
+			out[k] = v
+		}
+	}
+	created, modified := q.created, q.modified
+	q.mu.Unlock()
+	if want("ApproximateNumberOfMessages") || want("ApproximateNumberOfMessagesNotVisible") || want("ApproximateNumberOfMessagesDelayed") {
+		st := q.sub.Stats()
+		set := func(k string, n int) {
+			if want(k) {
+				out[k] = strconv.Itoa(n)
+			}
+		}
+		set("ApproximateNumberOfMessages", st.Visible+st.HeldBack)
+		set("ApproximateNumberOfMessagesNotVisible", st.InFlight)
+		set("ApproximateNumberOfMessagesDelayed", st.Delayed)
+	}
+	if want("CreatedTimestamp") {
+		out["CreatedTimestamp"] = strconv.FormatInt(created.Unix(), 10)
+	}
+	if want("LastModifiedTimestamp") {
+		out["LastModifiedTimestamp"] = strconv.FormatInt(modified.Unix(), 10)
+	}
+	if want("QueueArn") {
+		out["QueueArn"] = s.arn(q.name)
+	}
+	return attributesOutput{out}, nil
+}
+
+func setQueueAttributes(rc *request, in *setQueueAttributesInput) (any, error) {
+	s := rc.s
+	q, err := s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	if len(in.Attributes) == 0 {
+		return nil, kMissingParameter.new("The request must contain the parameter Attributes.")
+	}
+	given := make(map[string]string, len(in.Attributes))
+	for k, v := range in.Attributes {
+		nv, err := normalizeAttribute(k, v, q.fifo)
+		if err != nil {
+			return nil, err
+		}
+		given[k] = nv
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queues[q.name] != q {
+		return nil, kQueueDoesNotExist.new("The specified queue does not exist.")
+	}
+	q.mu.Lock()
+	old := q.attrs
+	attrs := maps.Clone(old)
+	q.mu.Unlock()
+	if err := s.applyLocked(q.name, attrs, given); err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	q.attrs, q.st, q.modified = attrs, parseSettings(attrs), s.clock.Now()
+	q.mu.Unlock()
+	if err := s.saveLocked(); err != nil {
+		q.mu.Lock()
+		q.attrs, q.st = old, parseSettings(old)
+		q.mu.Unlock()
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+func tagQueue(rc *request, in *tagQueueInput) (any, error) {
+	return rc.s.retag(in.QueueURL, func(tags map[string]string) error {
+		if len(in.Tags) == 0 {
+			return kMissingParameter.new("The request must contain the parameter Tags.")
+		}
+		maps.Copy(tags, in.Tags)
+		if len(tags) > maxTags {
+			return kInvalidParameterValue.new("A queue has at most %d tags.", maxTags)
+		}
+		return nil
+	})
+}
+
+func untagQueue(rc *request, in *untagQueueInput) (any, error) {
+	return rc.s.retag(in.QueueURL, func(tags map[string]string) error {
+		if len(in.TagKeys) == 0 {
+			return kMissingParameter.new("The request must contain the parameter TagKeys.")
+		}
+		for _, k := range in.TagKeys {
+			delete(tags, k)
+		}
+		return nil
+	})
+}
+
+// retag changes a queue's tags with change, and keeps them.
+func (s *Server) retag(url *string, change func(map[string]string) error) (any, error) {
+	q, err := s.queueOf(url)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q.mu.Lock()
+	old := q.tags
+	tags := maps.Clone(old)
+	if tags == nil {
+		tags = make(map[string]string)
+	}
+	err = change(tags)
+	if err == nil {
+		q.tags = tags
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.saveLocked(); err != nil {
+		q.mu.Lock()
+		q.tags = old
+		q.mu.Unlock()
+		return nil, err
+	}
+	return struct{}{}, nil
+}
+
+func listQueueTags(rc *request, in *queueInput) (any, error) {
+	q, err := rc.s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return listQueueTagsOutput{maps.Clone(q.tags)}, nil
+}

@@ -1,0 +1,327 @@
+package sqsserver
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/benbjohnson/clock"
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+const (
+	contentType = "application/x-amz-json-1.0"
+	targetSQS   = "AmazonSQS."
+	subName     = "sqs"          // the one subscription of each queue's topic
+	maxBody     = 4 << 20        // a request's body: a batch of 256 KiB in JSON, binary in base64, fits
+	maxQueued   = math.MaxInt32  // SQS queues are unbounded; leasebus wants a bound
+	seqBlock    = 1 << 20        // sequence numbers reserved per write of the state file
+	stateFile   = "queues.json"  // a durable server's queues, in its directory
+	journalDir  = "journal"      // a durable server's broker, in its directory
+	defaultVis  = 30             // VisibilityTimeout's default, seconds
+	arnPrefix   = "arn:aws:sqs:" // of every queue ARN
+)
+
+// Server serves the SQS JSON protocol over a leasebus broker. It is an
+// http.Handler: every SQS request is POST / with X-Amz-Target
+// AmazonSQS.<Action>; paths under /leasebus/ are the control endpoint (see
+// the package doc). It is safe for concurrent use. Close it when done.
+type Server struct {
+	cfg   config
+	clock clock.Clock
+	mock  *clock.Mock // the clock, when it is a mock the control endpoint may move
+	b     *broker.Broker[Message]
+	key   []byte
+	seq   atomic.Uint64 // the last FIFO sequence number handed out
+	// seqFloor: on a durable server, the sequence numbers below it are
+	// reserved in the state file. Written under mu.
+	seqFloor atomic.Uint64
+
+	mu     sync.RWMutex // guards everything below, and the state file
+	queues map[string]*sqsQueue
+	tasks  []*moveTask // newest last
+	closed bool
+}
+
+// New starts a server: in memory, or durable with WithDir (which brings
+// back the queues and messages a server left in the directory).
+func New(opts ...Option) (*Server, error) {
+	cfg := config{clock: clock.New(), region: "us-east-1", account: "000000000000"}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("sqsserver: nil option")
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.syncSet && cfg.dir == "" {
+		return nil, fmt.Errorf("sqsserver: WithSync needs WithDir")
+	}
+	s := &Server{cfg: cfg, clock: cfg.clock, queues: make(map[string]*sqsQueue)}
+	s.mock, _ = cfg.clock.(*clock.Mock)
+	bopts := []broker.Option{
+		broker.WithClock(cfg.clock),
+		broker.WithMaxAttempts(queue.UnlimitedAttempts), // maxReceiveCount is the server's (RedrivePolicy)
+		broker.WithMaxQueue(maxQueued),
+		broker.WithOverflow(queue.OverflowReject),
+		broker.WithDeadLetterLimit(1), // only messages past their retention die, and nobody reads them
+	}
+	if cfg.dir == "" {
+		b, err := broker.New[Message](bopts...)
+		if err != nil {
+			return nil, err
+		}
+		s.b = b
+		if s.key = cfg.key; s.key == nil {
+			s.key = randomBytes(32)
+		}
+		return s, nil
+	}
+	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("sqsserver: %w", err)
+	}
+	if cfg.syncSet {
+		bopts = append(bopts, broker.WithSync(cfg.sync))
+	}
+	b, err := broker.Open(filepath.Join(cfg.dir, journalDir), broker.JSONCodec[Message]{}, bopts...)
+	if err != nil {
+		return nil, fmt.Errorf("sqsserver: open %s: %w", cfg.dir, err)
+	}
+	s.b = b
+	if err := s.restore(); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return b
+}
+
+// Close stops the server: every long poll ends, and every later request is
+// answered with ServiceUnavailable. A durable server's directory keeps its
+// queues and messages. Close twice is safe.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	return s.b.Close()
+}
+
+// Clock returns the server's clock.
+func (s *Server) Clock() clock.Clock { return s.clock }
+
+// AwaitParked blocks until at least n ReceiveMessage calls on the named
+// queue are long-polling with their wake-up armed on the clock, so that a
+// test that moves a mock clock, or sends, knows whom it wakes. It returns
+// ctx's error if ctx ends first, and QueueDoesNotExist for a missing queue.
+func (s *Server) AwaitParked(ctx context.Context, queueName string, n int) error {
+	q, err := s.queue(queueName)
+	if err != nil {
+		return err
+	}
+	return q.sub.AwaitParked(ctx, n)
+}
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/leasebus/") {
+		s.serveControl(w, r)
+		return
+	}
+	reqID := uuid.NewString()
+	target := r.Header.Get("X-Amz-Target")
+	if target == "" {
+		s.refuseQuery(w, r, reqID)
+		return
+	}
+	if r.Method != http.MethodPost {
+		kInvalidAction.new("SQS requests are POST, not %s.", r.Method).write(w, reqID)
+		return
+	}
+	action, ok := strings.CutPrefix(target, targetSQS)
+	h := handlers[action]
+	if !ok || h == nil {
+		kInvalidAction.new("The action %q is not valid for this endpoint.", target).write(w, reqID)
+		return
+	}
+	rc := &request{s: s, r: r, sender: s.cfg.account}
+	if err := s.authenticate(rc); err != nil {
+		err.write(w, reqID)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		kInvalidParameterValue.new("The request body could not be read (at most %d bytes): %v", maxBody, err).write(w, reqID)
+		return
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	out, err := h(rc, body)
+	if err != nil {
+		asError(err).write(w, reqID)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("X-Amzn-RequestId", reqID)
+	writeJSON(w, out)
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a write error means the client is gone
+}
+
+// refuseQuery answers a request without X-Amz-Target: an SDK that speaks
+// SQS's older query protocol (form-encoded Action=...), in the XML such a
+// client reads, or anything else.
+func (s *Server) refuseQuery(w http.ResponseWriter, r *http.Request, reqID string) {
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.RawQuery == "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "leasebus-sqs: the SQS JSON protocol (POST / with X-Amz-Target: AmazonSQS.<Action>); control under /leasebus/clock")
+		return
+	}
+	msg := "This server speaks the SQS JSON protocol only (Content-Type application/x-amz-json-1.0, X-Amz-Target AmazonSQS.<Action>), as current AWS SDKs do; this request has no X-Amz-Target"
+	if ct == "application/x-www-form-urlencoded" || r.URL.Query().Has("Action") {
+		msg += " and uses the older query protocol: upgrade the SDK"
+	}
+	w.Header().Set("Content-Type", "text/xml")
+	w.Header().Set("X-Amzn-RequestId", reqID)
+	w.WriteHeader(http.StatusBadRequest)
+	fmt.Fprintf(w, `<?xml version="1.0"?><ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code><Message>%s.</Message></Error><RequestId>%s</RequestId></ErrorResponse>`, msg, reqID)
+}
+
+// request is one SQS call being served.
+type request struct {
+	s      *Server
+	r      *http.Request
+	sender string // SenderId: the access key the request was signed with
+}
+
+func (rc *request) ctx() context.Context { return rc.r.Context() }
+
+// baseURL is the scheme and host of the queue URLs this request gets.
+func (rc *request) baseURL() string {
+	if rc.s.cfg.baseURL != "" {
+		return rc.s.cfg.baseURL
+	}
+	scheme := "http"
+	if rc.r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + rc.r.Host
+}
+
+func (rc *request) queueURL(name string) string {
+	return rc.baseURL() + "/" + rc.s.cfg.account + "/" + name
+}
+
+// authenticate reads the access key of a SigV4 Authorization header (the
+// SenderId of what the request sends) and, with WithAccessKeys, checks it.
+func (s *Server) authenticate(rc *request) *Error {
+	auth := rc.r.Header.Get("Authorization")
+	key := ""
+	if _, cred, ok := strings.Cut(auth, "Credential="); ok {
+		key, _, _ = strings.Cut(cred, "/")
+	}
+	if key != "" {
+		rc.sender = key
+	}
+	if s.cfg.accessKeys == nil {
+		return nil
+	}
+	switch {
+	case key == "":
+		return kMissingAuth.new("Request is missing Authentication Token")
+	case !s.cfg.accessKeys[key]:
+		return kInvalidClientTokenID.new("The security token included in the request is invalid.")
+	}
+	return nil
+}
+
+// handler serves one action: it decodes body and returns the response.
+type handler func(rc *request, body []byte) (any, error)
+
+// handlers maps each action to its handler; an action missing here is
+// InvalidAction. It is set in init: the handlers refer to it indirectly.
+var handlers map[string]handler
+
+func init() {
+	handlers = map[string]handler{
+		"CreateQueue":                  decode(createQueue),
+		"GetQueueUrl":                  decode(getQueueURL),
+		"ListQueues":                   decode(listQueues),
+		"DeleteQueue":                  decode(deleteQueue),
+		"GetQueueAttributes":           decode(getQueueAttributes),
+		"SetQueueAttributes":           decode(setQueueAttributes),
+		"PurgeQueue":                   decode(purgeQueue),
+		"TagQueue":                     decode(tagQueue),
+		"UntagQueue":                   decode(untagQueue),
+		"ListQueueTags":                decode(listQueueTags),
+		"ListDeadLetterSourceQueues":   decode(listDeadLetterSourceQueues),
+		"SendMessage":                  decode(sendMessage),
+		"SendMessageBatch":             decode(sendMessageBatch),
+		"ReceiveMessage":               decode(receiveMessage),
+		"DeleteMessage":                decode(deleteMessage),
+		"DeleteMessageBatch":           decode(deleteMessageBatch),
+		"ChangeMessageVisibility":      decode(changeMessageVisibility),
+		"ChangeMessageVisibilityBatch": decode(changeMessageVisibilityBatch),
+		"StartMessageMoveTask":         decode(startMessageMoveTask),
+		"ListMessageMoveTasks":         decode(listMessageMoveTasks),
+		"CancelMessageMoveTask":        decode(cancelMessageMoveTask),
+		"AddPermission":                unsupported("AddPermission"),
+		"RemovePermission":             unsupported("RemovePermission"),
+	}
+}
+
+// decode makes a handler of a function of the action's input type.
+func decode[In any](f func(rc *request, in *In) (any, error)) handler {
+	return func(rc *request, body []byte) (any, error) {
+		in := new(In)
+		if err := json.Unmarshal(body, in); err != nil {
+			return nil, kSerialization.new("The request body is not the JSON this action takes: %v", err)
+		}
+		return f(rc, in)
+	}
+}
+
+func unsupported(action string) handler {
+	return func(*request, []byte) (any, error) {
+		return nil, kUnsupportedOperation.new("%s is not supported by leasebus-sqs: set the queue's Policy attribute instead (it is stored, not enforced).", action)
+	}
+}
+
+// brokerError maps an error of the broker: a closed server or queue, or
+// anything else as an InternalError.
+func brokerError(err error) error {
+	if errors.Is(err, queue.ErrClosed) {
+		return kQueueDoesNotExist.new("The specified queue does not exist (it was deleted, or the server closed).")
+	}
+	return kInternal.new("%v", err)
+}
