@@ -1,0 +1,2 @@
+// Package otelleasebus instruments leasebus with OpenTelemetry.
+package otelleasebus

@@ -1,0 +1,290 @@
+package otelleasebus
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// durationBuckets are the histogram boundaries, in seconds, that the
+// semantic conventions advise for messaging durations.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// Publisher publishes to a broker with a producer span per call, whose
+// context travels in the message's headers so that consumers can link to
+// it (or continue it; see WithPublisherAsParent), and counts and times the
+// publishes. Make one with NewPublisher; its methods are safe for
+// concurrent use.
+type Publisher[T any] struct {
+	b        *broker.Broker[T]
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	clock    clock.Clock
+	sent     metric.Int64Counter
+	duration metric.Float64Histogram
+	topics   topicCache[*publishTopic]
+}
+
+// publishTopic is what a Publisher makes once per topic.
+type publishTopic struct {
+	spanName string                   // "publish <topic>"
+	attrs    []attribute.KeyValue     // the span's, before the message's
+	ok       metric.MeasurementOption // a successful publish's measurements
+	base     []attribute.KeyValue     // a failed one's, before error.type
+}
+
+// NewPublisher returns a Publisher over b. Options that apply:
+// WithTracerProvider, WithMeterProvider, WithPropagator, WithClock
+// (default b.Clock(), so that durations on a mock clock are exact) and
+// WithAttributes. A nil b is an invalid argument.
+func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], error) {
+	if b == nil {
+		return nil, invalid("NewPublisher: nil broker")
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	clk := c.clock
+	if clk == nil {
+		clk = b.Clock()
+	}
+	m := c.meter()
+	sent, err := messagingconv.NewClientSentMessages(m)
+	if err != nil {
+		return nil, err
+	}
+	dur, err := messagingconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(durationBuckets...))
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher[T]{b: b, tracer: c.tracer(), prop: c.propagator, clock: clk, sent: sent.Inst(), duration: dur.Inst()}
+	extra := c.attrs
+	p.topics.make = func(topic string) *publishTopic {
+		base := []attribute.KeyValue{
+			systemAttr,
+			semconv.MessagingOperationName(opPublish),
+			semconv.MessagingOperationTypeSend,
+			semconv.MessagingDestinationName(topic),
+		}
+		base = append(base, extra...)
+		return &publishTopic{
+			spanName: opPublish + " " + topic,
+			attrs:    base,
+			ok:       metric.WithAttributeSet(attribute.NewSet(base...)),
+			base:     base,
+		}
+	}
+	return p, nil
+}
+
+// Publish publishes payload to topic as b.Publish does, in a span "publish
+// <topic>" (kind producer) whose context it injects into the message's
+// headers. opts are the broker's publish options, except that a
+// broker.WithHeaders among them replaces the trace headers (the broker
+// keeps the last WithHeaders it is given): to send headers of your own
+// with the trace context, use PublishWithHeaders. (If that happens the
+// span gets a "trace context not propagated" event.)
+func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opts ...broker.PublishOption) (queue.Message[T], error) {
+	return p.PublishWithHeaders(ctx, topic, payload, nil, opts...)
+}
+
+// PublishWithHeaders is Publish with headers of the caller's: the message
+// carries headers and the trace context. If headers already carry a trace
+// context the propagator can read (a creation context of the caller's),
+// it is kept as it is, and the span links to it. headers is read, not
+// changed; a broker.WithHeaders in opts would replace both.
+func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, payload T, headers map[string]string, opts ...broker.PublishOption) (queue.Message[T], error) {
+	if ctx == nil {
+		return p.b.Publish(ctx, topic, payload, opts...) // the broker's error for a nil ctx
+	}
+	ctx, op := p.start(ctx, topic, headers, 0)
+	msg, err := p.b.Publish(ctx, topic, payload, op.options(opts)...)
+	if err == nil {
+		op.span.SetAttributes(semconv.MessagingMessageID(msg.ID.String()))
+		op.check(msg.Headers)
+	}
+	p.end(ctx, op, 1, err)
+	return msg, err
+}
+
+// PublishBatch publishes payloads to topic as b.PublishBatch does, in one
+// span "publish <topic>" (kind producer, with messaging.batch.message_count)
+// whose context every message carries. As with Publish, a
+// broker.WithHeaders in opts replaces the trace headers: use
+// PublishBatchWithHeaders.
+func (p *Publisher[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...broker.PublishOption) ([]queue.Message[T], error) {
+	return p.PublishBatchWithHeaders(ctx, topic, payloads, nil, opts...)
+}
+
+// PublishBatchWithHeaders is PublishBatch with headers of the caller's on
+// every message, beside the trace context (see PublishWithHeaders).
+func (p *Publisher[T]) PublishBatchWithHeaders(ctx context.Context, topic string, payloads []T, headers map[string]string, opts ...broker.PublishOption) ([]queue.Message[T], error) {
+	if ctx == nil {
+		return p.b.PublishBatch(ctx, topic, payloads, opts...)
+	}
+	ctx, op := p.start(ctx, topic, headers, len(payloads))
+	msgs, err := p.b.PublishBatch(ctx, topic, payloads, op.options(opts)...)
+	if err == nil && len(msgs) > 0 {
+		op.check(msgs[0].Headers)
+	}
+	p.end(ctx, op, len(payloads), err)
+	return msgs, err
+}
+
+// publishOp is one publish under way.
+type publishOp struct {
+	span    trace.Span
+	start   time.Time
+	topic   *publishTopic
+	headers map[string]string // nil: none to set
+	probe   string            // a key the propagator injected; "" if none
+}
+
+// start starts the span of a publish of batch messages (0: a single
+// Publish) and makes the headers to send.
+func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]string, batch int) (context.Context, *publishOp) {
+	op := &publishOp{start: p.clock.Now(), topic: p.topics.get(topic)}
+	so := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithTimestamp(op.start),
+		trace.WithAttributes(op.topic.attrs...),
+	}
+	if batch > 0 {
+		so = append(so, trace.WithAttributes(semconv.MessagingBatchMessageCount(batch)))
+	}
+	custom := false
+	if len(user) > 0 {
+		// A creation context of the caller's is kept, and linked to.
+		if sc := trace.SpanContextFromContext(p.prop.Extract(context.Background(), propagation.MapCarrier(user))); sc.IsValid() {
+			custom = true
+			so = append(so, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	ctx, op.span = p.tracer.Start(ctx, op.topic.spanName, so...)
+	carrier := lazyCarrier{m: nil, size: len(user)}
+	if !custom {
+		p.prop.Inject(ctx, &carrier)
+		op.probe = carrier.first
+	}
+	switch {
+	case carrier.m == nil && len(user) > 0:
+		op.headers = user // nothing injected: the caller's map, which the broker copies
+	case carrier.m != nil:
+		for k, v := range user {
+			if _, ok := carrier.m[k]; !ok {
+				carrier.m[k] = v
+			}
+		}
+		op.headers = carrier.m
+	}
+	return ctx, op
+}
+
+// options returns opts with the headers first, so that a WithHeaders of
+// the caller's in opts wins (their headers are never lost; the trace
+// context is, and check says so).
+func (op *publishOp) options(opts []broker.PublishOption) []broker.PublishOption {
+	if op.headers == nil {
+		return opts
+	}
+	all := make([]broker.PublishOption, 0, len(opts)+1)
+	all = append(all, broker.WithHeaders(op.headers))
+	return append(all, opts...)
+}
+
+// check records on the span that the trace context did not reach the
+// message, when a WithHeaders in the caller's options replaced it.
+func (op *publishOp) check(h queue.Headers) {
+	if op.probe == "" {
+		return
+	}
+	if _, ok := h.Lookup(op.probe); !ok {
+		op.span.AddEvent("trace context not propagated",
+			trace.WithAttributes(attribute.String("reason", "a broker.WithHeaders option replaced the trace headers; use PublishWithHeaders")))
+	}
+}
+
+// end ends a publish of n messages that returned err.
+func (p *Publisher[T]) end(ctx context.Context, op *publishOp, n int, err error) {
+	end := p.clock.Now()
+	mo := op.topic.ok
+	if err != nil {
+		et := errorType(err)
+		op.span.SetAttributes(semconv.ErrorTypeKey.String(et))
+		op.span.RecordError(err, trace.WithTimestamp(end))
+		op.span.SetStatus(codes.Error, err.Error())
+		if p.sent.Enabled(ctx) || p.duration.Enabled(ctx) {
+			mo = metric.WithAttributes(append(op.topic.base[:len(op.topic.base):len(op.topic.base)], semconv.ErrorTypeKey.String(et))...)
+		}
+	}
+	p.sent.Add(ctx, int64(n), mo)
+	p.duration.Record(ctx, end.Sub(op.start).Seconds(), mo)
+	op.span.End(trace.WithTimestamp(end))
+}
+
+// lazyCarrier is a TextMapCarrier that allocates its map on the first Set,
+// so that a publish with nothing to inject allocates nothing for it.
+type lazyCarrier struct {
+	m     map[string]string
+	size  int    // the caller's headers, to size the map for them too
+	first string // the first key set
+}
+
+func (c *lazyCarrier) Get(key string) string { return c.m[key] }
+
+func (c *lazyCarrier) Set(key, value string) {
+	if c.m == nil {
+		c.m = make(map[string]string, c.size+2)
+		c.first = key
+	}
+	c.m[key] = value
+}
+
+func (c *lazyCarrier) Keys() []string {
+	keys := make([]string, 0, len(c.m))
+	for k := range c.m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// maxCachedTopics bounds a topicCache: past it, what a topic needs is made
+// at each use instead of kept (a wildcard subscription may see any number
+// of topics).
+const maxCachedTopics = 1024
+
+// topicCache keeps what is made once per topic (span names, attribute
+// sets), up to maxCachedTopics topics.
+type topicCache[V any] struct {
+	make func(topic string) V
+	m    sync.Map // string -> V
+	n    atomic.Int64
+}
+
+func (c *topicCache[V]) get(topic string) V {
+	if v, ok := c.m.Load(topic); ok {
+		return v.(V)
+	}
+	v := c.make(topic)
+	if c.n.Load() < maxCachedTopics {
+		if actual, loaded := c.m.LoadOrStore(topic, v); loaded {
+			return actual.(V)
+		}
+		c.n.Add(1)
+	}
+	return v
+}
