@@ -31,15 +31,7 @@ func attributesMD5(attrs []attribute) string {
 		return ""
 	}
 	sorted := slices.Clone(attrs)
-	slices.SortFunc(sorted, func(a, b attribute) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	sortAttributes(sorted)
 	h := md5.New()
 	for _, a := range sorted {
 		putLenBytes(h, []byte(a.Name))

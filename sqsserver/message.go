@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -213,11 +214,7 @@ func checkNumber(s string) error {
 }
 
 func sortAttributes(as []attribute) {
-	for i := 1; i < len(as); i++ {
-		for j := i; j > 0 && as[j].Name < as[j-1].Name; j-- {
-			as[j], as[j-1] = as[j-1], as[j]
-		}
-	}
+	slices.SortFunc(as, func(a, b attribute) int { return strings.Compare(a.Name, b.Name) })
 }
 
 func attributesSize(as []attribute) int {

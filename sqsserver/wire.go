@@ -204,10 +204,6 @@ type cancelMoveTaskInput struct {
 	TaskHandle *string `json:"TaskHandle"`
 }
 
-type cancelMoveTaskOutput struct {
-	ApproximateNumberOfMessagesMoved int64 `json:"ApproximateNumberOfMessagesMoved"`
-}
-
 type listMoveTasksInput struct {
 	SourceArn  *string `json:"SourceArn"`
 	MaxResults *int    `json:"MaxResults"`
