@@ -152,3 +152,13 @@ func TestCloseEndsLongPolls(t *testing.T) {
 		t.Fatal("second Close:", err)
 	}
 }
+
+// Deleting a queue ends its long polls with QueueDoesNotExist.
+func TestDeleteQueueEndsLongPolls(t *testing.T) {
+	srv, c := start(t)
+	url := srv.CreateQueue(t, "q", nil)
+	ch := longPoll(ctxFor(t), c, url, 20)
+	srv.AwaitParked(t, "q", 1)
+	must[*sqs.DeleteQueueOutput](t)(c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)}))
+	wantCode(t, await(t, ch).err, "AWS.SimpleQueueService.NonExistentQueue")
+}
