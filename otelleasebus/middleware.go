@@ -39,6 +39,7 @@ type Middleware[T any] struct {
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	clock    clock.Clock
+	stamp    bool // spans take their times from clock (it is not the real one)
 	asParent bool
 	consumed metric.Int64Counter
 	duration metric.Float64Histogram
@@ -58,13 +59,15 @@ type processing struct {
 // lastOutcome is the highest poller.Outcome this package knows.
 const lastOutcome = poller.OutcomeExtensionStopped
 
-// processTopic is what a Middleware makes once per topic.
+// processTopic is what a Middleware makes once per topic, so that a
+// delivery allocates nothing for it.
 type processTopic struct {
-	spanName  string                                    // "process <topic>"
-	spanAttrs []attribute.KeyValue                      // the span's, before the delivery's
-	base      []attribute.KeyValue                      // the measurements', before the outcome
-	consumed  metric.MeasurementOption                  // messaging.client.consumed.messages
-	outcome   [lastOutcome + 1]metric.MeasurementOption // base + leasebus.outcome, without error.type
+	spanName  string                                 // "process <topic>"
+	startOpts []trace.SpanStartOption                // kind and the topic's attributes (len == cap)
+	base      []attribute.KeyValue                   // the measurements' attributes, before the outcome
+	consumed  []metric.AddOption                     // messaging.client.consumed.messages
+	added     [lastOutcome + 1][]metric.AddOption    // base + leasebus.outcome, without error.type
+	recorded  [lastOutcome + 1][]metric.RecordOption // the same, to record
 }
 
 // NewMiddleware returns a Middleware for a poller over src (src is not
@@ -115,6 +118,7 @@ func NewMiddleware[T any](src poller.Source[T], opts ...Option) (*Middleware[T],
 		tracer:   c.tracer(),
 		prop:     c.propagator,
 		clock:    clk,
+		stamp:    !isRealClock(clk),
 		asParent: c.asParent,
 		consumed: consumed.Inst(),
 		duration: dur.Inst(),
@@ -129,13 +133,17 @@ func NewMiddleware[T any](src poller.Source[T], opts ...Option) (*Middleware[T],
 		}
 		base = append(base, extra...)
 		pt := &processTopic{
-			spanName:  opProcess + " " + topic,
-			spanAttrs: append(base[:len(base):len(base)], semconv.MessagingOperationTypeProcess),
-			base:      base,
-			consumed:  metric.WithAttributeSet(attribute.NewSet(base...)),
+			spanName: opProcess + " " + topic,
+			startOpts: []trace.SpanStartOption{
+				trace.WithSpanKind(trace.SpanKindConsumer),
+				trace.WithAttributes(append(base[:len(base):len(base)], semconv.MessagingOperationTypeProcess)...),
+			},
+			base:     base,
+			consumed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(base...))},
 		}
 		for o := poller.OutcomeAcked; o <= lastOutcome; o++ {
-			pt.outcome[o] = metric.WithAttributeSet(attribute.NewSet(append(base[:len(base):len(base)], outcomeKey.String(o.String()))...))
+			mo := metric.WithAttributeSet(attribute.NewSet(append(base[:len(base):len(base)], outcomeKey.String(o.String()))...))
+			pt.added[o], pt.recorded[o] = []metric.AddOption{mo}, []metric.RecordOption{mo}
 		}
 		return pt
 	}
@@ -168,7 +176,7 @@ func (m *Middleware[T]) Observer() poller.Option {
 func (m *Middleware[T]) process(ctx context.Context, d queue.Delivery[T], h poller.Handler[T]) error {
 	pt := m.topics.get(d.Topic)
 	start := m.clock.Now()
-	m.consumed.Add(ctx, 1, pt.consumed)
+	m.consumed.Add(ctx, 1, pt.consumed...)
 	ctx, span := m.startSpan(ctx, d, pt, start)
 	if !span.IsRecording() && !m.duration.Enabled(ctx) {
 		return h(ctx, d) // nothing to finish when the outcome comes
@@ -187,35 +195,38 @@ func (m *Middleware[T]) process(ctx context.Context, d queue.Delivery[T], h poll
 }
 
 // startSpan starts d's process span at start, its parent and links as the
-// configuration says.
+// configuration says. It allocates only what a recording span needs.
 func (m *Middleware[T]) startSpan(ctx context.Context, d queue.Delivery[T], pt *processTopic, start time.Time) (context.Context, trace.Span) {
-	extracted := m.prop.Extract(context.Background(), HeadersCarrier{Headers: d.Headers})
-	created := trace.SpanContextFromContext(extracted)
-	if bag := baggage.FromContext(extracted); bag.Len() > 0 {
-		ctx = baggage.ContextWithBaggage(ctx, bag)
-	}
-	attrs := make([]attribute.KeyValue, 0, len(pt.spanAttrs)+4)
-	attrs = append(attrs, pt.spanAttrs...)
-	attrs = append(attrs, semconv.MessagingMessageID(d.ID.String()), attemptKey.Int(d.Attempt))
-	if d.MaxAttempts > 0 {
-		attrs = append(attrs, maxAttemptsKey.Int(d.MaxAttempts))
-	}
-	if d.Key != "" {
-		attrs = append(attrs, keyKey.String(d.Key))
-	}
-	so := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithTimestamp(start),
-		trace.WithAttributes(attrs...),
-	}
-	if created.IsValid() {
-		if m.asParent {
-			ctx = trace.ContextWithRemoteSpanContext(ctx, created)
-		} else {
-			so = append(so, trace.WithLinks(trace.Link{SpanContext: created}))
+	opts := pt.startOpts
+	if d.Headers.Len() > 0 { // else there is no creation context, nor baggage, to extract
+		extracted := m.prop.Extract(context.Background(), HeadersCarrier{Headers: d.Headers})
+		if bag := baggage.FromContext(extracted); bag.Len() > 0 {
+			ctx = baggage.ContextWithBaggage(ctx, bag)
+		}
+		if created := trace.SpanContextFromContext(extracted); created.IsValid() {
+			if m.asParent {
+				ctx = trace.ContextWithRemoteSpanContext(ctx, created)
+			} else {
+				opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: created}))
+			}
 		}
 	}
-	return m.tracer.Start(ctx, pt.spanName, so...)
+	if m.stamp {
+		opts = append(opts[:len(opts):len(opts)], trace.WithTimestamp(start))
+	}
+	ctx, span := m.tracer.Start(ctx, pt.spanName, opts...)
+	if span.IsRecording() {
+		attrs := make([]attribute.KeyValue, 0, 4)
+		attrs = append(attrs, semconv.MessagingMessageID(d.ID.String()), attemptKey.Int(d.Attempt))
+		if d.MaxAttempts > 0 {
+			attrs = append(attrs, maxAttemptsKey.Int(d.MaxAttempts))
+		}
+		if d.Key != "" {
+			attrs = append(attrs, keyKey.String(d.Key))
+		}
+		span.SetAttributes(attrs...)
+	}
+	return ctx, span
 }
 
 // Observe records an outcome the poller reported: it counts it
@@ -243,7 +254,7 @@ func (m *Middleware[T]) Observe(e poller.Event[T]) {
 	if pr != nil {
 		ctx = trace.ContextWithSpan(ctx, pr.span) // for exemplars
 	}
-	m.outcomes.Add(ctx, 1, pt.measure(e.Outcome, e.SourceErr))
+	m.outcomes.Add(ctx, 1, pt.adds(e.Outcome, e.SourceErr)...)
 	if pr == nil {
 		return // a delivery never started (released, or extended while it waited)
 	}
@@ -262,7 +273,7 @@ func (m *Middleware[T]) Observe(e poller.Event[T]) {
 		}
 		return
 	}
-	m.duration.Record(ctx, end.Sub(pr.start).Seconds(), pt.measure(e.Outcome, e.Err))
+	m.duration.Record(ctx, end.Sub(pr.start).Seconds(), pt.records(e.Outcome, e.Err)...)
 	span.SetAttributes(outcomeKey.String(e.Outcome.String()))
 	switch {
 	case e.Err != nil:
@@ -281,12 +292,24 @@ func (m *Middleware[T]) Observe(e poller.Event[T]) {
 	span.End(trace.WithTimestamp(end))
 }
 
-// measure returns the measurement option for outcome o with err's
-// error.type (none for a nil err).
-func (pt *processTopic) measure(o poller.Outcome, err error) metric.MeasurementOption {
+// adds and records return the measurement options for outcome o with
+// err's error.type (none for a nil err): made once for each outcome
+// without an error, at each call with one.
+func (pt *processTopic) adds(o poller.Outcome, err error) []metric.AddOption {
 	if err == nil && o >= poller.OutcomeAcked && o <= lastOutcome {
-		return pt.outcome[o]
+		return pt.added[o]
 	}
+	return []metric.AddOption{pt.withError(o, err)}
+}
+
+func (pt *processTopic) records(o poller.Outcome, err error) []metric.RecordOption {
+	if err == nil && o >= poller.OutcomeAcked && o <= lastOutcome {
+		return pt.recorded[o]
+	}
+	return []metric.RecordOption{pt.withError(o, err)}
+}
+
+func (pt *processTopic) withError(o poller.Outcome, err error) metric.MeasurementOption {
 	attrs := append(pt.base[:len(pt.base):len(pt.base)], outcomeKey.String(o.String()))
 	if err != nil {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(errorType(err)))

@@ -2,6 +2,7 @@ package otelleasebus
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/benbjohnson/clock"
 	"go.opentelemetry.io/otel"
@@ -118,6 +119,14 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	return c, nil
 }
+
+// realClockType is the type of clock.New()'s clock.
+var realClockType = reflect.TypeOf(clock.New())
+
+// isRealClock reports whether c is the real clock, whose time the SDK
+// reads itself: spans then need no timestamps of ours (each would cost an
+// allocation), and take them only from another clock, such as a mock.
+func isRealClock(c clock.Clock) bool { return reflect.TypeOf(c) == realClockType }
 
 func (c *config) meter() metric.Meter {
 	return c.meterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))

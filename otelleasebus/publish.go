@@ -33,17 +33,20 @@ type Publisher[T any] struct {
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	clock    clock.Clock
+	stamp    bool // spans take their times from clock (it is not the real one)
 	sent     metric.Int64Counter
 	duration metric.Float64Histogram
 	topics   topicCache[*publishTopic]
 }
 
-// publishTopic is what a Publisher makes once per topic.
+// publishTopic is what a Publisher makes once per topic, so that a
+// publish allocates nothing for it.
 type publishTopic struct {
-	spanName string                   // "publish <topic>"
-	attrs    []attribute.KeyValue     // the span's, before the message's
-	ok       metric.MeasurementOption // a successful publish's measurements
-	base     []attribute.KeyValue     // a failed one's, before error.type
+	spanName  string                  // "publish <topic>"
+	startOpts []trace.SpanStartOption // kind and the topic's attributes (len == cap)
+	base      []attribute.KeyValue    // the measurements' attributes, before error.type
+	added     []metric.AddOption      // a successful publish's
+	recorded  []metric.RecordOption
 }
 
 // NewPublisher returns a Publisher over b. Options that apply:
@@ -71,7 +74,7 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher[T]{b: b, tracer: c.tracer(), prop: c.propagator, clock: clk, sent: sent.Inst(), duration: dur.Inst()}
+	p := &Publisher[T]{b: b, tracer: c.tracer(), prop: c.propagator, clock: clk, stamp: !isRealClock(clk), sent: sent.Inst(), duration: dur.Inst()}
 	extra := c.attrs
 	p.topics.make = func(topic string) *publishTopic {
 		base := []attribute.KeyValue{
@@ -81,11 +84,13 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 			semconv.MessagingDestinationName(topic),
 		}
 		base = append(base, extra...)
+		ok := metric.WithAttributeSet(attribute.NewSet(base...))
 		return &publishTopic{
-			spanName: opPublish + " " + topic,
-			attrs:    base,
-			ok:       metric.WithAttributeSet(attribute.NewSet(base...)),
-			base:     base,
+			spanName:  opPublish + " " + topic,
+			startOpts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(base...)},
+			base:      base,
+			added:     []metric.AddOption{ok},
+			recorded:  []metric.RecordOption{ok},
 		}
 	}
 	return p, nil
@@ -114,10 +119,12 @@ func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, pay
 	ctx, op := p.start(ctx, topic, headers, 0)
 	msg, err := p.b.Publish(ctx, topic, payload, op.options(opts)...)
 	if err == nil {
-		op.span.SetAttributes(semconv.MessagingMessageID(msg.ID.String()))
+		if op.span.IsRecording() {
+			op.span.SetAttributes(semconv.MessagingMessageID(msg.ID.String()))
+		}
 		op.check(msg.Headers)
 	}
-	p.end(ctx, op, 1, err)
+	p.end(ctx, &op, 1, err)
 	return msg, err
 }
 
@@ -141,7 +148,7 @@ func (p *Publisher[T]) PublishBatchWithHeaders(ctx context.Context, topic string
 	if err == nil && len(msgs) > 0 {
 		op.check(msgs[0].Headers)
 	}
-	p.end(ctx, op, len(payloads), err)
+	p.end(ctx, &op, len(payloads), err)
 	return msgs, err
 }
 
@@ -156,23 +163,22 @@ type publishOp struct {
 
 // start starts the span of a publish of batch messages (0: a single
 // Publish) and makes the headers to send.
-func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]string, batch int) (context.Context, *publishOp) {
-	op := &publishOp{start: p.clock.Now(), topic: p.topics.get(topic)}
-	so := []trace.SpanStartOption{
-		trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithTimestamp(op.start),
-		trace.WithAttributes(op.topic.attrs...),
-	}
+func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]string, batch int) (context.Context, publishOp) {
+	op := publishOp{start: p.clock.Now(), topic: p.topics.get(topic)}
+	so := op.topic.startOpts
 	if batch > 0 {
-		so = append(so, trace.WithAttributes(semconv.MessagingBatchMessageCount(batch)))
+		so = append(so[:len(so):len(so)], trace.WithAttributes(semconv.MessagingBatchMessageCount(batch)))
 	}
 	custom := false
 	if len(user) > 0 {
 		// A creation context of the caller's is kept, and linked to.
 		if sc := trace.SpanContextFromContext(p.prop.Extract(context.Background(), propagation.MapCarrier(user))); sc.IsValid() {
 			custom = true
-			so = append(so, trace.WithLinks(trace.Link{SpanContext: sc}))
+			so = append(so[:len(so):len(so)], trace.WithLinks(trace.Link{SpanContext: sc}))
 		}
+	}
+	if p.stamp {
+		so = append(so[:len(so):len(so)], trace.WithTimestamp(op.start))
 	}
 	ctx, op.span = p.tracer.Start(ctx, op.topic.spanName, so...)
 	carrier := lazyCarrier{m: nil, size: len(user)}
@@ -221,19 +227,24 @@ func (op *publishOp) check(h queue.Headers) {
 // end ends a publish of n messages that returned err.
 func (p *Publisher[T]) end(ctx context.Context, op *publishOp, n int, err error) {
 	end := p.clock.Now()
-	mo := op.topic.ok
+	added, recorded := op.topic.added, op.topic.recorded
 	if err != nil {
-		et := errorType(err)
-		op.span.SetAttributes(semconv.ErrorTypeKey.String(et))
-		op.span.RecordError(err, trace.WithTimestamp(end))
-		op.span.SetStatus(codes.Error, err.Error())
-		if p.sent.Enabled(ctx) || p.duration.Enabled(ctx) {
-			mo = metric.WithAttributes(append(op.topic.base[:len(op.topic.base):len(op.topic.base)], semconv.ErrorTypeKey.String(et))...)
+		et := semconv.ErrorTypeKey.String(errorType(err))
+		if op.span.IsRecording() {
+			op.span.SetAttributes(et)
+			op.span.RecordError(err, trace.WithTimestamp(end))
+			op.span.SetStatus(codes.Error, err.Error())
 		}
+		mo := metric.WithAttributes(append(op.topic.base[:len(op.topic.base):len(op.topic.base)], et)...)
+		added, recorded = []metric.AddOption{mo}, []metric.RecordOption{mo}
 	}
-	p.sent.Add(ctx, int64(n), mo)
-	p.duration.Record(ctx, end.Sub(op.start).Seconds(), mo)
-	op.span.End(trace.WithTimestamp(end))
+	p.sent.Add(ctx, int64(n), added...)
+	p.duration.Record(ctx, end.Sub(op.start).Seconds(), recorded...)
+	if p.stamp && op.span.IsRecording() {
+		op.span.End(trace.WithTimestamp(end))
+	} else {
+		op.span.End()
+	}
 }
 
 // lazyCarrier is a TextMapCarrier that allocates its map on the first Set,
