@@ -3,6 +3,7 @@ package sqsserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -85,6 +86,17 @@ func TestDurableRestart(t *testing.T) {
 	// A second server on the same directory is refused.
 	if _, err := sqsserver.New(sqsserver.WithDir(dir)); err == nil {
 		t.Fatal("two servers on one directory")
+	}
+}
+
+// The server's Go methods return *sqsserver.Error values that errors.Is
+// matches against the sentinels.
+func TestGoErrors(t *testing.T) {
+	srv := sqstest.Start(t)
+	err := srv.Server.AwaitParked(context.Background(), "missing", 1)
+	var e *sqsserver.Error
+	if !errors.Is(err, sqsserver.ErrQueueDoesNotExist) || errors.Is(err, sqsserver.ErrReceiptHandleIsInvalid) || !errors.As(err, &e) || e.Status != 400 {
+		t.Fatalf("%v", err)
 	}
 }
 

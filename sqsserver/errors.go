@@ -74,7 +74,6 @@ var (
 	ErrQueueDoesNotExist      error = &Error{Type: kQueueDoesNotExist.typ}
 	ErrReceiptHandleIsInvalid error = &Error{Type: kReceiptHandleInvalid.typ}
 	ErrInvalidParameterValue  error = &Error{Type: kInvalidParameterValue.typ}
-	ErrServerClosed                 = errors.New("sqsserver: server closed")
 )
 
 // write sends e as the SQS JSON protocol does: the status, the type in
