@@ -8,6 +8,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/leasebus/leasebus/broker"
@@ -39,6 +40,56 @@ func TestErrorType(t *testing.T) {
 		if got := errorType(c.err); got != c.want {
 			t.Errorf("errorType(%v) = %q, want %q", c.err, got, c.want)
 		}
+	}
+}
+
+// With an SDK, every delivery is kept from its handler's start to its
+// outcome, and no longer: after a run nothing is left.
+func TestLiveEmptiesAfterOutcomes(t *testing.T) {
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	b, err := broker.New[string](broker.WithClock(clock.NewMock()), broker.WithRetry(queue.RetryPolicy{NoBackoff: true}), broker.WithMaxAttempts(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTopic("t"); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.Subscribe("t", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := NewMiddleware(sub, WithTracerProvider(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"ok", "fail", "panic"} {
+		if _, err := b.Publish(context.Background(), "t", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := 0
+	p, err := poller.New(sub, mw.Handler(func(_ context.Context, d queue.Delivery[string]) error {
+		mw.mu.Lock()
+		held = max(held, len(mw.live))
+		mw.mu.Unlock()
+		switch d.Payload {
+		case "fail":
+			return errors.New("fail")
+		case "panic":
+			panic("boom")
+		}
+		return nil
+	}), mw.Observer(), poller.WithWorkers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RunUntilIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if held < 1 || len(mw.live) != 0 {
+		t.Errorf("kept at most %d deliveries, %d after the run; want at least 1, then none", held, len(mw.live))
 	}
 }
 
