@@ -36,12 +36,12 @@ func (s *subscription) scheduleLocked() {
 // extend or Close.
 func (s *subscription) extendLoop() {
 	defer s.loop.Done()
+	defer s.tell(time.Time{})
 	for {
 		s.mu.Lock()
 		if s.closed || s.due.Len() == 0 {
 			s.looping, s.armed = false, time.Time{}
 			s.mu.Unlock()
-			s.tell(time.Time{})
 			return
 		}
 		next := s.due.S[0].extendAt
