@@ -71,22 +71,24 @@ type DeadLetterLimits struct {
 // dead letters go to a second stream beside it. Its methods are safe for
 // concurrent use. It does not own the connection.
 type Bus struct {
-	js       js.JetStream
-	stream   js.Stream // the topics' stream
-	dlStream js.Stream // the dead letters' stream
-	cfg      busConfig
+	js          js.JetStream
+	stream      js.Stream // the topics' stream
+	dlStream    js.Stream // the dead letters' stream
+	schedStream js.Stream // the schedules' stream (WithDelays); nil without
+	cfg         busConfig
 }
 
 type busConfig struct {
 	stream string
 	prefix string
 	// What Open creates when a stream is missing; the fields the options
-	// set explicitly (topicSet, dlqSet) are also compared with an
-	// existing stream's.
-	topic, dlq       js.StreamConfig
-	topicSet, dlqSet settings[js.StreamConfig]
-	update           bool
-	err              error
+	// set explicitly (topicSet, dlqSet, schedSet) are also compared with
+	// an existing stream's.
+	topic, dlq, sched          js.StreamConfig
+	topicSet, dlqSet, schedSet settings[js.StreamConfig]
+	delays                     bool // WithDelays: the schedules' stream, sourced by the topics'
+	update                     bool
+	err                        error
 }
 
 func (c *busConfig) fail(err error) {
@@ -95,12 +97,15 @@ func (c *busConfig) fail(err error) {
 	}
 }
 
-// both sets a setting on both streams.
-func (c *busConfig) both(s setting[js.StreamConfig], set func(*js.StreamConfig)) {
+// all sets a setting on every stream of the bus (the schedules' too,
+// with WithDelays).
+func (c *busConfig) all(s setting[js.StreamConfig], set func(*js.StreamConfig)) {
 	set(&c.topic)
 	set(&c.dlq)
+	set(&c.sched)
 	c.topicSet.add(s)
 	c.dlqSet.add(s)
+	c.schedSet.add(s)
 }
 
 // Option configures Open. Options that set a stream setting (storage,
@@ -134,35 +139,35 @@ func WithSubjectPrefix(p string) Option {
 	}
 }
 
-// WithMemoryStorage keeps both streams in memory rather than in files (the
-// default for a stream Open creates): faster, and lost when the server
-// stops. JetStream cannot change an existing stream's storage.
+// WithMemoryStorage keeps the bus's streams in memory rather than in
+// files (the default for a stream Open creates): faster, and lost when the
+// server stops. JetStream cannot change an existing stream's storage.
 func WithMemoryStorage() Option { return WithStorage(js.MemoryStorage) }
 
-// WithStorage sets both streams' storage (default for a stream Open
+// WithStorage sets the bus's streams' storage (default for a stream Open
 // creates: js.FileStorage). JetStream cannot change an existing stream's
 // storage.
 func WithStorage(st js.StorageType) Option {
 	return func(c *busConfig) {
 		s := field("Storage", "WithStorage", func(c *js.StreamConfig) *js.StorageType { return &c.Storage })
 		s.fixed = true
-		c.both(s, func(sc *js.StreamConfig) { sc.Storage = st })
+		c.all(s, func(sc *js.StreamConfig) { sc.Storage = st })
 	}
 }
 
-// WithReplicas sets both streams' replica count in a cluster (default for
-// a stream Open creates: 1).
+// WithReplicas sets the bus's streams' replica count in a cluster
+// (default for a stream Open creates: 1).
 func WithReplicas(n int) Option {
 	return func(c *busConfig) {
 		if n < 1 {
 			c.fail(core.Invalid("WithReplicas: %d, must be >= 1", n))
 		}
-		c.both(field("Replicas", "WithReplicas", func(c *js.StreamConfig) *int { return &c.Replicas }),
+		c.all(field("Replicas", "WithReplicas", func(c *js.StreamConfig) *int { return &c.Replicas }),
 			func(sc *js.StreamConfig) { sc.Replicas = n })
 	}
 }
 
-// WithPlacement places both streams in a cluster, on servers with the
+// WithPlacement places the bus's streams in a cluster, on servers with the
 // given tags (default: wherever the server puts them).
 func WithPlacement(cluster string, tags ...string) Option {
 	return func(c *busConfig) {
@@ -178,7 +183,7 @@ func WithPlacement(cluster string, tags ...string) Option {
 			},
 			copy: func(d, s *js.StreamConfig) { d.Placement = s.Placement },
 		}
-		c.both(s, func(sc *js.StreamConfig) { pp := p; sc.Placement = &pp })
+		c.all(s, func(sc *js.StreamConfig) { pp := p; sc.Placement = &pp })
 	}
 }
 
@@ -322,6 +327,10 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 			MaxBytes: -1, MaxMsgs: -1, Duplicates: DefaultDeadLetterDuplicates,
 			MaxMsgsPerSubject: DefaultDeadLettersPerSubscription,
 		},
+		sched: js.StreamConfig{
+			Retention: js.LimitsPolicy, Discard: js.DiscardOld, Storage: js.FileStorage, Replicas: 1,
+			MaxBytes: -1, MaxMsgs: -1, AllowMsgSchedules: true, AllowMsgTTL: true, AllowRollup: true,
+		},
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -334,6 +343,24 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 	topicNeeds := append(settings[js.StreamConfig]{subjectsSetting,
 		field("Retention", "required", func(c *js.StreamConfig) *js.RetentionPolicy { return &c.Retention })}, cfg.topicSet...)
 	dlqNeeds := append(settings[js.StreamConfig]{subjectsSetting}, cfg.dlqSet...)
+	var (
+		sched js.Stream
+		err   error
+	)
+	if cfg.delays {
+		// The schedules' stream first: the topics' stream sources it.
+		if sched, err = ensureSchedules(ctx, j, &cfg); err != nil {
+			return nil, fmt.Errorf("jetstream.Open: %w", err)
+		}
+		src := cfg.dueSource()
+		cfg.topic.Sources = []*js.StreamSource{&src}
+		if cfg.topic.Duplicates == 0 {
+			// The server gives a stream with sources no duplicate window
+			// of its own; Release and Redrive rely on one.
+			cfg.topic.Duplicates = serverDuplicateWindow
+		}
+		topicNeeds = append(topicNeeds, sourceSetting)
+	}
 	st, err := ensureStream(ctx, j, cfg.topic, topicNeeds, cfg.update)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream.Open: %w", err)
@@ -342,7 +369,7 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 	if err != nil {
 		return nil, fmt.Errorf("jetstream.Open: %w", err)
 	}
-	return &Bus{js: j, stream: st, dlStream: dl, cfg: cfg}, nil
+	return &Bus{js: j, stream: st, dlStream: dl, schedStream: sched, cfg: cfg}, nil
 }
 
 // subjectsSetting requires an existing stream to take the subjects

@@ -30,9 +30,11 @@ func (h *jsHarness) Capabilities() sourcetest.Capabilities {
 		// Emulated: a released message is republished with the attempts
 		// it had spent.
 		ReleaseKeepsAttempt: true,
-		// Not: FakeClock (the server keeps time), Priorities (a stream
-		// is FIFO), LateAck (the server may have redelivered to another
-		// handle).
+		// Not: FakeClock (the server keeps time), Priorities (refused:
+		// jetstream.WithPriority), LateAck (the server may have
+		// redelivered to another handle). The harness does not
+		// implement sourcetest.KeyPublisher: ordering keys are refused
+		// (jetstream.WithKey).
 	}
 }
 
@@ -77,7 +79,7 @@ func (h *jsHarness) Close() error { return nil }
 func TestConformance(t *testing.T) {
 	srv := startServer(t, t.TempDir(), -1)
 	nc := connect(t, srv.srv.ClientURL())
-	bus := open(t, nc, jetstream.WithMemoryStorage())
+	bus := open(t, nc, jetstream.WithMemoryStorage(), jetstream.WithDelays())
 	sourcetest.Run(t, &jsHarness{bus: bus, unit: 150 * time.Millisecond})
 }
 
@@ -130,3 +132,30 @@ func (h *jsHarness) Redrive(ctx context.Context, sub sourcetest.Subscription, ma
 }
 
 func (h *jsHarness) Patterns() bool { return true }
+
+// The publish and subscribe options beyond the basics. Not
+// sourcetest.KeyPublisher: ordering keys are refused on JetStream.
+var (
+	_ sourcetest.TTLPublisher     = (*jsHarness)(nil)
+	_ sourcetest.FilterSubscriber = (*jsHarness)(nil)
+	_ sourcetest.DelayPublisher   = (*jsHarness)(nil)
+)
+
+func (h *jsHarness) PublishTTL(ctx context.Context, topic, payload string, ttl time.Duration) error {
+	_, err := jetstream.Publish(ctx, h.bus, topic, payload, jetstream.WithTTL(ttl))
+	return err
+}
+
+func (h *jsHarness) SubscribeFiltered(ctx context.Context, topic, name string, o sourcetest.SubscribeOptions, keep func(queue.Message[string]) bool) (sourcetest.Subscription, error) {
+	return jetstream.Subscribe[string](ctx, h.bus, topic, name,
+		jetstream.WithVisibilityTimeout(o.VisibilityTimeout),
+		jetstream.WithMaxAttempts(o.MaxAttempts),
+		jetstream.WithRetry(o.Retry()),
+		jetstream.WithPollSlice(50*time.Millisecond),
+		jetstream.WithFilter(keep))
+}
+
+func (h *jsHarness) PublishDelay(ctx context.Context, topic, payload string, delay time.Duration) error {
+	_, err := jetstream.Publish(ctx, h.bus, topic, payload, jetstream.WithDelay(delay))
+	return err
+}

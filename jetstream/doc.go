@@ -78,6 +78,12 @@
 //     sequence). Purge: the consumer deleted and created again.
 //     PublishBatch: asynchronous publishes, then their acks. A duplicate
 //     publish (WithMsgID) returns the original, read back by sequence.
+//   - Publish delay (WithDelay, on a bus opened WithDelays): a JetStream
+//     message schedule ("Nats-Schedule: @at T") on PREFIX.delay.ID in a
+//     third stream, "LEASEBUS_SCHED"; the server fires it at T into
+//     PREFIX.due.TOPIC, which the topics' stream sources as the topic's
+//     subject. Waiting spends no attempt, and nothing in the client has
+//     to run for it.
 //   - FetchDeadLetters reads a subscription's dead letters back as
 //     queue.DeadLetter values. The dead letters' stream is bounded: Open
 //     creates it keeping DefaultDeadLettersPerSubscription per
@@ -101,8 +107,16 @@
 //   - TTL (WithTTL) and filters (WithFilter) are emulated by the handles
 //     at delivery: an expired message is dead-lettered (Expired) when it
 //     is delivered, a filtered one acked unseen.
-//   - No priorities, ordering keys, publish delays or overflow policies
-//     (the stream's limits, with discard-new, refuse a publish when full).
+//   - Priorities (WithPriority) and ordering keys (WithKey) are refused
+//     with an error matching ErrUnsupported: a stream delivers in stream
+//     order, and JetStream bounds what is in flight per consumer, not per
+//     key; no handle sees another's leases, so the client cannot emulate
+//     either correctly. No overflow policies: the stream's limits, with
+//     discard-new, refuse a publish when full.
+//   - A delayed message fans out when it comes due, not at the publish:
+//     a subscription made in between receives it, a Purge does not drop
+//     it, and Stats.Delayed stays 0. It may come due up to a fraction of a
+//     second late (the server's schedule timer), never early.
 //   - A redriven message goes to the back of the queue; it does not keep
 //     its place.
 //   - A late Ack (after the deadline) is sent, and may succeed, but the

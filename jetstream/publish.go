@@ -17,8 +17,9 @@ import (
 
 // ErrDuplicateGone is returned by Publish for a message whose WithMsgID
 // names one published within the stream's duplicate window that is no
-// longer in the stream (every subscription has settled it), so it cannot
-// be returned in place of the new one. Nothing was published.
+// longer in the stream (every subscription has settled it; for a delayed
+// one, its schedule has fired), so it cannot be returned in place of the
+// new one. Nothing was published.
 var ErrDuplicateGone = errors.New("jetstream: duplicate of a message no longer in the stream")
 
 // PublishOption adjusts one Publish or PublishBatch.
@@ -27,10 +28,82 @@ type PublishOption func(*publishConfig)
 type publishConfig struct {
 	ttl     time.Duration
 	ttlSet  bool
+	delay   time.Duration
 	headers map[string]string
 	msgID   string
 	msgIDs  []string
 	codec   any
+	err     error // the first option's error
+}
+
+func (c *publishConfig) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// ErrUnsupported is matched (errors.Is) by the error of an option that
+// asks for what this backend cannot do correctly on JetStream: a message
+// priority other than normal (WithPriority), an ordering key (WithKey).
+// It also matches errors.ErrUnsupported. The error names the feature and
+// says why; nothing is published.
+var ErrUnsupported = fmt.Errorf("jetstream: not supported on JetStream: %w", errors.ErrUnsupported)
+
+// WithPriority is the broker's WithPriority, refused: any priority but
+// queue.PriorityNormal (the default, which is accepted) makes Publish and
+// PublishBatch fail with an error matching ErrUnsupported, and an invalid
+// one with one matching queue.ErrInvalidArgument. A stream delivers each
+// consumer's messages in stream order. JetStream's priority groups rank
+// the pulling clients (overflow, pinned client, prioritized pulls), not
+// the messages. A client cannot reorder correctly either: to see a
+// message's priority a handle must lease it, and no handle sees the
+// messages the others hold, so a handle would work on a low-priority
+// message while a critical one waits behind another handle's leases.
+func WithPriority(p queue.Priority) PublishOption {
+	return func(c *publishConfig) {
+		switch {
+		case !core.ValidPriority(p):
+			c.fail(core.Invalid("WithPriority: %d is not a priority", p))
+		case p != queue.PriorityNormal:
+			c.fail(fmt.Errorf("WithPriority(%v): %w: a stream delivers in publish order, and JetStream's priority groups rank clients, not messages", p, ErrUnsupported))
+		}
+	}
+}
+
+// WithKey is the broker's WithKey, refused: a non-empty key makes Publish
+// and PublishBatch fail with an error matching ErrUnsupported ("" means no
+// key and is accepted). An ordering key holds back the later messages of
+// a key while an earlier one is leased or waits out a retry, across every
+// handle of a subscription, in every process. JetStream bounds what is in
+// flight per consumer (MaxAckPending), not per subject, and a handle only
+// knows the leases it holds itself: holding back in the client would be
+// correct within one handle only.
+func WithKey(key string) PublishOption {
+	return func(c *publishConfig) {
+		if key != "" {
+			c.fail(fmt.Errorf("WithKey(%q): %w: JetStream bounds what is in flight per consumer, not per key, and one handle does not see another's leases", key, ErrUnsupported))
+		}
+	}
+}
+
+// WithDelay makes the message visible d after the publish, as the
+// broker's WithDelay does, with JetStream's message schedules (the bus
+// must be opened WithDelays; else Publish fails with an error matching
+// ErrNoDelays). The message's PublishedAt is the publish; waiting spends
+// no attempt. Every subscription of the topic when the message comes due
+// receives it (the broker fans out at the publish): one created after the
+// publish gets it too, and one purged meanwhile does not drop it. It
+// comes due at the publisher's clock's now + d, as the server's clock
+// reads it, and the server fires schedules on a timer of at least 250ms:
+// it may come a little late, never early. 0, the default, is at once; d
+// must be >= 0.
+func WithDelay(d time.Duration) PublishOption {
+	return func(c *publishConfig) {
+		if d < 0 {
+			c.fail(core.Invalid("WithDelay: %v, must be >= 0", d))
+		}
+		c.delay = d
+	}
 }
 
 // WithHeaders adds headers to the message.
@@ -78,6 +151,9 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 	if err := validTopic(topic, false); err != nil {
 		return pc, nil, err
 	}
+	if pc.err != nil {
+		return pc, nil, pc.err
+	}
 	if pc.ttlSet && pc.ttl <= 0 {
 		return pc, nil, core.Invalid("WithTTL: %v, must be > 0", pc.ttl)
 	}
@@ -88,9 +164,9 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 	return pc, codec, nil
 }
 
-// prepare encodes payload into a message to topic, and the message as
-// subscribers will see it (PublishedAt is set by the caller).
-func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Codec[T], msgID string) (*nats.Msg, queue.Message[T], error) {
+// prepare encodes payload into a message to topic, published at now (a
+// schedule, with a delay), and the message as subscribers will see it.
+func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Codec[T], msgID string, now time.Time) (*nats.Msg, queue.Message[T], error) {
 	data, err := codec.Encode(nil, payload)
 	if err != nil {
 		return nil, queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
@@ -108,13 +184,34 @@ func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Co
 	if msgID != "" {
 		m.Header.Set(nats.MsgIdHdr, msgID)
 	}
-	return m, queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: queue.NewHeaders(pc.headers)}, nil
+	if pc.delay > 0 {
+		m.Header.Set(HeaderPublishedAt, now.Format(time.RFC3339Nano)) // not the time it is sourced
+		b.schedule(m, topic, now.Add(pc.delay))
+	}
+	return m, queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: queue.NewHeaders(pc.headers), PublishedAt: now}, nil
+}
+
+// checkDelay refuses a delay on a bus without the schedules' stream.
+func checkDelay(b *Bus, topic string, pc *publishConfig) error {
+	if pc.delay > 0 && b.schedStream == nil {
+		return fmt.Errorf("publish to %q with a delay of %v: %w (JetStream message schedules, in a stream of their own)", topic, pc.delay, ErrNoDelays)
+	}
+	return nil
+}
+
+// storedIn returns the stream of b that a publish ack names.
+func (b *Bus) storedIn(ack *js.PubAck) js.Stream {
+	if b.schedStream != nil && ack.Stream == b.cfg.schedName() {
+		return b.schedStream
+	}
+	return b.stream
 }
 
 // Publish encodes payload and publishes it to topic, waiting for the
-// stream to store it. It returns the message as subscribers will see it
-// (ID, Topic, Payload, Headers, PublishedAt; Priority and Key are not
-// carried on JetStream). A duplicate (WithMsgID) returns the original.
+// stream to store it (a delayed one: the schedules' stream). It returns
+// the message as subscribers will see it (ID, Topic, Payload, Headers,
+// PublishedAt; a priority or key is refused, see WithPriority and
+// WithKey). A duplicate (WithMsgID) returns the original.
 func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
 	pc, codec, err := publishSetup[T](topic, opts)
 	if err != nil {
@@ -123,18 +220,19 @@ func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts .
 	if pc.msgIDs != nil {
 		return queue.Message[T]{}, core.Invalid("WithMsgIDs: only for PublishBatch; Publish takes WithMsgID")
 	}
-	m, out, err := prepare(b, topic, payload, &pc, codec, pc.msgID)
+	if err := checkDelay(b, topic, &pc); err != nil {
+		return queue.Message[T]{}, err
+	}
+	m, out, err := prepare(b, topic, payload, &pc, codec, pc.msgID, time.Now())
 	if err != nil {
 		return queue.Message[T]{}, err
 	}
-	now := time.Now()
 	ack, err := b.js.PublishMsg(ctx, m)
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: %w", topic, err)
 	}
-	out.PublishedAt = now
 	if ack.Duplicate {
-		return original(ctx, b, topic, ack.Sequence, codec)
+		return original(ctx, b.storedIn(ack), topic, ack.Sequence, codec)
 	}
 	return out, nil
 }
@@ -160,12 +258,16 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 	if pc.msgIDs != nil && len(pc.msgIDs) != len(payloads) {
 		return nil, core.Invalid("WithMsgIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
 	}
+	if err := checkDelay(b, topic, &pc); err != nil {
+		return nil, err
+	}
 	if len(payloads) == 0 {
 		return nil, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	now := time.Now()
 	out := make([]queue.Message[T], len(payloads))
 	msgs := make([]*nats.Msg, len(payloads))
 	for i, p := range payloads {
@@ -173,11 +275,10 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 		if pc.msgIDs != nil {
 			msgID = pc.msgIDs[i]
 		}
-		if msgs[i], out[i], err = prepare(b, topic, p, &pc, codec, msgID); err != nil {
+		if msgs[i], out[i], err = prepare(b, topic, p, &pc, codec, msgID, now); err != nil {
 			return nil, fmt.Errorf("payload %d: %w", i, err)
 		}
 	}
-	now := time.Now()
 	futures := make([]js.PubAckFuture, len(msgs))
 	var errs []error
 	for i, m := range msgs {
@@ -202,9 +303,8 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 			errs = append(errs, fmt.Errorf("publish to %q, payload %d: %w", topic, i, err))
 			continue
 		}
-		out[i].PublishedAt = now
 		if ack.Duplicate {
-			if out[i], err = original(ctx, b, topic, ack.Sequence, codec); err != nil {
+			if out[i], err = original(ctx, b.storedIn(ack), topic, ack.Sequence, codec); err != nil {
 				errs = append(errs, fmt.Errorf("payload %d: %w", i, err))
 			}
 		}
@@ -214,8 +314,8 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 
 // original reads back the message stored at seq, of which a publish was a
 // duplicate.
-func original[T any](ctx context.Context, b *Bus, topic string, seq uint64, codec Codec[T]) (queue.Message[T], error) {
-	raw, err := b.stream.GetMsg(ctx, seq)
+func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64, codec Codec[T]) (queue.Message[T], error) {
+	raw, err := st.GetMsg(ctx, seq)
 	if errors.Is(err, js.ErrMsgNotFound) {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: %w", topic, seq, ErrDuplicateGone)
 	}
@@ -227,5 +327,9 @@ func original[T any](ctx context.Context, b *Bus, topic string, seq uint64, code
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: decode: %w", topic, seq, err)
 	}
 	id, _ := uuid.Parse(raw.Header.Get(HeaderID))
-	return queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: userHeaders(raw.Header), PublishedAt: raw.Time}, nil
+	published := raw.Time
+	if t, err := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderPublishedAt)); err == nil {
+		published = t // a delayed message's schedule
+	}
+	return queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: userHeaders(raw.Header), PublishedAt: published}, nil
 }

@@ -835,9 +835,12 @@ func (s *Subscription[T]) Delete(ctx context.Context) error {
 // Visible (NumPending: not yet delivered), InFlight (NumAckPending: leased,
 // and also those waiting out a Nack or retry delay or an expired lease's
 // redelivery, which JetStream does not tell apart) and Delivered (the
-// consumer's delivery sequence: every delivery, first or not). The other
-// counters of queue.Stats are not kept by JetStream and stay zero. It is
-// one round trip to the server.
+// consumer's delivery sequence: every delivery, first or not). The rest
+// of queue.Stats is not kept by JetStream and stays zero: Delayed (a
+// delayed message is a schedule, not yet the subscription's), HeldBack,
+// the counters Published, Acked, Redelivered, DeadLettered and Dropped,
+// DeadLetteredBy, and OldestVisibleAge. It is one round trip to the
+// server.
 func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
 	if s.isClosed() {
 		return queue.Stats{}, s.errClosed("stats")
