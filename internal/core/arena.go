@@ -7,20 +7,111 @@ import (
 // entryAt returns the entry in a slot, which must be below q.slots.
 func (q *Queue[T]) entryAt(slot uint32) *entry[T] { return &q.arena[slot/chunk][slot%chunk] }
 
+// tickOf returns t as a tick of q's clock.
+func (q *Queue[T]) tickOf(t time.Time) tick { return tick(t.Sub(q.epoch)) }
+
+// timeOf returns the time a tick stands for; noTick is the zero time.
+func (q *Queue[T]) timeOf(k tick) time.Time {
+	if k == noTick {
+		return time.Time{}
+	}
+	return q.epoch.Add(time.Duration(k))
+}
+
+// after returns k + d (d >= 0), saturating at farTick.
+func (k tick) after(d time.Duration) tick {
+	if k > farTick-tick(d) {
+		return farTick
+	}
+	return k + tick(d)
+}
+
+// ttlOf returns the TTL of e, which must have one (hasTTL).
+func (q *Queue[T]) ttlOf(e *entry[T]) *ttlInfo { return &q.ttls[e.slot/chunk][e.slot%chunk] }
+
+// setTTLLocked gives e a time to live of d that passes at expires. It does
+// not put e in the TTL heap: placeLocked does.
+func (q *Queue[T]) setTTLLocked(e *entry[T], expires tick, d time.Duration) {
+	for int(e.slot/chunk) >= len(q.ttls) { // the side arena grows only for a queue that has TTLs
+		q.ttls = append(q.ttls, make([]ttlInfo, chunk))
+	}
+	*q.ttlOf(e) = ttlInfo{expires: expires, ttl: d, index: -1}
+	e.set(hasTTL, true)
+}
+
+// ttlWaitingLocked reports whether e has a TTL and sits in the TTL heap.
+func (q *Queue[T]) ttlWaitingLocked(e *entry[T]) bool { return e.is(hasTTL) && q.ttlOf(e).index >= 0 }
+
+// expiresLocked returns when e's TTL passes, or the zero time for none.
+func (q *Queue[T]) expiresLocked(e *entry[T]) (time.Time, time.Duration) {
+	if !e.is(hasTTL) {
+		return time.Time{}, 0
+	}
+	t := q.ttlOf(e)
+	return q.timeOf(t.expires), t.ttl
+}
+
+// lastErrLocked returns e's LastError.
+func (q *Queue[T]) lastErrLocked(e *entry[T]) string {
+	switch e.lastErr {
+	case errExpired:
+		return errExpiredText
+	case errNacked:
+		return "nacked"
+	case errFailed:
+		return "failed"
+	case errCustom:
+		return q.errs[e.slot]
+	}
+	return ""
+}
+
+// setLastErrLocked sets e's LastError; a text other than the queue's own
+// is kept in q.errs.
+func (q *Queue[T]) setLastErrLocked(e *entry[T], text string) {
+	k := errCustom
+	switch text {
+	case "":
+		k = errNone
+	case errExpiredText:
+		k = errExpired
+	case "nacked":
+		k = errNacked
+	case "failed":
+		k = errFailed
+	}
+	q.setErrKindLocked(e, k)
+	if k == errCustom {
+		if q.errs == nil {
+			q.errs = make(map[uint32]string)
+		}
+		q.errs[e.slot] = text
+	}
+}
+
+// setErrKindLocked sets e's LastError to one of the queue's own texts (or
+// errCustom, whose text the caller stores), forgetting a custom one.
+func (q *Queue[T]) setErrKindLocked(e *entry[T], k errKind) {
+	if e.lastErr == errCustom && k != errCustom {
+		delete(q.errs, e.slot)
+	}
+	e.lastErr = k
+}
+
 // placeLocked puts a new (or redriven) entry where it waits: behind its
 // key's head, or delayed, or ready.
 func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
-	if !e.expiresAt.IsZero() {
+	if e.is(hasTTL) {
 		q.ttl.push(e)
 	}
-	if e.key != "" {
+	if key := e.key(); key != "" {
 		if q.keys == nil {
 			q.keys = make(map[string]*keyQueue[T])
 		}
-		kq := q.keys[e.key]
+		kq := q.keys[key]
 		if kq == nil {
 			kq = &keyQueue[T]{}
-			q.keys[e.key] = kq
+			q.keys[key] = kq
 		}
 		if kq.head != nil {
 			kq.hold(e)
@@ -35,7 +126,7 @@ func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 // showLocked puts an entry that may be delivered in the delayed heap or
 // the ready lanes.
 func (q *Queue[T]) showLocked(now time.Time, e *entry[T], fresh bool) {
-	if e.visibleAt.After(now) {
+	if e.at > q.tickOf(now) {
 		e.state = stateDelayed
 		q.delayed.push(e)
 	} else {
@@ -51,7 +142,7 @@ func (q *Queue[T]) unplaceLocked(e *entry[T]) {
 	case stateReady:
 		q.ready.remove(e)
 	case stateDelayed:
-		q.delayed.remove(e.index)
+		q.delayed.remove(int(e.index))
 	}
 }
 
@@ -75,7 +166,7 @@ func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 	gen := e.gen + 1
 	q.maxGen = max(q.maxGen, gen)
 	q.nextSeq++
-	*e = entry[T]{msg: m, place: q.nextSeq, slot: slot, gen: gen, prio: int(m.Priority) + 1, index: -1, ttlIndex: -1, key: m.Key}
+	*e = entry[T]{msg: m, place: q.nextSeq, at: noTick, slot: slot, gen: gen, prio: uint8(m.Priority + 1), index: -1}
 	q.nheld++
 	return e
 }
@@ -85,10 +176,19 @@ func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 // its leases become unknown, and there is room for another message. e must
 // be out of the ready lanes, the delayed heap and the in-flight table.
 func (q *Queue[T]) finishLocked(now time.Time, e *entry[T]) {
-	if e.ttlIndex >= 0 {
-		q.ttl.remove(e.ttlIndex)
+	if q.ttlWaitingLocked(e) {
+		q.ttl.remove(int(q.ttlOf(e).index))
 	}
-	if kq := q.keys[e.key]; e.key != "" && kq != nil {
+	if key := e.key(); key != "" {
+		q.leaveKeyLocked(now, e, key)
+	}
+	q.recycleLocked(e)
+}
+
+// leaveKeyLocked takes e out of its key's queue: the key's next message
+// gets its turn if e was the head.
+func (q *Queue[T]) leaveKeyLocked(now time.Time, e *entry[T], key string) {
+	if kq := q.keys[key]; kq != nil {
 		if kq.head == e {
 			kq.head = kq.next()
 			if kq.head != nil {
@@ -99,15 +199,15 @@ func (q *Queue[T]) finishLocked(now time.Time, e *entry[T]) {
 			q.heldBack--
 		}
 		if kq.head == nil && kq.len() == 0 {
-			delete(q.keys, e.key)
+			delete(q.keys, key)
 		}
 	}
-	q.recycleLocked(e)
 }
 
 // recycleLocked forgets e and frees its slot. The slot keeps its
 // generation, so e's leases become unknown.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
+	q.setErrKindLocked(e, errNone)
 	*e = entry[T]{slot: e.slot, gen: e.gen}
 	q.free = append(q.free, e.slot)
 	q.nheld--

@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -125,18 +126,20 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 		e := q.newEntryLocked(r.Message)
 		q.nextSeq-- // newEntryLocked took a place; the entry keeps its own
 		e.place = r.Place
-		e.attempt = r.Attempts
-		e.lastErr = r.LastError
-		e.ttl, e.expiresAt = r.TTL, r.ExpiresAt
+		e.attempt = int32(min(r.Attempts, math.MaxInt32))
+		q.setLastErrLocked(e, r.LastError)
+		if !r.ExpiresAt.IsZero() {
+			q.setTTLLocked(e, q.tickOf(r.ExpiresAt), r.TTL)
+		}
 		q.stats.Published++
 		if r.InFlight {
-			e.lastErr = errExpiredText
+			q.setErrKindLocked(e, errExpired)
 			if q.exhausted(e) {
 				q.deadLetterLocked(now, e, ReasonMaxAttempts)
 				continue
 			}
-		} else {
-			e.visibleAt = r.VisibleAt
+		} else if !r.VisibleAt.IsZero() {
+			e.at = q.tickOf(r.VisibleAt)
 		}
 		q.placeLocked(now, e, true)
 	}
@@ -183,9 +186,13 @@ func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
 			continue
 		}
 		r := Entry[T]{
-			Message: e.msg, Place: e.place, Attempts: e.attempt, InFlight: e.state == stateLeased,
-			VisibleAt: e.visibleAt, TTL: e.ttl, ExpiresAt: e.expiresAt, LastError: e.lastErr,
+			Message: e.msg, Place: e.place, Attempts: int(e.attempt), InFlight: e.state == stateLeased,
+			LastError: q.lastErrLocked(e),
 		}
+		if e.state != stateLeased { // a leased entry's at is its deadline
+			r.VisibleAt = q.timeOf(e.at)
+		}
+		r.ExpiresAt, r.TTL = q.expiresLocked(e)
 		es = append(es, r)
 	}
 	return es, thaw

@@ -1,8 +1,6 @@
 package core
 
 import (
-	"time"
-
 	"github.com/leasebus/leasebus/internal/minheap"
 )
 
@@ -54,9 +52,32 @@ func (r *run[T]) push(e *entry[T]) {
 		r.blocks = append(r.blocks, b)
 	}
 	*r.slot(r.end) = e
-	e.index = -2 - r.end
+	e.index = int32(-2 - r.end)
 	r.end++
 	r.n++
+	if r.end >= maxRunPos {
+		r.rebase()
+	}
+}
+
+// maxRunPos bounds a run's positions, so that an entry's index (an int32)
+// holds them; past it the run renumbers.
+const maxRunPos = 1 << 30
+
+// rebase renumbers the run from position 0 at its base: base only grows
+// (as blocks are dropped from the front), so a run that never empties
+// would otherwise outgrow an int32 after a billion pushes. It rewrites
+// every entry's index, once per maxRunPos pushes at most.
+func (r *run[T]) rebase() {
+	shift := r.base
+	for pos := r.head; pos < r.end; pos++ {
+		if e := *r.slot(pos); e != nil {
+			e.index = int32(-2 - (pos - shift))
+		}
+	}
+	r.base -= shift
+	r.head -= shift
+	r.end -= shift
 }
 
 // pop removes and returns the first entry.
@@ -73,7 +94,7 @@ func (r *run[T]) pop() *entry[T] {
 
 // remove takes e, which must be in r, out of it.
 func (r *run[T]) remove(e *entry[T]) {
-	pos := -2 - e.index
+	pos := -2 - int(e.index)
 	*r.slot(pos) = nil
 	e.index = -1
 	r.n--
@@ -136,7 +157,7 @@ func (r *run[T]) compact() {
 		if e := *r.slot(i); e != nil {
 			*r.slot(i) = nil
 			*r.slot(j) = e
-			e.index = -2 - j
+			e.index = int32(-2 - j)
 			j++
 		}
 	}
@@ -159,15 +180,15 @@ type inflight[T any] struct {
 func newInflight[T any]() inflight[T] {
 	return inflight[T]{heap: minheap.Heap[*entry[T]]{
 		Less:     byDeadline[T],
-		SetIndex: func(e *entry[T], i int) { e.index = i },
+		SetIndex: func(e *entry[T], i int) { e.index = int32(i) },
 	}}
 }
 
 // byDeadline orders leases by deadline, then lease order: equal deadlines
 // expire first in, first out.
 func byDeadline[T any](a, b *entry[T]) bool {
-	if !a.deadline.Equal(b.deadline) {
-		return a.deadline.Before(b.deadline)
+	if a.at != b.at {
+		return a.at < b.at
 	}
 	return a.stamp < b.stamp
 }
@@ -175,11 +196,11 @@ func byDeadline[T any](a, b *entry[T]) bool {
 // Len returns the number of leases.
 func (f *inflight[T]) Len() int { return f.run.len() + f.heap.Len() }
 
-// Push adds e, whose deadline is set, as the latest lease.
+// Push adds e, whose deadline (at) is set, as the latest lease.
 func (f *inflight[T]) Push(e *entry[T]) {
 	f.stamp++
 	e.stamp = f.stamp
-	if f.run.len() == 0 || !e.deadline.Before(f.run.last().deadline) {
+	if f.run.len() == 0 || e.at >= f.run.last().at {
 		f.run.push(e)
 		return
 	}
@@ -189,7 +210,7 @@ func (f *inflight[T]) Push(e *entry[T]) {
 // Remove takes e, which must be in f, out of it.
 func (f *inflight[T]) Remove(e *entry[T]) {
 	if e.index >= 0 {
-		f.heap.Remove(e.index)
+		f.heap.Remove(int(e.index))
 		return
 	}
 	f.run.remove(e)
@@ -197,14 +218,14 @@ func (f *inflight[T]) Remove(e *entry[T]) {
 
 // SetDeadline moves the deadline of e, which must be in f. It keeps its
 // lease order.
-func (f *inflight[T]) SetDeadline(e *entry[T], deadline time.Time) {
+func (f *inflight[T]) SetDeadline(e *entry[T], deadline tick) {
 	if e.index >= 0 {
-		e.deadline = deadline
-		f.heap.Fix(e.index)
+		e.at = deadline
+		f.heap.Fix(int(e.index))
 		return
 	}
 	f.run.remove(e)
-	e.deadline = deadline
+	e.at = deadline
 	f.heap.Push(e)
 }
 
@@ -222,13 +243,13 @@ func (f *inflight[T]) Peek() *entry[T] {
 
 // PopExpired removes and returns the lease with the earliest deadline if
 // it has expired at now (now >= deadline), else returns nil.
-func (f *inflight[T]) PopExpired(now time.Time) *entry[T] {
+func (f *inflight[T]) PopExpired(now tick) *entry[T] {
 	e := f.Peek()
-	if e == nil || now.Before(e.deadline) {
+	if e == nil || now < e.at {
 		return nil
 	}
 	if e.index >= 0 {
-		f.heap.Remove(e.index)
+		f.heap.Remove(int(e.index))
 	} else {
 		f.run.pop()
 	}

@@ -200,12 +200,13 @@ func (q *Queue[T]) Redrive(dl Letter[T]) error {
 		e.place, ttl = dl.Place, dl.TTL
 	}
 	if ttl > 0 {
-		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+		q.setTTLLocked(e, q.tickOf(now).after(ttl), ttl)
 	}
 	q.stats.Redriven++
 	if q.rec != nil {
 		q.dirty = true
-		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: e.ttl, ExpiresAt: e.expiresAt}, nil)
+		expires, ttl := q.expiresLocked(e)
+		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: ttl, ExpiresAt: expires}, nil)
 	}
 	q.placeLocked(now, e, false)
 	return q.unlock()
@@ -214,15 +215,19 @@ func (q *Queue[T]) Redrive(dl Letter[T]) error {
 func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
 	e := q.newEntryLocked(m)
 	q.stats.Published++
-	if delay > 0 {
-		e.visibleAt = now.Add(delay)
-	}
-	if ttl > 0 {
-		e.ttl, e.expiresAt = ttl, now.Add(ttl)
+	if delay > 0 || ttl > 0 {
+		t := q.tickOf(now)
+		if delay > 0 {
+			e.at = t.after(delay)
+		}
+		if ttl > 0 {
+			q.setTTLLocked(e, t.after(ttl), ttl)
+		}
 	}
 	if q.rec != nil {
 		q.dirty = true
-		q.rec.Offered(Entry[T]{Message: m, Place: e.place, VisibleAt: e.visibleAt, TTL: ttl, ExpiresAt: e.expiresAt}, note)
+		expires, _ := q.expiresLocked(e)
+		q.rec.Offered(Entry[T]{Message: m, Place: e.place, VisibleAt: q.timeOf(e.at), TTL: ttl, ExpiresAt: expires}, note)
 	}
 	q.placeLocked(now, e, true)
 }

@@ -270,24 +270,25 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 	}
 	start := len(dst)
 	deadline := now.Add(vis)
+	at := q.tickOf(deadline)
 	maxAttempts := max(q.cfg.MaxAttempts, 0) // UnlimitedAttempts is 0 in a Delivery
 	for range k {
 		e := q.ready.pop()
-		if e.ttlIndex >= 0 {
-			q.ttl.remove(e.ttlIndex)
+		if q.ttlWaitingLocked(e) {
+			q.ttl.remove(int(q.ttlOf(e).index))
 		}
 		e.delivery++
 		e.attempt++
-		e.leaseOpen = true
+		e.flags |= leaseOpen
 		e.state = stateLeased
-		e.deadline = deadline
+		e.at = at
 		q.inflight.Push(e)
 		q.stats.Delivered++
 		if e.attempt > 1 {
 			q.stats.Redelivered++
 		}
 		id := lease.NewID(q.scope, e.seq(), e.delivery)
-		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: id, Attempt: e.attempt, Deadline: deadline, MaxAttempts: maxAttempts})
+		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: id, Attempt: int(e.attempt), Deadline: deadline, MaxAttempts: maxAttempts})
 	}
 	if q.rec != nil {
 		q.dirty = true
@@ -299,13 +300,13 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 // nextEventLocked returns the earliest future time at which the state
 // changes by itself: a delayed message turns visible or a lease expires.
 func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
-	var next time.Time
+	var next tick
 	ok := false
 	if q.delayed.len() > 0 {
-		next, ok = q.delayed.top().visibleAt, true
+		next, ok = q.delayed.top().at, true
 	}
-	if e := q.inflight.Peek(); e != nil && (!ok || e.deadline.Before(next)) {
-		next, ok = e.deadline, true
+	if e := q.inflight.Peek(); e != nil && (!ok || e.at < next) {
+		next, ok = e.at, true
 	}
-	return next, ok
+	return q.timeOf(next), ok
 }

@@ -29,6 +29,7 @@ const errExpiredText = vocab.LeaseExpired
 type Queue[T any] struct {
 	cfg    Config // immutable after New; defaults filled in
 	clock  clock.Clock
+	epoch  time.Time       // the clock's time at New: tick 0
 	scope  uint64          // the scope of every lease ID this queue issues
 	onDead func(Letter[T]) // receives dead letters, called outside the lock; may be nil
 	rec    Recorder[T]     // told of every change (durable mode); nil in memory
@@ -37,14 +38,16 @@ type Queue[T any] struct {
 
 	mu           sync.Mutex // guards everything below
 	closed       bool
-	arena        [][]entry[T] // every entry, held or free, by slot, in chunks (pointers stay valid)
-	slots        uint32       // slots in the arena
-	free         []uint32     // free slots
-	nheld        int          // entries held
-	maxGen       uint32       // the highest generation handed out: a new chunk starts above it
+	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
+	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
+	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
+	slots        uint32            // slots in the arena
+	free         []uint32          // free slots
+	nheld        int               // entries held
+	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
 	ready        ready[T]
 	delayed      entryHeap[T] // by (visibleAt, place)
-	ttl          entryHeap[T] // waiting entries that have a TTL, by expiresAt
+	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
 	inflight     inflight[T]
 	keys         map[string]*keyQueue[T] // ordering keys with a message held
 	heldBack     int                     // entries held back behind their key's head
@@ -80,6 +83,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 		onDead: onDead,
 		chunk:  settleChunk,
 	}
+	q.epoch = q.clock.Now()
 	q.resetLocked()
 	return q, nil
 }
@@ -93,13 +97,14 @@ func (q *Queue[T]) resetLocked() {
 		*e = entry[T]{slot: e.slot, gen: e.gen}
 		q.free = append(q.free, slot-1)
 	}
+	q.errs = nil
 	q.nheld = 0
 	q.ready = ready[T]{}
 	for i := range q.ready.lanes {
-		q.ready.lanes[i].back = newEntryHeap(byPlace[T], false)
+		q.ready.lanes[i].back = newEntryHeap(byPlace[T])
 	}
-	q.delayed = newEntryHeap(byVisibleAt[T], false)
-	q.ttl = newEntryHeap(byExpiry[T], true)
+	q.delayed = newEntryHeap(byVisibleAt[T])
+	q.ttl = newTTLHeap(q)
 	q.inflight = newInflight[T]()
 	q.keys = nil
 	q.heldBack = 0

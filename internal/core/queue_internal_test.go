@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
@@ -51,7 +52,7 @@ func TestReadyOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var r ready[int]
 	for i := range r.lanes {
-		r.lanes[i].back = newEntryHeap(byPlace[int], false)
+		r.lanes[i].back = newEntryHeap(byPlace[int])
 	}
 	var model []*entry[int]
 	place := uint64(0)
@@ -61,16 +62,16 @@ func TestReadyOrder(t *testing.T) {
 			fresh := rng.IntN(2) == 0
 			if fresh {
 				place++
-				e = &entry[int]{place: place, prio: rng.IntN(numPriorities)}
+				e = &entry[int]{place: place, prio: uint8(rng.IntN(numPriorities))}
 			} else { // a message coming back with an older place
-				e = &entry[int]{place: uint64(rng.IntN(int(place) + 1)), prio: rng.IntN(numPriorities)}
+				e = &entry[int]{place: uint64(rng.IntN(int(place) + 1)), prio: uint8(rng.IntN(numPriorities))}
 			}
 			r.push(e, fresh)
 			model = append(model, e)
 		} else if len(model) > 0 {
 			slices.SortStableFunc(model, func(a, b *entry[int]) int {
 				if a.prio != b.prio {
-					return b.prio - a.prio
+					return int(b.prio) - int(a.prio)
 				}
 				return int(a.place) - int(b.place)
 			})
@@ -182,3 +183,11 @@ func (r *countingRecorder) Removed(*Message[int])                    {}
 func (r *countingRecorder) DeadLettered(Letter[int])                 {}
 func (r *countingRecorder) Purged()                                  {}
 func (r *countingRecorder) Commit() error                            { r.commits++; return nil }
+
+// TestEntrySize holds the budget of what a queue keeps per message beside
+// the shared envelope (issue 15: at most 200 bytes per queued message in
+// all, and the envelope of a []byte payload is 112).
+func TestEntrySize(t *testing.T) {
+	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[[]byte]{}))
+	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[struct{ a, b, c, d int }]{}), "the payload lives in the envelope")
+}

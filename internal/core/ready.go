@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 
@@ -20,30 +21,81 @@ const (
 )
 
 // entry is one subscription's hold on one message. The envelope is shared
-// by every subscription; the entry is this queue's own.
+// by every subscription; the entry is this queue's own, kept small (56
+// bytes, one pointer: what the garbage collector scans for a queued
+// message) because a queue holds up to MaxQueue of them. What few entries
+// need lives beside them: the TTL of a message that has one (q.ttls, by
+// slot) and a failure's own text (q.errs, by slot).
 type entry[T any] struct {
-	msg       *Message[T] // shared, never written after publish; nil when the slot is free
-	place     uint64      // publish sequence in this queue: FIFO order within a priority
-	slot      uint32      // where it lives in the arena
-	gen       uint32      // which use of the slot: with slot, the seq of its lease IDs
-	delivery  uint32      // deliveries so far (the delivery number of the last lease)
-	attempt   int         // attempts spent (Release gives one back)
-	state     entryState
-	leaseOpen bool // the lease of delivery number `delivery` is still current
-	prio      int  // index into ready.lanes: Priority+1
-	lastErr   string
-	visibleAt time.Time // when delayed
-	deadline  time.Time // when leased: the lease's deadline
-	stamp     uint64    // when leased: lease order (equal deadlines expire in it)
-	index     int       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (a lane's FIFO, or none)
-	key       string    // ordering key, "" for none
-	ttl       time.Duration
-	expiresAt time.Time // zero: never
-	ttlIndex  int       // position in the TTL heap, or -1
+	msg      *Message[T] // shared, never written after publish; nil when the slot is free
+	place    uint64      // publish sequence in this queue: FIFO order within a priority
+	at       tick        // delayed or held back: when it turns visible (noTick: at once); leased: the lease's deadline
+	stamp    uint64      // when leased: lease order (equal deadlines expire in it)
+	slot     uint32      // where it lives in the arena
+	gen      uint32      // which use of the slot: with slot, the seq of its lease IDs
+	delivery uint32      // deliveries so far (the delivery number of the last lease)
+	attempt  int32       // attempts spent (Release gives one back)
+	index    int32       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (a lane's FIFO, or none)
+	state    entryState
+	flags    entryFlags
+	prio     uint8   // index into ready.lanes: Priority+1
+	lastErr  errKind // what LastError a dead letter of it would say
+}
+
+// entryFlags are an entry's yes-or-no facts.
+type entryFlags uint8
+
+const (
+	leaseOpen entryFlags = 1 << iota // the lease of delivery number `delivery` is still current
+	hasTTL                           // it has a time to live, in q.ttls
+)
+
+func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }
+
+func (e *entry[T]) set(f entryFlags, on bool) {
+	if on {
+		e.flags |= f
+	} else {
+		e.flags &^= f
+	}
 }
 
 // seq is the seq of this hold's lease IDs: its slot and generation.
 func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
+
+// key is the message's ordering key, "" for none.
+func (e *entry[T]) key() string { return e.msg.Key }
+
+// errKind is an entry's LastError: one of the texts the queue writes
+// itself, or errCustom, a failure's own text, kept in q.errs.
+type errKind uint8
+
+const (
+	errNone    errKind = iota // ""
+	errExpired                // errExpiredText: its last lease expired
+	errNacked                 // "nacked"
+	errFailed                 // "failed": Fail with a nil cause
+	errCustom                 // q.errs[slot]
+)
+
+// tick is a time on the queue's clock as nanoseconds since the queue's
+// epoch (the clock's time at New), so that an entry holds a time in 8
+// bytes with no pointer, the difference keeps the monotonic reading a real
+// clock's times carry, and a mock clock's are exact. Times more than 292
+// years from the epoch saturate.
+type tick int64
+
+const (
+	noTick  tick = math.MinInt64 // no time: visible at once
+	farTick tick = math.MaxInt64 // as far as a tick goes
+)
+
+// ttlInfo is the time to live of an entry that has one (hasTTL).
+type ttlInfo struct {
+	expires tick          // when it passes
+	ttl     time.Duration // its length, counted again from a redrive
+	index   int32         // position in the TTL heap, or -1
+}
 
 // ready holds the visible entries: one lane per priority, highest first.
 // A lane is a FIFO of fresh messages (they arrive in place order, so no
@@ -145,7 +197,7 @@ func (r *ready[T]) remove(e *entry[T]) {
 	r.n--
 	switch {
 	case e.index >= 0:
-		l.back.remove(e.index)
+		l.back.remove(int(e.index))
 		return
 	case e.index <= -2:
 		l.ret.remove(e)
@@ -226,32 +278,34 @@ func (l *lane[T]) compact() {
 }
 
 // entryHeap is a min-heap of entries that keeps each entry's index, so any
-// entry is removed in O(log n). The TTL heap keeps its index in ttlIndex,
-// the others in index.
+// entry is removed in O(log n). The delayed heap and the lanes' heaps keep
+// it in the entry's index; the TTL heap in its ttlInfo.
 type entryHeap[T any] struct {
 	h minheap.Heap[*entry[T]]
 }
 
-func newEntryHeap[T any](less func(a, b *entry[T]) bool, ttl bool) entryHeap[T] {
-	setIndex := func(e *entry[T], i int) { e.index = i }
-	if ttl {
-		setIndex = func(e *entry[T], i int) { e.ttlIndex = i }
-	}
-	return entryHeap[T]{h: minheap.Heap[*entry[T]]{Less: less, SetIndex: setIndex}}
+func newEntryHeap[T any](less func(a, b *entry[T]) bool) entryHeap[T] {
+	return entryHeap[T]{h: minheap.Heap[*entry[T]]{Less: less, SetIndex: func(e *entry[T], i int) { e.index = int32(i) }}}
+}
+
+// newTTLHeap returns the heap of q's entries that have a TTL, by expiry.
+func newTTLHeap[T any](q *Queue[T]) entryHeap[T] {
+	return entryHeap[T]{h: minheap.Heap[*entry[T]]{
+		Less: func(a, b *entry[T]) bool {
+			if x, y := q.ttlOf(a).expires, q.ttlOf(b).expires; x != y {
+				return x < y
+			}
+			return a.place < b.place
+		},
+		SetIndex: func(e *entry[T], i int) { q.ttlOf(e).index = int32(i) },
+	}}
 }
 
 func byPlace[T any](a, b *entry[T]) bool { return a.place < b.place }
 
 func byVisibleAt[T any](a, b *entry[T]) bool {
-	if !a.visibleAt.Equal(b.visibleAt) {
-		return a.visibleAt.Before(b.visibleAt)
-	}
-	return a.place < b.place
-}
-
-func byExpiry[T any](a, b *entry[T]) bool {
-	if !a.expiresAt.Equal(b.expiresAt) {
-		return a.expiresAt.Before(b.expiresAt)
+	if a.at != b.at {
+		return a.at < b.at
 	}
 	return a.place < b.place
 }

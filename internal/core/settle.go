@@ -83,7 +83,7 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 		return invalid("Nack: delay = %v, must be >= 0", delay)
 	}
 	return q.settle("nack", id, func(now time.Time, e *entry[T]) {
-		e.lastErr = "nacked"
+		q.setErrKindLocked(e, errNacked)
 		q.retryLocked(now, e, delay)
 		q.recordRetry(e)
 	})
@@ -97,8 +97,8 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 func (q *Queue[T]) Fail(id lease.ID, cause error) error {
 	text := errText(cause) // cause.Error() is user code: not under the lock
 	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
-		e.lastErr = text
-		q.retryLocked(now, e, q.cfg.Retry.Delay(e.attempt))
+		q.setLastErrLocked(e, text)
+		q.retryLocked(now, e, q.cfg.Retry.Delay(int(e.attempt)))
 		q.recordRetry(e)
 	})
 }
@@ -110,7 +110,7 @@ func (q *Queue[T]) Fail(id lease.ID, cause error) error {
 func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 	text := errText(cause)
 	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
-		e.lastErr = text
+		q.setLastErrLocked(e, text)
 		q.deadLetterLocked(now, e, ReasonRejected)
 	})
 }
@@ -152,8 +152,8 @@ func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	deadline := now.Add(timeout)
-	if deadline.Before(e.deadline) {
+	deadline := q.tickOf(now).after(timeout)
+	if deadline < e.at {
 		q.wakeLocked() // a waiting Poll's timer may now be too late
 	}
 	q.inflight.SetDeadline(e, deadline)
@@ -165,7 +165,7 @@ func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
 func (q *Queue[T]) recordRetry(e *entry[T]) {
 	if q.rec != nil && e.msg != nil {
 		q.dirty = true
-		q.rec.Retried(e.msg, e.visibleAt, e.lastErr)
+		q.rec.Retried(e.msg, q.timeOf(e.at), q.lastErrLocked(e))
 	}
 }
 
@@ -181,7 +181,7 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 		return cmp.Or(q.unlock(), err)
 	}
 	q.inflight.Remove(e)
-	e.leaseOpen = false
+	e.set(leaseOpen, false)
 	f(now, e)
 	if q.cfg.MaxInFlight > 0 {
 		q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
@@ -280,9 +280,10 @@ func (q *Queue[T]) settleLocked(now time.Time) {
 // settleChunkLocked settles at most q.chunk items due at now and reports
 // whether that was all of them.
 func (q *Queue[T]) settleChunkLocked(now time.Time) bool {
+	t := q.tickOf(now)
 	for range q.chunk {
-		if e := q.inflight.PopExpired(now); e != nil {
-			e.lastErr = errExpiredText
+		if e := q.inflight.PopExpired(t); e != nil {
+			q.setErrKindLocked(e, errExpired)
 			if q.exhausted(e) {
 				q.deadLetterLocked(now, e, ReasonMaxAttempts)
 			} else {
@@ -293,13 +294,13 @@ func (q *Queue[T]) settleChunkLocked(now time.Time) bool {
 		// Settling leases makes nothing due in the heaps below, nor does
 		// settling the delayed messages in the TTL heap: one pass in this
 		// order is the three loops one after the other.
-		if q.delayed.len() > 0 && !q.delayed.top().visibleAt.After(now) {
+		if q.delayed.len() > 0 && q.delayed.top().at <= t {
 			e := q.delayed.remove(0)
 			q.ready.push(e, false)
 			q.wakeLocked()
 			continue
 		}
-		if q.ttl.len() > 0 && !now.Before(q.ttl.top().expiresAt) {
+		if q.ttl.len() > 0 && t >= q.ttlOf(q.ttl.top()).expires {
 			e := q.ttl.remove(0)
 			q.unplaceLocked(e)
 			q.deadLetterLocked(now, e, ReasonExpired)
@@ -322,13 +323,14 @@ func (q *Queue[T]) notDueLocked(now time.Time, keysToo bool, ids ...lease.ID) bo
 	if !q.sweeping || now.Before(q.sweepAt) {
 		return false
 	}
+	t := q.tickOf(now)
 	for _, id := range ids {
 		if id.Scope() != q.scope {
 			return false
 		}
 		e := q.lookupSeqLocked(id.Seq())
-		if e == nil || id.Delivery() != e.delivery || !e.leaseOpen || e.state != stateLeased ||
-			!now.Before(e.deadline) || (!keysToo && e.key != "") {
+		if e == nil || id.Delivery() != e.delivery || !e.is(leaseOpen) || e.state != stateLeased ||
+			t >= e.at || (!keysToo && e.key() != "") {
 			return false
 		}
 	}
@@ -345,7 +347,7 @@ func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
 	if e == nil || id.Delivery() == 0 || id.Delivery() > e.delivery {
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
 	}
-	if id.Delivery() != e.delivery || !e.leaseOpen {
+	if id.Delivery() != e.delivery || !e.is(leaseOpen) {
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
 	}
 	return e, nil
@@ -377,7 +379,7 @@ func (q *Queue[T]) liveLocked(op string, id lease.ID) (*entry[T], error) {
 }
 
 func (q *Queue[T]) exhausted(e *entry[T]) bool {
-	return q.cfg.MaxAttempts != UnlimitedAttempts && e.attempt >= q.cfg.MaxAttempts
+	return q.cfg.MaxAttempts != UnlimitedAttempts && int(e.attempt) >= q.cfg.MaxAttempts
 }
 
 // retryLocked puts a failed entry back after delay, or dead-letters it if
@@ -393,16 +395,17 @@ func (q *Queue[T]) retryLocked(now time.Time, e *entry[T], delay time.Duration) 
 // backLocked makes an entry that was leased wait again, visible after
 // delay, unless its TTL has passed: then it is dead-lettered.
 func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
-	if !e.expiresAt.IsZero() && !now.Before(e.expiresAt) {
-		q.deadLetterLocked(now, e, ReasonExpired)
-		return
-	}
-	if !e.expiresAt.IsZero() {
+	t := q.tickOf(now)
+	if e.is(hasTTL) {
+		if t >= q.ttlOf(e).expires {
+			q.deadLetterLocked(now, e, ReasonExpired)
+			return
+		}
 		q.ttl.push(e)
 	}
-	e.visibleAt = time.Time{}
+	e.at = noTick
 	if delay > 0 {
-		e.visibleAt = now.Add(delay)
+		e.at = t.after(delay)
 	}
 	q.showLocked(now, e, false)
 }
@@ -411,8 +414,9 @@ func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 // out of every structure already.
 func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 	q.countDeadLocked(reason)
-	n := deadNote[T]{msg: e.msg, reason: reason, attempts: e.attempt, lastErr: e.lastErr, at: now, place: e.place, ttl: e.ttl}
-	if kq := q.keys[e.key]; e.key != "" && kq != nil {
+	_, ttl := q.expiresLocked(e)
+	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
+	if kq := q.keys[e.key()]; e.key() != "" && kq != nil {
 		n.continued = kq.hasAfter(e.place)
 	}
 	q.pending = append(q.pending, n)
