@@ -41,6 +41,16 @@ func TestOneAllocationPerPublish(t *testing.T) {
 	if publish != 1 {
 		t.Errorf("Publish: %v allocations, want 1 (the envelope)", publish)
 	}
+	// A trace context in the headers, as OpenTelemetry's propagator writes it.
+	opt := broker.WithHeaders(map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tracestate": "x=1"})
+	headers := testing.AllocsPerRun(1000, func() {
+		if _, err := b.Publish(ctx, "t", payload, opt); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if headers != 2 {
+		t.Errorf("Publish with two headers: %v allocations, want 2 (the envelope, the headers)", headers)
+	}
 	settle := testing.AllocsPerRun(1000, func() {
 		if n, err := s.PollInto(ctx, buf); err != nil || n != 1 {
 			t.Fatal(n, err)

@@ -158,7 +158,11 @@ func (r Reason) String() string {
 // Headers are a message's read-only string headers. The zero value has
 // none. Build one with NewHeaders.
 type Headers struct {
-	kv []header // sorted by key; never mutated after NewHeaders
+	// p points at the pairs, sorted by key and never changed after
+	// NewHeaders; nil for none. A pointer, not the slice, keeps every
+	// Message a word smaller (an envelope of a []byte payload is 112
+	// bytes, not 128: a queued message costs less).
+	p *[]header
 }
 
 type header struct{ key, value string }
@@ -168,12 +172,57 @@ func NewHeaders(m map[string]string) Headers {
 	if len(m) == 0 {
 		return Headers{}
 	}
-	kv := make([]header, 0, len(m))
+	p := newPairs(len(m))
 	for k, v := range m {
-		kv = append(kv, header{k, v})
+		*p = append(*p, header{k, v})
 	}
-	slices.SortFunc(kv, func(a, b header) int { return strings.Compare(a.key, b.key) })
-	return Headers{kv: kv}
+	slices.SortFunc(*p, func(a, b header) int { return strings.Compare(a.key, b.key) })
+	return Headers{p: p}
+}
+
+// newPairs returns an empty slice with room for n pairs. Up to 8 pairs,
+// the slice and its array are one allocation.
+func newPairs(n int) *[]header {
+	switch {
+	case n <= 1:
+		b := new(struct {
+			s []header
+			a [1]header
+		})
+		b.s = b.a[:0]
+		return &b.s
+	case n <= 2:
+		b := new(struct {
+			s []header
+			a [2]header
+		})
+		b.s = b.a[:0]
+		return &b.s
+	case n <= 4:
+		b := new(struct {
+			s []header
+			a [4]header
+		})
+		b.s = b.a[:0]
+		return &b.s
+	case n <= 8:
+		b := new(struct {
+			s []header
+			a [8]header
+		})
+		b.s = b.a[:0]
+		return &b.s
+	}
+	s := make([]header, 0, n)
+	return &s
+}
+
+// pairs returns the pairs, sorted by key.
+func (h Headers) pairs() []header {
+	if h.p == nil {
+		return nil
+	}
+	return *h.p
 }
 
 // Get returns the value of key, or "" if there is none.
@@ -184,20 +233,21 @@ func (h Headers) Get(key string) string {
 
 // Lookup returns the value of key and whether it is present.
 func (h Headers) Lookup(key string) (string, bool) {
-	i, ok := slices.BinarySearchFunc(h.kv, key, func(e header, k string) int { return strings.Compare(e.key, k) })
+	kv := h.pairs()
+	i, ok := slices.BinarySearchFunc(kv, key, func(e header, k string) int { return strings.Compare(e.key, k) })
 	if !ok {
 		return "", false
 	}
-	return h.kv[i].value, true
+	return kv[i].value, true
 }
 
 // Len returns the number of headers.
-func (h Headers) Len() int { return len(h.kv) }
+func (h Headers) Len() int { return len(h.pairs()) }
 
 // All yields every header, sorted by key.
 func (h Headers) All() iter.Seq2[string, string] {
 	return func(yield func(string, string) bool) {
-		for _, e := range h.kv {
+		for _, e := range h.pairs() {
 			if !yield(e.key, e.value) {
 				return
 			}
