@@ -526,3 +526,57 @@ func TestSubscriptionAsBindsByName(t *testing.T) {
 		t.Fatalf("OpenSubscription subscribed: %v", names)
 	}
 }
+
+// On a durable broker, a message sent through gocloud and not acked is
+// there after a restart, headers and all; one the Subscription held
+// unacked at Shutdown comes back without an attempt spent.
+func TestDurableBrokerAcrossARestart(t *testing.T) {
+	ctx := guard(t)
+	dir := t.TempDir()
+	b, err := broker.Open(dir, broker.BytesCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateTopic("jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe("jobs", "work"); err != nil {
+		t.Fatal(err)
+	}
+	top, s := open(t, b, nil)
+	send(t, ctx, top, "held at shutdown", map[string]string{"k": "v"})
+	send(t, ctx, top, "never received", nil)
+	m, d := receive(t, ctx, s)
+	if string(m.Body) != "held at shutdown" || d.Attempt != 1 {
+		t.Fatalf("got %q at %d", m.Body, d.Attempt)
+	}
+	if err := s.Shutdown(ctx); err != nil { // releases it: not acked
+		t.Fatal(err)
+	}
+	if err := top.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	b, err = broker.Open(dir, broker.BytesCodec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if _, err := b.Subscribe("jobs", "work"); err != nil { // declared again, as on every start
+		t.Fatal(err)
+	}
+	_, s = open(t, b, nil)
+	for _, want := range []string{"held at shutdown", "never received"} {
+		m, d := receive(t, ctx, s)
+		if string(m.Body) != want || d.Attempt != 1 {
+			t.Fatalf("after the restart: %q at attempt %d, want %q at 1", m.Body, d.Attempt, want)
+		}
+		if want == "held at shutdown" && m.Metadata["k"] != "v" {
+			t.Fatalf("metadata after the restart: %v", m.Metadata)
+		}
+		m.Ack()
+	}
+}
