@@ -553,6 +553,9 @@ func (b *Bus) DeadLetterSubject(topic, name string) string {
 
 // userHeaders returns h less the headers of NATS and leasebus.
 func userHeaders(h nats.Header) queue.Headers {
+	if len(h) == 0 || len(h) == 1 && h.Get(HeaderID) != "" {
+		return queue.Headers{} // only leasebus's own
+	}
 	m := make(map[string]string, len(h))
 	for k, vs := range h {
 		if len(vs) == 0 || k == HeaderID || isReserved(k) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/lease"
@@ -28,10 +29,15 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	}
 	h := m.Headers()
 	seq, dc := md.Sequence.Stream, uint32(md.NumDelivered)
-	spent, _ := strconv.Atoi(h.Get(HeaderAttemptsSpent))
+	var spent int
+	if v := h.Get(HeaderAttemptsSpent); v != "" {
+		spent, _ = strconv.Atoi(v)
+	}
 	published := md.Timestamp
-	if t, err := time.Parse(time.RFC3339Nano, h.Get(HeaderPublishedAt)); err == nil {
-		published = t // a released message keeps its first publish time
+	if v := h.Get(HeaderPublishedAt); v != "" {
+		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+			published = t // a released or delayed message keeps its publish time
+		}
 	}
 	topic, ok := s.bus.topicOf(m.Subject())
 	if !ok { // released or redriven: on the subscription's own subject
@@ -51,7 +57,7 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 		s.deadLetter(hm, queue.ReasonMaxAttempts, errExpiredText) // on failure it comes back, and is tried again
 		return queue.Delivery[T]{}, false
 	}
-	if ttl, err := time.ParseDuration(h.Get(HeaderTTL)); err == nil && !now.Before(published.Add(ttl)) {
+	if ttl, ok := ttlOf(h); ok && !now.Before(published.Add(ttl)) {
 		hm.attempt-- // this delivery spent nothing
 		s.forgetSeq(seq)
 		s.deadLetter(hm, queue.ReasonExpired, "") // on failure it comes back, and is tried again
@@ -75,7 +81,10 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	}
 	s.latest[seq] = dc
 	s.holdLocked(id, hm)
-	s.sweepLocked(now)
+	if now.Sub(s.swept) > s.cfg.vis/4 {
+		s.sweepLocked(now)
+		s.swept = now
+	}
 	s.mu.Unlock()
 	if s.isLast(hm) || vis != s.cfg.vis {
 		s.wake()
@@ -215,7 +224,8 @@ func (s *Subscription[T]) dueLeases(now time.Time) (due []dueLease, next time.Ti
 }
 
 // sweepLocked forgets leases whose deadline passed more than a visibility
-// timeout ago: their messages went back to the server long since.
+// timeout ago: their messages went back to the server long since. A
+// lease runs it at most every quarter visibility timeout.
 func (s *Subscription[T]) sweepLocked(now time.Time) {
 	for id, h := range s.held {
 		if now.Sub(h.deadline) > s.cfg.vis {
@@ -284,4 +294,14 @@ func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 		s.holdLocked(id, h)
 	}
 	s.mu.Unlock()
+}
+
+// ttlOf reads a message's time to live (HeaderTTL); false if it has none.
+func ttlOf(h nats.Header) (time.Duration, bool) {
+	v := h.Get(HeaderTTL)
+	if v == "" {
+		return 0, false
+	}
+	ttl, err := time.ParseDuration(v)
+	return ttl, err == nil
 }

@@ -240,6 +240,7 @@ type Subscription[T any] struct {
 	held   map[lease.ID]*heldMsg // the leases this handle holds
 	latest map[uint64]uint32     // stream seq → the latest delivery this handle saw, until settled
 	watch  map[lease.ID]struct{} // the held leases the reaper watches: last attempts, extended ones
+	swept  time.Time             // the last sweepLocked
 }
 
 // heldMsg is one lease held: the message and its lease.
