@@ -88,7 +88,12 @@
 // of another, and the second tick then blocks forever holding the mock's
 // lock. Expiry is lazy: each call first settles everything due at Now, so
 // TryPoll, Stats or DeadLetters right after a mock's Add is exact, with no
-// goroutine involved. A blocked Poll sleeps on one timer for the earliest
+// goroutine involved. Ack (and AckBatch) is the exception that changes no
+// outcome: it reads the clock only when the time can change its own
+// result (a lease on its last attempt, whose expiry dead-letters the
+// message; a message with an ordering key or a TTL), and otherwise leaves
+// what is due to the next call that reads the clock, so a dead letter's At
+// is when such a call noticed it. A blocked Poll sleeps on one timer for the earliest
 // future event (a lease deadline or a delayed message) and on a broadcast
 // for publishes, nacks and close. Subscription.AwaitParked waits until n
 // Polls are asleep on the clock, so a test can move the mock knowing whom

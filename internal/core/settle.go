@@ -19,7 +19,14 @@ import (
 // ErrLeaseExpired; an unknown lease, or one whose message is gone (a
 // second Ack included), returns ErrLeaseNotFound. Either way nothing
 // changes.
+//
+// Ack reads the clock only when the time can change its outcome (see
+// ackTimeless): most acks settle nothing else and leave what is due to
+// the next call that reads the clock.
 func (q *Queue[T]) Ack(id lease.ID) error {
+	if done, err := q.ackTimeless(id); done {
+		return err
+	}
 	now, err := q.lockUnsettled(time.Time{})
 	if err != nil {
 		return err
@@ -37,6 +44,9 @@ func (q *Queue[T]) Ack(id lease.ID) error {
 // succeed, else the errors of those that did not (joined; each matches as
 // Ack's would), having acked the rest.
 func (q *Queue[T]) AckBatch(ids []lease.ID) error {
+	if done, err := q.ackTimeless(ids...); done {
+		return err
+	}
 	now, err := q.lockUnsettled(time.Time{})
 	if err != nil {
 		return err
@@ -53,6 +63,48 @@ func (q *Queue[T]) AckBatch(ids []lease.ID) error {
 		}
 	}
 	return cmp.Or(q.unlock(), errors.Join(errs...))
+}
+
+// ackTimeless acks ids without reading the clock when their outcome is the
+// same at every time from the last settle on: that is, when every lease is
+// current, its message has no ordering key (whose next message's turn
+// depends on the time) and no TTL, and either the lease has not been
+// settled as expired yet and is not on its last attempt, or it has (its
+// message waits, to be delivered again). Then an expiry that is due but
+// not yet settled changes nothing an Ack can see: the lease stays current
+// until its message is delivered again, and only a delivery (a Poll, which
+// reads the clock and settles first) or a last attempt's expiry
+// (dead-lettered at once) ends it. Acking a message settles nothing else,
+// so the next call that reads the clock settles what is due exactly as it
+// would have. It reports whether it acked; if not, it changed nothing, and
+// the caller takes the path that reads the clock.
+func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
+	if q == nil {
+		return true, errNilQueue
+	}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return true, ErrClosed
+	}
+	if q.sweeping || len(ids) == 0 {
+		q.mu.Unlock()
+		return false, nil
+	}
+	for _, id := range ids {
+		e, err := q.lookupLocked("ack", id)
+		if err != nil || e.msg.Key != "" || e.is(hasTTL) || (e.state == stateLeased && q.exhausted(e)) {
+			q.mu.Unlock()
+			return false, nil
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := q.ackLocked(time.Time{}, id); err != nil { // now is unused: no key, no TTL
+			errs = append(errs, err) // the same lease twice in ids
+		}
+	}
+	return true, cmp.Or(q.unlock(), errors.Join(errs...))
 }
 
 func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
