@@ -14,8 +14,9 @@ import (
 )
 
 // TestPublishDelay: a delayed message is a JetStream message schedule; it
-// reaches every subscription when due, on its first attempt, keeping its
-// publish time, and the streams are left empty.
+// reaches every subscription when due (one made after the publish too:
+// it fans out when due), on its first attempt, keeping its publish time,
+// and the streams are left empty.
 func TestPublishDelay(t *testing.T) {
 	bus, billing, audit := twoSubs(t, jetstream.WithDelays())
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -30,10 +31,16 @@ func TestPublishDelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	late, err := jetstream.Subscribe[string](ctx, bus, "orders", "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
 	if _, err := jetstream.Publish(ctx, bus, "orders", "now", jetstream.WithDelay(0)); err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []*jetstream.Subscription[string]{billing, audit} {
+	subs := []*jetstream.Subscription[string]{billing, audit, late}
+	for _, sub := range subs {
 		ds, err := sub.Poll(ctx, 5)
 		if err != nil || len(ds) != 1 || ds[0].Payload != "now" {
 			t.Fatalf("first Poll: %v, %v; want only the undelayed message", ds, err)
@@ -42,7 +49,7 @@ func TestPublishDelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, sub := range []*jetstream.Subscription[string]{billing, audit} {
+	for _, sub := range subs {
 		got := map[string]queue.Delivery[string]{}
 		for len(got) < 3 {
 			ds, err := sub.Poll(ctx, 3)
@@ -85,7 +92,7 @@ func TestPublishDelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := streamSubjects(t, bus, jetstream.DefaultStream+"_SCHED", "leasebus.due.>"); n != 3 {
+	if n := streamSubjects(t, bus, jetstream.DefaultStream+"_SCHED", "leasebus.due.>"); n != 3 { // one each, whatever the subscriptions
 		t.Fatalf("%d due copies, want 3", n)
 	}
 }

@@ -21,18 +21,22 @@ import (
 // poller works, and checks that every published message ends acked or
 // dead-lettered: no message is lost, none is dead-lettered twice, and none
 // is confirmed acked twice. (A handler may run twice for one message: an
-// ack lost in the restart means a redelivery — at least once.)
+// ack lost in the restart means a redelivery — at least once.) One in
+// fifteen is published with a delay that outlasts the restart: its
+// schedule survives it.
 func TestRestart(t *testing.T) {
 	const (
-		n      = 300
-		poison = 10 // every tenth message always fails
+		n       = 300
+		poison  = 10 // every tenth message always fails
+		delayed = 15 // every fifteenth is published with a delay
+		delay   = 2 * time.Second
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	srv := startServer(t, dir, -1)
 	nc := connect(t, srv.srv.ClientURL())
-	bus := open(t, nc) // file storage
+	bus := open(t, nc, jetstream.WithDelays()) // file storage
 	sub, err := jetstream.Subscribe[string](ctx, bus, "orders", "workers",
 		jetstream.WithVisibilityTimeout(time.Second),
 		jetstream.WithMaxAttempts(2),
@@ -43,9 +47,18 @@ func TestRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
+	var firstDue time.Time
 	for i := range n {
-		if _, err := jetstream.Publish(ctx, bus, "orders", fmt.Sprintf("m%03d", i)); err != nil {
+		var opts []jetstream.PublishOption
+		if i%delayed == 1 {
+			opts = append(opts, jetstream.WithDelay(delay))
+		}
+		m, err := jetstream.Publish(ctx, bus, "orders", fmt.Sprintf("m%03d", i), opts...)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if firstDue.IsZero() && len(opts) > 0 {
+			firstDue = m.PublishedAt.Add(delay)
 		}
 	}
 
@@ -107,14 +120,21 @@ func TestRestart(t *testing.T) {
 	}
 	srv.stop()
 	restarted := startServer(t, dir, srv.port)
-	t.Logf("server restarted on port %d", restarted.port)
+	t.Logf("server restarted on port %d, %v before the first delayed message was due", restarted.port, time.Until(firstDue))
 
-	// Wait (bounded) until the consumer has nothing pending or in flight.
+	// Wait (bounded) until every message that can be is handled (the
+	// delayed ones came due after the restart) and the consumer has
+	// nothing pending or in flight.
+	allHandled := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == n-n/poison
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		info, err := sub.Consumer().Info(ctx)
-		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 {
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 && info.NumRedelivered == 0 && allHandled() {
 			break
 		}
 		select {
