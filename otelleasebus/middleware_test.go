@@ -355,10 +355,14 @@ func TestMiddlewareReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	started := make(chan struct{})
+	started, release := make(chan struct{}), make(chan struct{})
 	p, err := poller.New(sub, mw.Handler(func(context.Context, queue.Delivery[string]) error {
 		close(started)
-		<-ctx.Done() // hold the one worker until the drain starts
+		// Hold the one worker until Run's context is cancelled, all of it:
+		// the poller's own context, a child of it, is cancelled after the
+		// parent's Done closes, so waiting on ctx.Done here could let the
+		// worker start "waiting" before it sees the cancellation.
+		<-release
 		return nil
 	}), mw.Observer(), poller.WithMaxOutstanding(2), poller.WithBatch(2))
 	if err != nil {
@@ -372,6 +376,7 @@ func TestMiddlewareReleased(t *testing.T) {
 		t.Fatal("the handler did not start")
 	}
 	cancel()
+	close(release)
 	select {
 	case err := <-done:
 		if err != nil {
