@@ -10,6 +10,7 @@ package broker
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -57,6 +58,13 @@ type Broker[T any] struct {
 	dedupLimit  int
 	dur         durability[T] // inMemory, or the journal of a broker from Open
 
+	// A broker from New publishes without taking mu (a durable one takes it
+	// to count its publishes in for Close): published mirrors topics, and
+	// shut mirrors closed, both written under mu with every change.
+	lockFree  bool
+	published sync.Map // topic name -> *topicEntry[T]
+	shut      atomic.Bool
+
 	mu       sync.RWMutex // guards everything below
 	closed   bool
 	topics   map[string]*topicEntry[T]
@@ -69,7 +77,7 @@ type topicEntry[T any] struct {
 	exact []*Subscription[T] // subscribed to this topic by name
 	// subs is exact plus the matching wildcard subscriptions. It is
 	// copy-on-write under Broker.mu: Publish reads a snapshot lock-free.
-	subs  []*Subscription[T]
+	subs  atomic.Pointer[[]*Subscription[T]]
 	dedup dedup[T]
 }
 
@@ -84,6 +92,7 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 	if cfg.durableOnly != "" {
 		return nil, core.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
 	}
+	b.lockFree = true
 	return b, nil
 }
 
@@ -148,6 +157,8 @@ func (b *Broker[T]) Close() error {
 		return nil
 	}
 	b.closed = true
+	b.shut.Store(true)
+	b.published.Clear()
 	subs := b.allLocked()
 	b.topics = map[string]*topicEntry[T]{}
 	b.patterns = map[string][]*Subscription[T]{}

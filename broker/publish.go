@@ -105,6 +105,13 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 // means the call was entered (see enter): the caller calls b.leave when
 // its records are appended and committed.
 func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
+	if b.lockFree {
+		if v, ok := b.published.Load(topic); ok && !b.shut.Load() {
+			t := v.(*topicEntry[T])
+			return t, *t.subs.Load(), nil
+		}
+		// Not there, or closed: the locked path says which.
+	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	t, err := b.topicLocked("publish", topic)
@@ -112,7 +119,7 @@ func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], er
 		return nil, nil, err
 	}
 	b.dur.enter()
-	return t, t.subs, nil
+	return t, *t.subs.Load(), nil
 }
 
 // enter reports whether the broker is open and then tells its durability

@@ -163,7 +163,7 @@ func (b *Broker[T]) rebuildLocked(t *topicEntry[T]) {
 	if len(b.patterns) > 0 {
 		subs = b.trie.match(strings.Split(t.name, "."), subs)
 	}
-	t.subs = subs
+	t.subs.Store(&subs)
 }
 
 // findLocked returns the subscription name on topic (or pattern), or nil.

@@ -31,6 +31,9 @@ func (b *Broker[T]) CreateTopic(name string) error {
 	t := &topicEntry[T]{name: name}
 	b.topics[name] = t
 	b.rebuildLocked(t)
+	if b.lockFree {
+		b.published.Store(name, t)
+	}
 	b.dur.createdTopic(name)
 	b.mu.Unlock()
 	return b.commit()
@@ -48,6 +51,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return err
 	}
 	delete(b.topics, name)
+	b.published.Delete(name)
 	b.dur.deletedTopic(name)
 	subs := t.exact
 	b.mu.Unlock()
