@@ -58,6 +58,18 @@ func TestDeliveriesAreCopies(t *testing.T) {
 	assert.Equal(t, 1, d2.Headers.Len())
 }
 
+func TestHeadersOfSeveralOptionsAddUp(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	mine := map[string]string{"tenant": "acme", "traceparent": "mine"}
+	_, err := b.Publish(ctx, "t", "m", broker.WithHeaders(mine), broker.WithHeaders(nil),
+		broker.WithHeaders(map[string]string{"traceparent": "00-abc-def-01", "tracestate": "x=1"}))
+	require.NoError(t, err)
+	h := s.TryPoll(1)[0].Headers
+	assert.Equal(t, "map[tenant:acme traceparent:00-abc-def-01 tracestate:x=1]", h.String(), "a later value wins")
+	assert.Equal(t, map[string]string{"tenant": "acme", "traceparent": "mine"}, mine, "the caller's map is not written")
+}
+
 func TestPriorityThenFIFOIncludingRedeliveries(t *testing.T) {
 	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
 	s := brokertest.Subscribe(t, b, "t", "s")

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -294,7 +295,7 @@ func (c *publishConfig) apply(o PublishOption) error {
 		}
 		c.priority = o.priority
 	case optHeaders:
-		c.headers = o.headers
+		c.addHeaders(o.headers)
 	case optDelay:
 		if o.delay < 0 {
 			return core.Invalid("WithDelay: %v, must be >= 0", o.delay)
@@ -337,8 +338,26 @@ func WithPriority(p queue.Priority) PublishOption {
 	return PublishOption{kind: optPriority, priority: p}
 }
 
+// addHeaders adds h to the headers: a second WithHeaders adds its pairs
+// (replacing a key's value) rather than replacing the first. The caller's
+// maps are never written: two are merged into a new one.
+func (c *publishConfig) addHeaders(h map[string]string) {
+	switch {
+	case len(h) == 0:
+	case len(c.headers) == 0:
+		c.headers = h // NewHeaders copies it at publish
+	default:
+		merged := make(map[string]string, len(c.headers)+len(h))
+		maps.Copy(merged, c.headers)
+		maps.Copy(merged, h)
+		c.headers = merged
+	}
+}
+
 // WithHeaders sets the message's headers, copied: later changes to h do
-// not show, and consumers can only read them.
+// not show, and consumers can only read them. Several WithHeaders add up,
+// a later one's value winning for a key they share (so a middleware can add
+// a trace context to a caller's headers).
 func WithHeaders(h map[string]string) PublishOption {
 	return PublishOption{kind: optHeaders, headers: h}
 }
