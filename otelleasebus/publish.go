@@ -98,11 +98,12 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 
 // Publish publishes payload to topic as b.Publish does, in a span "publish
 // <topic>" (kind producer) whose context it injects into the message's
-// headers. opts are the broker's publish options, except that a
-// broker.WithHeaders among them replaces the trace headers (the broker
-// keeps the last WithHeaders it is given): to send headers of your own
-// with the trace context, use PublishWithHeaders. (If that happens the
-// span gets a "trace context not propagated" event.)
+// headers. opts are the broker's publish options; a broker.WithHeaders
+// among them adds its headers to the trace context (the broker merges
+// WithHeaders options, a later value winning), so only one that names a
+// trace key (traceparent, tracestate, baggage) replaces it: the span then
+// gets a "trace context not propagated" event. To send a creation context
+// of your own, linked from the publish span, use PublishWithHeaders.
 func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opts ...broker.PublishOption) (queue.Message[T], error) {
 	return p.PublishWithHeaders(ctx, topic, payload, nil, opts...)
 }
@@ -111,7 +112,8 @@ func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opt
 // carries headers and the trace context. If headers already carry a trace
 // context the propagator can read (a creation context of the caller's),
 // it is kept as it is, and the span links to it. headers is read, not
-// changed; a broker.WithHeaders in opts would replace both.
+// changed; a broker.WithHeaders in opts adds to them, a later value
+// winning.
 func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, payload T, headers map[string]string, opts ...broker.PublishOption) (queue.Message[T], error) {
 	if ctx == nil {
 		return p.b.Publish(ctx, topic, payload, opts...) // the broker's error for a nil ctx
@@ -131,8 +133,7 @@ func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, pay
 // PublishBatch publishes payloads to topic as b.PublishBatch does, in one
 // span "publish <topic>" (kind producer, with messaging.batch.message_count)
 // whose context every message carries. As with Publish, a
-// broker.WithHeaders in opts replaces the trace headers: use
-// PublishBatchWithHeaders.
+// broker.WithHeaders in opts adds to the trace headers.
 func (p *Publisher[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...broker.PublishOption) ([]queue.Message[T], error) {
 	return p.PublishBatchWithHeaders(ctx, topic, payloads, nil, opts...)
 }
@@ -159,6 +160,7 @@ type publishOp struct {
 	topic   *publishTopic
 	headers map[string]string // nil: none to set
 	probe   string            // a key the propagator injected; "" if none
+	value   string            // what it injected there
 }
 
 // start starts the span of a publish of batch messages (0: a single
@@ -184,7 +186,7 @@ func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]
 	carrier := lazyCarrier{m: nil, size: len(user)}
 	if !custom {
 		p.prop.Inject(ctx, &carrier)
-		op.probe = carrier.first
+		op.probe, op.value = carrier.first, carrier.m[carrier.first]
 	}
 	switch {
 	case carrier.m == nil && len(user) > 0:
@@ -201,8 +203,8 @@ func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]
 }
 
 // options returns opts with the headers first, so that a WithHeaders of
-// the caller's in opts wins (their headers are never lost; the trace
-// context is, and check says so).
+// the caller's in opts wins for a key both name (their headers are never
+// lost; the trace context can be, and check says so).
 func (op *publishOp) options(opts []broker.PublishOption) []broker.PublishOption {
 	if op.headers == nil {
 		return opts
@@ -213,14 +215,14 @@ func (op *publishOp) options(opts []broker.PublishOption) []broker.PublishOption
 }
 
 // check records on the span that the trace context did not reach the
-// message, when a WithHeaders in the caller's options replaced it.
+// message, when a WithHeaders in the caller's options replaced its value.
 func (op *publishOp) check(h queue.Headers) {
 	if op.probe == "" {
 		return
 	}
-	if _, ok := h.Lookup(op.probe); !ok {
+	if v, _ := h.Lookup(op.probe); v != op.value {
 		op.span.AddEvent("trace context not propagated",
-			trace.WithAttributes(attribute.String("reason", "a broker.WithHeaders option replaced the trace headers; use PublishWithHeaders")))
+			trace.WithAttributes(attribute.String("reason", "a broker.WithHeaders option named a trace header; use PublishWithHeaders for a creation context of your own")))
 	}
 }
 

@@ -118,7 +118,9 @@ func TestPublishError(t *testing.T) {
 
 // The caller's own headers go with the trace context; a creation context
 // of the caller's is kept and linked to; a broker.WithHeaders in the
-// options keeps the caller's headers and says the trace context is lost.
+// options adds its headers to the trace context (several WithHeaders add
+// up), and one that names the trace keys replaces them, which the span
+// says.
 func TestPublishWithHeaders(t *testing.T) {
 	tel := newTelemetry(t)
 	b, _ := brokertest.New[string](t)
@@ -159,15 +161,28 @@ func TestPublishWithHeaders(t *testing.T) {
 		t.Errorf("links %v, want one to the caller's creation context", s.Links())
 	}
 
-	// broker.WithHeaders in the options: the broker keeps it, the trace
-	// context is lost, and the span says so.
+	// broker.WithHeaders in the options: added to the trace context.
 	tel.spans.Reset()
 	msg, err = pub.Publish(ctx, "t", "c", broker.WithHeaders(map[string]string{"k": "v"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if msg.Headers.Get("k") != "v" || msg.Headers.Len() != 1 {
-		t.Errorf("headers %v, want the caller's alone", msg.Headers)
+	s = spanNamed(t, tel.spans.Ended(), "publish t")
+	if msg.Headers.Get("k") != "v" || msg.Headers.Get("traceparent") != traceparent(s.SpanContext()) || msg.Headers.Len() != 2 {
+		t.Errorf("headers %v, want the caller's and the span's traceparent", msg.Headers)
+	}
+	if len(s.Events()) != 0 {
+		t.Errorf("events %v, want none", s.Events())
+	}
+
+	// One that names the trace key replaces it, and the span says so.
+	tel.spans.Reset()
+	msg, err = pub.Publish(ctx, "t", "d", broker.WithHeaders(map[string]string{"traceparent": "stale"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Headers.Get("traceparent") != "stale" {
+		t.Errorf("traceparent %q, want the caller's", msg.Headers.Get("traceparent"))
 	}
 	s = spanNamed(t, tel.spans.Ended(), "publish t")
 	if len(s.Events()) != 1 || s.Events()[0].Name != "trace context not propagated" {
