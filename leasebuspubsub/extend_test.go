@@ -398,3 +398,86 @@ type wrapped struct{ err error }
 
 func (w *wrapped) Error() string { return "op: " + w.err.Error() }
 func (w *wrapped) Unwrap() error { return w.err }
+
+// Receives, acks, extensions and a moving mock clock, all at once, under
+// -race. Two receivers hold every message 40s, longer than its lease, then
+// ack it; the clock moves a second at a time, each time once the loop
+// sleeps on a future timer. No lease may lapse: every message is acked
+// once, none delivered again (which, held past its lease, takes an
+// extension), and Close leaves no goroutine (goleak).
+func TestExtensionUnderConcurrency(t *testing.T) {
+	ctx := ctxGuard(t)
+	b, mock, bsub, ds, log := setup(t, nil)
+	const n, hold = 200, 40 * time.Second
+	for i := range n {
+		brokertest.Publish(t, b, "jobs", []byte{byte(i)})
+	}
+	rctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 2 { // gocloud may run several ReceiveBatch at once
+		wg.Go(func() {
+			type recv struct {
+				id driver.AckID
+				at time.Time
+			}
+			var held []recv
+			for rctx.Err() == nil {
+				ms, err := ds.ReceiveBatch(rctx, 7) // returns at once, or when the clock has moved a second
+				if err != nil {
+					return
+				}
+				now := mock.Now()
+				for _, m := range ms {
+					held = append(held, recv{m.AckID, now})
+				}
+				var due []driver.AckID
+				for len(held) > 0 && now.Sub(held[0].at) >= hold {
+					due, held = append(due, held[0].id), held[1:]
+				}
+				if err := ds.SendAcks(rctx, due); err != nil && rctx.Err() == nil {
+					t.Errorf("SendAcks: %v", err)
+				}
+			}
+		})
+	}
+	start := mock.Now()
+	for bsub.Stats().Acked < n {
+		if mock.Now().Sub(start) > 10*time.Minute { // 41s are enough when no lease lapses
+			stop()
+			wg.Wait()
+			t.Fatalf("not all acked after 10 minutes of the clock: %+v", bsub.Stats())
+		}
+		log.awaitAsleep(t, mock.Now())
+		mock.Add(time.Second)
+	}
+	stop()
+	wg.Wait()
+	if err := ds.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := bsub.Stats(); st.Acked != n || st.Redelivered != 0 || st.Delivered != n {
+		t.Fatalf("stats: %+v, want each message delivered and acked once", st)
+	}
+}
+
+// awaitAsleep waits until the extension loop is not running or sleeps on
+// a timer after now, so that moving the clock cannot outrun it.
+func (l *armLog) awaitAsleep(t *testing.T, now time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	for {
+		l.mu.Lock()
+		if l.n == 0 || l.last.IsZero() || l.last.After(now) {
+			l.mu.Unlock()
+			return
+		}
+		ch := l.ch
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("extension loop still due at %v", now)
+		}
+	}
+}

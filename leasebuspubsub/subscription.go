@@ -242,7 +242,7 @@ func (s *subscription) poll(ctx context.Context, sub *broker.Subscription[[]byte
 		return ds, nil
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
-	case wctx.Err() != nil:
+	case wctx.Err() != nil && errors.Is(err, context.Canceled):
 		return nil, nil // waited receiveWait: an empty batch
 	case errors.Is(err, queue.ErrClosed):
 		// Removed (Unsubscribe, DeleteTopic), or the broker closed: look
