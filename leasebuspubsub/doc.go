@@ -53,8 +53,14 @@
 //     one: a network driver gives that for free, and the broker stores one
 //     payload for every subscription.
 //   - Metadata is the message's headers, both ways; a message without
-//     headers has nil Metadata.
+//     headers has nil Metadata. LoggableID is the message ID, the same
+//     across redeliveries.
+//   - Messages gocloud has prefetched are leased: they count against the
+//     subscription's WithMaxInFlight, and competing consumers cannot have
+//     them until they are acked, nacked or released.
 //
+// The README lists every difference from gocloud's semantics and what the
+// driver does about each.
 // # Leases while gocloud holds a message
 //
 // gocloud's Subscription prefetches: it keeps a queue of received messages
@@ -88,9 +94,10 @@
 //   - Topic: *broker.Broker[[]byte]
 //   - Subscription: *broker.Subscription[[]byte] (the one bound; false if it
 //     does not exist), *broker.Broker[[]byte]
-//   - Message: queue.Delivery[[]byte] (the attempt, deadline, lease, message
-//     ID, key, priority, ...), *broker.Subscription[[]byte] (the one that
-//     leased it; to Reject a poison message, for example, then Ack it)
+//   - Message: queue.Delivery[[]byte] (the attempt, lease, message ID, key,
+//     priority, ...; its Deadline is the first lease's, before any
+//     extension), *broker.Subscription[[]byte] (the one that leased it; to
+//     Reject a poison message, for example, then Ack it)
 //   - Message.BeforeSend: *[]broker.PublishOption, the message's publish
 //     options, to append to (WithPriority, WithKey, WithDelay, WithTTL,
 //     WithDedupID, ...; a WithHeaders replaces the headers from Metadata)
