@@ -100,7 +100,8 @@
 //     Reject a poison message, for example, then Ack it)
 //   - Message.BeforeSend: *[]broker.PublishOption, the message's publish
 //     options, to append to (WithPriority, WithKey, WithDelay, WithTTL,
-//     WithDedupID, ...; a WithHeaders replaces the headers from Metadata)
+//     WithDedupID, ...; a WithHeaders adds to the headers from Metadata,
+//     its value winning for a key in both)
 //   - Message.AfterSend: queue.Message[[]byte], the message as stored
 //   - Error: errors.As on the leasebus error (*queue.FullError,
 //     *broker.CorruptError)

@@ -321,7 +321,28 @@ func TestPublishOptionsThroughBeforeSend(t *testing.T) {
 	}
 	m.Ack()
 
-	err := top.Send(ctx, &pubsub.Message{Body: []byte("x"), BeforeSend: func(as func(any) bool) error {
+	// A WithHeaders adds to the headers from Metadata, winning for a key
+	// in both.
+	err := top.Send(ctx, &pubsub.Message{
+		Body:     []byte("headers"),
+		Metadata: map[string]string{"a": "1", "b": "2"},
+		BeforeSend: func(as func(any) bool) error {
+			var p *[]broker.PublishOption
+			as(&p)
+			*p = append(*p, broker.WithHeaders(map[string]string{"b": "override", "c": "3"}))
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ = receive(t, ctx, s)
+	if want := map[string]string{"a": "1", "b": "override", "c": "3"}; !maps.Equal(m.Metadata, want) {
+		t.Fatalf("metadata %v, want %v", m.Metadata, want)
+	}
+	m.Ack()
+
+	err = top.Send(ctx, &pubsub.Message{Body: []byte("x"), BeforeSend: func(as func(any) bool) error {
 		var p *[]broker.PublishOption
 		as(&p)
 		*p = append(*p, broker.WithDelay(-time.Second))
