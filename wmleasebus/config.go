@@ -128,9 +128,10 @@ type SubscriberConfig struct {
 	// kept alive while it waits for its Ack or Nack (default 0: one hour).
 	// Leases are extended on the broker's clock, shortly before they
 	// lapse, by the subscription's visibility timeout. A handler that
-	// holds a message longer lets it go: it is redelivered, with an
-	// attempt spent, and its late Ack is lost. NoExtension turns extension
-	// off; other negative values are invalid.
+	// holds a message longer lets it go: its lease lapses and the message
+	// is delivered again, with an attempt spent (an Ack that comes before
+	// the redelivery still deletes it; one after changes nothing).
+	// NoExtension turns extension off; other negative values are invalid.
 	MaxExtension time.Duration
 
 	// Unmarshaler turns a leasebus delivery into a watermill message. nil

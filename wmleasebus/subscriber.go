@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -30,7 +31,8 @@ type Subscriber struct {
 	logger  watermill.LoggerAdapter
 	slogger *slog.Logger // logger, for the poller
 	topics  topicCache
-	closing chan struct{} // closed by Close
+	ctx     context.Context // done once Close has begun: it ends every run
+	cancel  context.CancelFunc
 	runs    sync.WaitGroup
 
 	// observe, when set (by this package's tests only), sees every
@@ -66,13 +68,15 @@ func NewSubscriber(b *broker.Broker[[]byte], config SubscriberConfig, logger wat
 	if config.ConsumerGroup != "" {
 		logger = logger.With(watermill.LogFields{"consumer_group": config.ConsumerGroup})
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Subscriber{
 		b:       b,
 		cfg:     config,
 		logger:  logger,
 		slogger: slog.New(&logHandler{l: logger}),
 		topics:  topicCache{b: b, noCreate: config.DoNotCreateTopicIfMissing},
-		closing: make(chan struct{}),
+		ctx:     ctx,
+		cancel:  cancel,
 		pending: make(map[string]string),
 	}, nil
 }
@@ -124,21 +128,18 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	s.runs.Add(1)
 	s.mu.Unlock()
+	stopOnClose := context.AfterFunc(s.ctx, cancel) // Close ends the run
 	go func() {
 		defer s.runs.Done()
-		defer cancel()
-		go func() { // end the run when the Subscriber closes
-			select {
-			case <-s.closing:
-				cancel()
-			case <-runCtx.Done():
-			}
-		}()
+		var watcher sync.WaitGroup
+		watcher.Go(func() { r.watchSubscription(runCtx, cancel) })
 		r.logger.Debug("Subscribed", nil)
 		if err := p.Run(runCtx); err != nil {
-			r.logger.Info("Subscription closed", watermill.LogFields{"reason": err.Error()})
+			r.logger.Debug("Poller ended", watermill.LogFields{"reason": err.Error()})
 		}
 		cancel()
+		watcher.Wait()
+		stopOnClose()
 		s.drop(r)
 		close(r.out)
 		r.logger.Debug("Subscription ended", nil)
@@ -269,7 +270,7 @@ func (s *Subscriber) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.closing)
+	s.cancel()
 	pending := s.pending
 	s.pending = nil
 	s.mu.Unlock()
@@ -310,6 +311,19 @@ func (r *run) pollerOptions() []poller.Option {
 		opts = append(opts, poller.WithObserver(r.s.observe))
 	}
 	return opts
+}
+
+// watchSubscription cancels the run when its subscription closes
+// (Unsubscribe, DeleteTopic, the broker's Close). The poller notices that
+// by itself only in a Poll, and it does not poll while every message it
+// may hold waits for an Ack that may never come. The subscription has no
+// Done channel: AwaitParked for more Polls than can ever park returns only
+// when ctx is done or the subscription closes.
+func (r *run) watchSubscription(ctx context.Context, cancel context.CancelFunc) {
+	if err := r.sub.AwaitParked(ctx, math.MaxInt); errors.Is(err, queue.ErrClosed) {
+		r.logger.Info("Subscription closed", nil)
+		cancel()
+	}
 }
 
 // errNacked is the cause a Nack fails its lease with: the dead letter's
