@@ -430,11 +430,18 @@ func (m *model) ackLocked(now time.Time, rec *leaseRec) error {
 	return nil
 }
 
+// ack is Ack and AckBatch. Like the queue, it settles first only when the
+// time can change the outcome (see ackTimeless): a lease that is not
+// current, a key, a TTL, a last attempt still leased. Otherwise it leaves
+// what is due (and the dead letters it makes) to the next call that
+// settles.
 func (m *model) ack(now time.Time, recs ...*leaseRec) error {
 	if m.closed {
 		return ErrClosed
 	}
-	m.settle(now)
+	if !m.ackTimeless(recs) {
+		m.settle(now)
+	}
 	var errs []error
 	for _, r := range recs {
 		if err := m.ackLocked(now, r); err != nil {
@@ -442,6 +449,21 @@ func (m *model) ack(now time.Time, recs ...*leaseRec) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ackTimeless is the model of the condition of Queue.ackTimeless.
+func (m *model) ackTimeless(recs []*leaseRec) bool {
+	if len(recs) == 0 {
+		return false
+	}
+	for _, r := range recs {
+		e, err := m.lookup(r)
+		exhausted := m.cfg.MaxAttempts != UnlimitedAttempts && e != nil && e.attempt >= m.cfg.MaxAttempts
+		if err != nil || e.key != "" || !e.expiresAt.IsZero() || (e.state == mLeased && exhausted) {
+			return false
+		}
+	}
+	return true
 }
 
 // settleLease is the model of Queue.settle: f runs on a live lease's entry.
