@@ -131,8 +131,8 @@ func TestStateReturnsToEmpty(t *testing.T) {
 	assert.Empty(t, q.pending, "leftover: pending")
 	for p := range q.ready.lanes {
 		l := &q.ready.lanes[p]
-		assert.Empty(t, l.fifo, "lane %d: fifo", p)
-		assert.Zero(t, l.head, "lane %d: head", p)
+		assert.Zero(t, l.fresh.len(), "lane %d: fresh", p)
+		assert.Zero(t, l.ret.len(), "lane %d: returned", p)
 		assert.Zero(t, l.back.len(), "lane %d: back", p)
 	}
 	s := q.stats

@@ -35,7 +35,7 @@ type entry[T any] struct {
 	gen      uint32      // which use of the slot: with slot, the seq of its lease IDs
 	delivery uint32      // deliveries so far (the delivery number of the last lease)
 	attempt  int32       // attempts spent (Release gives one back)
-	index    int32       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (a lane's FIFO, or none)
+	index    int32       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (none)
 	state    entryState
 	flags    entryFlags
 	prio     uint8   // index into ready.lanes: Priority+1
@@ -48,6 +48,7 @@ type entryFlags uint8
 const (
 	leaseOpen entryFlags = 1 << iota // the lease of delivery number `delivery` is still current
 	hasTTL                           // it has a time to live, in q.ttls
+	inFresh                          // it is in its lane's fresh run (not the other one)
 )
 
 func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }
@@ -98,36 +99,37 @@ type ttlInfo struct {
 }
 
 // ready holds the visible entries: one lane per priority, highest first.
-// A lane is a FIFO of fresh messages (they arrive in place order, so no
+// A lane is a run of fresh messages (they arrive in place order, so no
 // heap is needed), a run of messages that came back (from expiry, nack,
 // backoff, delay or redrive) in place order, as a batch of leases that
 // expire together does, and a heap, by place, of those that came back out
-// of that order. Popping compares the three heads.
+// of that order. Popping compares the three heads. Runs keep their slots
+// in blocks, so a lane of a million messages never copies an array to
+// grow (which a slice would, under the lock, pointers and all).
 type ready[T any] struct {
 	lanes [numPriorities]lane[T]
 	n     int
 }
 
 type lane[T any] struct {
-	fifo []*entry[T] // fifo[head:] in place order
-	head int
-	ret  run[T]       // came back, in place order
-	back entryHeap[T] // came back, by place
+	fresh run[T]       // never waited before, in place order (flag inFresh)
+	ret   run[T]       // came back, in place order
+	back  entryHeap[T] // came back, by place
 }
 
 func (r *ready[T]) len() int { return r.n }
 
 // push adds e. Entries that never waited before and come after everything
-// in their lane's FIFO go there in O(1); others go to the lane's run if
-// they come after everything in it, else to the lane's heap.
+// in their lane's fresh run go there in O(1); others go to the lane's
+// other run if they come after everything in it, else to the lane's heap.
 func (r *ready[T]) push(e *entry[T], fresh bool) {
 	l := &r.lanes[e.prio]
 	e.state = stateReady
 	r.n++
 	switch {
-	case fresh && (len(l.fifo) == l.head || l.fifo[len(l.fifo)-1].place < e.place):
-		e.index = -1
-		l.fifo = append(l.fifo, e)
+	case fresh && (l.fresh.len() == 0 || l.fresh.last().place < e.place):
+		e.flags |= inFresh
+		l.fresh.push(e)
 	case l.ret.len() == 0 || l.ret.last().place < e.place:
 		l.ret.push(e)
 	default:
@@ -198,82 +200,50 @@ func (r *ready[T]) remove(e *entry[T]) {
 	switch {
 	case e.index >= 0:
 		l.back.remove(int(e.index))
-		return
-	case e.index <= -2:
+	case e.is(inFresh):
+		e.flags &^= inFresh
+		l.fresh.remove(e)
+	default:
 		l.ret.remove(e)
-		return
-	}
-	// A FIFO entry leaves from the middle only when its TTL passes: with
-	// one TTL for all, messages expire in publish order, from the front.
-	if l.fifo[l.head] == e {
-		l.fifo[l.head] = nil
-		l.head++
-		l.compact()
-		return
-	}
-	for i := l.head + 1; i < len(l.fifo); i++ {
-		if l.fifo[i] == e {
-			copy(l.fifo[i:], l.fifo[i+1:])
-			l.fifo[len(l.fifo)-1] = nil
-			l.fifo = l.fifo[:len(l.fifo)-1]
-			l.compact()
-			return
-		}
 	}
 }
 
-func (l *lane[T]) len() int { return len(l.fifo) - l.head + l.ret.len() + l.back.len() }
+func (l *lane[T]) len() int { return l.fresh.len() + l.ret.len() + l.back.len() }
 
 // peek returns the entry with the lowest place, which must exist.
 func (l *lane[T]) peek() *entry[T] {
-	var e *entry[T]
-	if l.head < len(l.fifo) {
-		e = l.fifo[l.head]
-	}
-	if l.ret.len() > 0 && (e == nil || l.ret.first().place < e.place) {
-		e = l.ret.first()
-	}
-	if l.back.len() > 0 && (e == nil || l.back.top().place < e.place) {
-		e = l.back.top()
-	}
+	e, _ := l.next()
 	return e
 }
 
-// pop removes and returns the entry with the lowest place.
-func (l *lane[T]) pop() *entry[T] {
+// next returns the entry with the lowest place (there must be one) and
+// where it is: 1 the fresh run, 2 the other run, 3 the heap.
+func (l *lane[T]) next() (*entry[T], int) {
 	var e *entry[T]
-	from := 0 // 1: the FIFO, 2: the run, 3: the heap
-	if l.head < len(l.fifo) {
-		e, from = l.fifo[l.head], 1
+	from := 0
+	if l.fresh.len() > 0 {
+		e, from = l.fresh.first(), 1
 	}
 	if l.ret.len() > 0 && (e == nil || l.ret.first().place < e.place) {
 		e, from = l.ret.first(), 2
 	}
 	if l.back.len() > 0 && (e == nil || l.back.top().place < e.place) {
-		from = 3
+		e, from = l.back.top(), 3
 	}
-	switch from {
+	return e, from
+}
+
+// pop removes and returns the entry with the lowest place.
+func (l *lane[T]) pop() *entry[T] {
+	switch _, from := l.next(); from {
 	case 1:
-		l.fifo[l.head] = nil
-		l.head++
-		l.compact()
+		e := l.fresh.pop()
+		e.flags &^= inFresh
 		return e
 	case 2:
 		return l.ret.pop()
 	default:
 		return l.back.remove(0)
-	}
-}
-
-// compact reclaims the consumed front of the FIFO.
-func (l *lane[T]) compact() {
-	switch {
-	case l.head == len(l.fifo):
-		l.fifo, l.head = l.fifo[:0], 0
-	case l.head >= 1024 && l.head*2 >= len(l.fifo):
-		n := copy(l.fifo, l.fifo[l.head:])
-		clear(l.fifo[n:])
-		l.fifo, l.head = l.fifo[:n], 0
 	}
 }
 
