@@ -222,7 +222,7 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 		if _, err := q.lock(); err != nil {
 			return fmt.Errorf("await idle: %w", err)
 		}
-		if q.nheld == 0 {
+		if q.idleLocked() {
 			return q.unlock()
 		}
 		if q.idle == nil {
@@ -240,10 +240,14 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 	}
 }
 
+// idleLocked reports whether the queue holds nothing and has handed every
+// dead letter it made to onDead.
+func (q *Queue[T]) idleLocked() bool { return q.nheld == 0 && q.handing == 0 }
+
 // signalIdleLocked wakes the AwaitIdle calls waiting, if the queue holds
 // nothing or is closed.
 func (q *Queue[T]) signalIdleLocked() {
-	if q.idle != nil && (q.nheld == 0 || q.closed) {
+	if q.idle != nil && (q.idleLocked() || q.closed) {
 		close(q.idle)
 		q.idle = nil
 	}

@@ -66,6 +66,10 @@ type Queue[T any] struct {
 	parkCh chan struct{} // closed and dropped when parked changes
 	room   chan struct{} // closed and dropped when room appears (OverflowBlock)
 	idle   chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait
+	// handing counts unlocks handing dead letters to onDead: until they
+	// are done the queue is not idle, so that AwaitIdle never returns
+	// before the broker holds the letters (DeadLetters shows them).
+	handing int
 }
 
 // New returns an empty queue. onDead, if not nil, receives every message the
@@ -252,12 +256,16 @@ func (q *Queue[T]) unlock() error {
 	}
 	dls := q.pending
 	q.pending = nil
+	hand := q.onDead != nil && (len(dls) > 0 || len(backlog) > 0)
+	if hand {
+		q.handing++
+	}
 	q.mu.Unlock()
 	var err error
 	if dirty {
 		err = q.rec.Commit()
 	}
-	if q.onDead != nil {
+	if hand {
 		for _, b := range backlog {
 			for _, n := range b {
 				q.onDead(q.letter(n))
@@ -266,6 +274,10 @@ func (q *Queue[T]) unlock() error {
 		for _, n := range dls {
 			q.onDead(q.letter(n))
 		}
+		q.mu.Lock()
+		q.handing--
+		q.signalIdleLocked()
+		q.mu.Unlock()
 	}
 	return err
 }
