@@ -59,10 +59,12 @@ type Broker[T any] struct {
 	dur         durability[T] // inMemory, or the journal of a broker from Open
 
 	// A broker from New publishes without taking mu (a durable one takes it
-	// to count its publishes in for Close): published mirrors topics, and
-	// shut mirrors closed, both written under mu with every change.
+	// to count its publishes in for Close): published is a copy of topics,
+	// replaced (never changed) under mu with every change, and shut mirrors
+	// closed. Creating a topic copies the map, O(topics): topics are few and
+	// long-lived, publishes many.
 	lockFree  bool
-	published sync.Map // topic name -> *topicEntry[T]
+	published atomic.Pointer[map[string]*topicEntry[T]]
 	shut      atomic.Bool
 
 	mu       sync.RWMutex // guards everything below
@@ -158,7 +160,7 @@ func (b *Broker[T]) Close() error {
 	}
 	b.closed = true
 	b.shut.Store(true)
-	b.published.Clear()
+	b.published.Store(nil)
 	subs := b.allLocked()
 	b.topics = map[string]*topicEntry[T]{}
 	b.patterns = map[string][]*Subscription[T]{}

@@ -106,9 +106,10 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 // its records are appended and committed.
 func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], error) {
 	if b.lockFree {
-		if v, ok := b.published.Load(topic); ok && !b.shut.Load() {
-			t := v.(*topicEntry[T])
-			return t, *t.subs.Load(), nil
+		if m := b.published.Load(); m != nil {
+			if t := (*m)[topic]; t != nil && !b.shut.Load() {
+				return t, *t.subs.Load(), nil
+			}
 		}
 		// Not there, or closed: the locked path says which.
 	}

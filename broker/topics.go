@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"unicode"
@@ -31,9 +32,7 @@ func (b *Broker[T]) CreateTopic(name string) error {
 	t := &topicEntry[T]{name: name}
 	b.topics[name] = t
 	b.rebuildLocked(t)
-	if b.lockFree {
-		b.published.Store(name, t)
-	}
+	b.publishTopicsLocked()
 	b.dur.createdTopic(name)
 	b.mu.Unlock()
 	return b.commit()
@@ -51,7 +50,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return err
 	}
 	delete(b.topics, name)
-	b.published.Delete(name)
+	b.publishTopicsLocked()
 	b.dur.deletedTopic(name)
 	subs := t.exact
 	b.mu.Unlock()
@@ -59,6 +58,15 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		b.closeSub(s)
 	}
 	return b.commit()
+}
+
+// publishTopicsLocked replaces the copy of the topics that a broker from
+// New publishes with.
+func (b *Broker[T]) publishTopicsLocked() {
+	if b.lockFree {
+		m := maps.Clone(b.topics)
+		b.published.Store(&m)
+	}
 }
 
 // closeSub closes a subscription that is no longer reachable and, in a
