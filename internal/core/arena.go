@@ -148,9 +148,9 @@ func (q *Queue[T]) unplaceLocked(e *entry[T]) {
 
 func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 	var slot uint32
-	if n := len(q.free); n > 0 {
-		slot = q.free[n-1]
-		q.free = q.free[:n-1]
+	if q.freeHead > 0 { // the free list runs through the free entries
+		slot = q.freeHead - 1
+		q.freeHead = uint32(q.entryAt(slot).place)
 	} else {
 		if q.slots%chunk == 0 {
 			c := make([]entry[T], chunk)
@@ -208,8 +208,8 @@ func (q *Queue[T]) leaveKeyLocked(now time.Time, e *entry[T], key string) {
 // generation, so e's leases become unknown.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
 	q.setErrKindLocked(e, errNone)
-	*e = entry[T]{slot: e.slot, gen: e.gen}
-	q.free = append(q.free, e.slot)
+	*e = entry[T]{slot: e.slot, gen: e.gen, place: uint64(q.freeHead)}
+	q.freeHead = e.slot + 1
 	q.nheld--
 	if q.room != nil {
 		close(q.room)

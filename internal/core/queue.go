@@ -42,7 +42,7 @@ type Queue[T any] struct {
 	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
 	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
 	slots        uint32            // slots in the arena
-	free         []uint32          // free slots
+	freeHead     uint32            // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
 	nheld        int               // entries held
 	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
 	ready        ready[T]
@@ -95,11 +95,11 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 // resetLocked empties every structure. Freed slots keep their
 // generation, so a lease issued before can never name a later entry.
 func (q *Queue[T]) resetLocked() {
-	q.free = q.free[:0]
+	q.freeHead = 0
 	for slot := q.slots; slot > 0; slot-- {
 		e := q.entryAt(slot - 1)
-		*e = entry[T]{slot: e.slot, gen: e.gen}
-		q.free = append(q.free, slot-1)
+		*e = entry[T]{slot: e.slot, gen: e.gen, place: uint64(q.freeHead)}
+		q.freeHead = slot
 	}
 	q.errs = nil
 	q.nheld = 0
