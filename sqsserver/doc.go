@@ -21,7 +21,11 @@
 // receive's) VisibilityTimeout; ChangeMessageVisibility to 0 is Nack(id, 0)
 // (the receive still counts), to more is Extend; DeleteMessage is Ack, and
 // a handle of an earlier receive or of a deleted message succeeds without
-// effect. FIFO queues use the MessageGroupId as the ordering key and the
+// effect. As in SQS, the handle of the latest receive deletes its message
+// after a visibility change to 0 too, until the message is received again
+// (the server remembers the reset and drops the message when it next
+// takes it from the broker); on a FIFO queue a handle expires with its
+// visibility, and a delete with it then fails. FIFO queues use the MessageGroupId as the ordering key and the
 // deduplication ID (or the body's SHA-256) as the broker's dedup ID, in
 // leasebus's 5-minute window. The README has the whole table, with every
 // place where the behaviour knowingly differs from AWS.

@@ -55,12 +55,11 @@ func startMessageMoveTask(rc *request, in *startMoveTaskInput) (any, error) {
 	}
 
 	now := s.clock.Now()
-	st := src.sub.Stats()
 	entry := moveTaskEntry{
 		Status:                            "RUNNING",
 		SourceArn:                         *in.SourceArn,
 		MaxNumberOfMessagesPerSecond:      in.MaxNumberOfMessagesPerSecond,
-		ApproximateNumberOfMessagesToMove: int64(st.Visible + st.HeldBack),
+		ApproximateNumberOfMessagesToMove: int64(src.visible(now)),
 		StartedTimestamp:                  now.UnixMilli(),
 	}
 	if dst != nil {
@@ -112,6 +111,10 @@ func (s *Server) move(rc *request, src, dst *sqsQueue, now time.Time) (moved, st
 			return moved, int64(len(held))
 		}
 		for _, d := range ds {
+			if src.takeDeleted(d) {
+				_ = src.sub.Ack(d.LeaseID) // deleted after a reset: gone
+				continue
+			}
 			to := dst
 			if to == nil {
 				if name, ok := s.nameOfARN(d.Payload.SourceArn); ok {

@@ -27,17 +27,7 @@ type sqsQueue struct {
 	tags     map[string]string
 	created  time.Time
 	modified time.Time
-	// first is when each message (by its sequence in the subscription) was
-	// first received; order keeps those times in receive order, so that an
-	// entry older than the retention period (its message is gone) is
-	// dropped.
-	first map[uint64]time.Time
-	order []firstReceive
-}
-
-type firstReceive struct {
-	seq uint64
-	at  time.Time
+	rcv      receives // what the server knows of the receives of its messages
 }
 
 func (q *sqsQueue) settings() settings {
@@ -46,39 +36,11 @@ func (q *sqsQueue) settings() settings {
 	return q.st
 }
 
-// firstReceive records a receive of message seq at now and returns when
-// the message was first received.
-func (q *sqsQueue) firstReceive(seq uint64, now time.Time) time.Time {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	keep := time.Duration(q.st.retention) * time.Second
-	for len(q.order) > 0 && !now.Before(q.order[0].at.Add(keep)) {
-		if e := q.order[0]; q.first[e.seq].Equal(e.at) {
-			delete(q.first, e.seq)
-		}
-		q.order = q.order[1:]
-	}
-	if at, ok := q.first[seq]; ok {
-		return at
-	}
-	if q.first == nil {
-		q.first = make(map[uint64]time.Time)
-	}
-	q.first[seq] = now
-	q.order = append(q.order, firstReceive{seq, now})
-	return now
-}
-
-func (q *sqsQueue) forget(seq uint64) {
-	q.mu.Lock()
-	delete(q.first, seq)
-	q.mu.Unlock()
-}
-
-func (q *sqsQueue) forgetAll() {
-	q.mu.Lock()
-	q.first, q.order = nil, nil
-	q.mu.Unlock()
+// visible is ApproximateNumberOfMessages at now: visible in the broker
+// (held behind their group included), less those deleted after a reset.
+func (q *sqsQueue) visible(now time.Time) int {
+	st := q.sub.Stats()
+	return max(st.Visible+st.HeldBack-q.deletedWaiting(now), 0)
 }
 
 func (s *Server) arn(name string) string {
@@ -402,7 +364,7 @@ func getQueueAttributes(rc *request, in *getQueueAttributesInput) (any, error) {
 				out[k] = strconv.Itoa(n)
 			}
 		}
-		set("ApproximateNumberOfMessages", st.Visible+st.HeldBack)
+		set("ApproximateNumberOfMessages", q.visible(s.clock.Now()))
 		set("ApproximateNumberOfMessagesNotVisible", st.InFlight)
 		set("ApproximateNumberOfMessagesDelayed", st.Delayed)
 	}

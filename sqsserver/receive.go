@@ -52,10 +52,12 @@ func receiveMessage(rc *request, in *receiveMessageInput) (any, error) {
 	}
 	if vis == 0 {
 		// Visible again at once, the receive counted (a 0 visibility
-		// timeout). The receipt handle then works as one after
-		// ChangeMessageVisibility to 0.
+		// timeout): as after ChangeMessageVisibility to 0, the handle
+		// still deletes the message until it is received again.
 		for _, d := range ds {
-			_ = q.sub.Nack(d.LeaseID, 0)
+			if q.sub.Nack(d.LeaseID, 0) == nil {
+				q.reset(d.LeaseID)
+			}
 		}
 	}
 	return out, nil
@@ -64,52 +66,58 @@ func receiveMessage(rc *request, in *receiveMessageInput) (any, error) {
 // lease takes up to n messages for vis (0: made visible again by the
 // caller), waiting up to wait on the server's clock for one. It returns
 // when at least one is leased, when the wait is over (none), or when ctx
-// ends (the client is gone: ctx's error). Messages past the queue's
-// retention are deleted on the way, and those received more than the
-// RedrivePolicy's maxReceiveCount are moved to the dead-letter queue;
-// neither counts toward n.
+// ends (the client is gone: ctx's error). Messages deleted after a reset
+// or past the queue's retention are deleted on the way, and those
+// received more than the RedrivePolicy's maxReceiveCount are moved to the
+// dead-letter queue; none of them counts toward n.
 func (s *Server) lease(ctx context.Context, q *sqsQueue, st settings, n int, vis, wait time.Duration) ([]delivery, time.Time, error) {
-	pollVis := vis
-	if pollVis == 0 {
-		pollVis = time.Second // then nacked at once by the caller
+	if vis == 0 {
+		vis = time.Second // then nacked at once by the caller
 	}
-	pctx := ctx
-	if wait > 0 {
-		var stop func()
-		pctx, stop = s.waitUntil(ctx, s.clock.Now().Add(wait))
-		defer stop()
+	if wait == 0 {
+		return s.shortPoll(ctx, q, st, n, vis)
 	}
+	pctx, stop := s.waitUntil(ctx, s.clock.Now().Add(wait))
+	defer stop()
 	for {
-		var ds []delivery
-		if wait > 0 {
-			var err error
-			ds, err = q.sub.PollWithVisibility(pctx, n, pollVis)
-			switch {
-			case err == nil:
-			case ctx.Err() != nil:
-				return nil, time.Time{}, ctx.Err()
-			case pctx.Err() != nil:
-				return nil, s.clock.Now(), nil // the wait is over
-			default:
-				return nil, time.Time{}, brokerError(err)
-			}
-		} else {
-			ds = make([]delivery, n)
-			k, err := q.sub.TryPollInto(ds)
-			if err != nil {
-				return nil, time.Time{}, brokerError(err)
-			}
-			if ds = ds[:k]; k == 0 {
-				return nil, s.clock.Now(), nil
-			}
-			if pollVis != defaultVis*time.Second {
-				ds = s.extend(q, ds, pollVis)
-			}
+		ds, err := q.sub.PollWithVisibility(pctx, n, vis)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, time.Time{}, ctx.Err()
+		case pctx.Err() != nil:
+			return nil, s.clock.Now(), nil // the wait is over
+		default:
+			return nil, time.Time{}, brokerError(err)
+		}
+		now := s.clock.Now()
+		if kept := s.sift(ctx, q, st, ds, now); len(kept) > 0 {
+			return kept, now, nil
+		}
+	}
+}
+
+// shortPoll takes up to n of the messages visible now, without waiting.
+// When sift drops some of them (each for good: deleted, or moved to the
+// dead-letter queue) it takes again for the places left, so that a receive
+// of 1 gets the next message rather than nothing.
+func (s *Server) shortPoll(ctx context.Context, q *sqsQueue, st settings, n int, vis time.Duration) ([]delivery, time.Time, error) {
+	var out []delivery
+	buf := make([]delivery, n)
+	for {
+		k, err := q.sub.TryPollInto(buf[:n-len(out)])
+		if err != nil {
+			return nil, time.Time{}, brokerError(err)
+		}
+		ds := buf[:k]
+		if vis != defaultVis*time.Second {
+			ds = s.extend(q, ds, vis)
 		}
 		now := s.clock.Now()
 		kept := s.sift(ctx, q, st, ds, now)
-		if len(kept) > 0 || wait == 0 {
-			return kept, now, nil
+		out = append(out, kept...)
+		if len(kept) == len(ds) || len(out) == n {
+			return out, now, nil
 		}
 	}
 }
@@ -159,12 +167,17 @@ func sentAt(m queue.Message[Message]) time.Time {
 	return m.PublishedAt
 }
 
-// sift drops the deliveries past retention and moves those past
-// maxReceiveCount to the dead-letter queue, and returns the others.
+// sift deletes the deliveries of messages deleted after a reset or past
+// retention, moves those past maxReceiveCount to the dead-letter queue,
+// and returns the others.
 func (s *Server) sift(ctx context.Context, q *sqsQueue, st settings, ds []delivery, now time.Time) []delivery {
 	kept := ds[:0]
 	retention := time.Duration(st.retention) * time.Second
 	for _, d := range ds {
+		if q.takeDeleted(d) {
+			_ = q.sub.Ack(d.LeaseID) // deleted after a reset, with its handle
+			continue
+		}
 		if !now.Before(sentAt(d.Message).Add(retention)) {
 			_ = q.sub.Ack(d.LeaseID) // past retention (shortened since it was sent): deleted
 			q.forget(d.LeaseID.Seq())
@@ -235,7 +248,7 @@ func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Messag
 // attributes in names and the message attributes in attrNames.
 func (s *Server) wire(q *sqsQueue, d delivery, now time.Time, names, attrNames []string) wireMessage {
 	m := d.Payload
-	first := q.firstReceive(d.LeaseID.Seq(), now)
+	first := q.record(d, now)
 	w := wireMessage{
 		MessageID:     messageID(d.Message),
 		ReceiptHandle: s.encodeHandle(receipt{gen: q.gen, lease: d.LeaseID, receivedAt: now}),

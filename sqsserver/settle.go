@@ -20,30 +20,48 @@ func (s *Server) receipt(q *sqsQueue, h *string) (receipt, error) {
 	return r, nil
 }
 
-// deleteOne deletes the message of a receipt handle. As in SQS, a handle
-// of an earlier receive (the message was received again since), or of a
-// message already deleted, succeeds and changes nothing.
+// deleteOne deletes the message of a receipt handle. As in SQS, on a
+// standard queue a handle of an earlier receive (the message was received
+// again since), or of a message already deleted, succeeds and changes
+// nothing, and the handle of the latest receive deletes the message even
+// after its visibility passed or was changed to 0. On a FIFO queue a
+// handle expires with its visibility: deleting with it then is
+// InvalidParameterValue and changes nothing.
 func (s *Server) deleteOne(q *sqsQueue, h *string) error {
 	r, err := s.receipt(q, h)
 	if err != nil {
 		return err
 	}
+	if q.fifo && q.expired(r.lease, s.clock.Now()) {
+		return errHandleExpired(*h)
+	}
 	switch err := q.sub.Ack(r.lease); {
 	case err == nil:
 		q.forget(r.lease.Seq())
 		return nil
-	case errors.Is(err, queue.ErrLeaseExpired), errors.Is(err, queue.ErrLeaseNotFound):
+	case errors.Is(err, queue.ErrLeaseExpired):
+		if q.fifo {
+			return errHandleExpired(*h)
+		}
+		q.deleteReset(r.lease) // if it was reset and not received since: deleted
+		return nil
+	case errors.Is(err, queue.ErrLeaseNotFound):
 		return nil
 	default:
 		return brokerError(err)
 	}
 }
 
+func errHandleExpired(h string) error {
+	return kInvalidParameterValue.new("Value %s for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", h)
+}
+
 // changeOne sets the visibility timeout of a received message: 0 makes it
-// visible at once (the receive still counts), more sets its deadline to
-// now + vis. The receive must still be the message's current one, and its
-// deadline not passed (MessageNotInflight); the total from the receive may
-// not pass 12 hours.
+// visible at once (the receive still counts, and its handle still deletes
+// it until it is received again), more sets its deadline to now + vis.
+// The receive must still be the message's current one, and its deadline
+// not passed (MessageNotInflight); the total from the receive may not pass
+// 12 hours.
 func (s *Server) changeOne(q *sqsQueue, h *string, vis *int) error {
 	r, err := s.receipt(q, h)
 	if err != nil {
@@ -57,20 +75,23 @@ func (s *Server) changeOne(q *sqsQueue, h *string, vis *int) error {
 		return kInvalidParameterValue.new("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be between 0 and 43200.", v)
 	}
 	d := time.Duration(v) * time.Second
-	if s.clock.Now().Add(d).After(r.receivedAt.Add(maxVisibility * time.Second)) {
+	now := s.clock.Now()
+	if now.Add(d).After(r.receivedAt.Add(maxVisibility * time.Second)) {
 		return kInvalidParameterValue.new("Value %d for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds].", v)
 	}
 	if v == 0 {
-		err = q.sub.Nack(r.lease, 0)
-	} else {
-		err = q.sub.Extend(r.lease, d)
+		if err = q.sub.Nack(r.lease, 0); err == nil {
+			q.reset(r.lease)
+		}
+	} else if err = q.sub.Extend(r.lease, d); err == nil {
+		q.extended(r.lease, now.Add(d))
 	}
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, queue.ErrLeaseExpired):
+	case errors.Is(err, queue.ErrLeaseExpired) && !q.deletedAfterReset(r.lease):
 		return kMessageNotInflight.new("The message referred to is not in flight: its visibility timeout has passed, or it was received again.")
-	case errors.Is(err, queue.ErrLeaseNotFound):
+	case errors.Is(err, queue.ErrLeaseExpired), errors.Is(err, queue.ErrLeaseNotFound):
 		return kInvalidParameterValue.new("Value %s for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.", *h)
 	default:
 		return brokerError(err)
