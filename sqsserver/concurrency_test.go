@@ -73,3 +73,39 @@ func TestConcurrentProducersAndConsumers(t *testing.T) {
 		}
 	}
 }
+
+// Within a FIFO group, the order of delivery is the order of the sequence
+// numbers, also when producers send to the group at the same time: a
+// sequence number is given in the order the queue takes the messages.
+func TestFIFOSequenceOrderUnderConcurrentSends(t *testing.T) {
+	srv, c := start(t)
+	url := srv.CreateQueue(t, "q.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+	ctx := ctxFor(t)
+	const producers, perProducer = 8, 40
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range perProducer {
+				if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageGroupId: aws.String("g"),
+					MessageBody: aws.String(strconv.Itoa(p) + "-" + strconv.Itoa(i))}); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	last := ""
+	for n := range producers * perProducer {
+		ms := receive(t, c, url, 10)
+		if len(ms) != 1 {
+			t.Fatalf("receive %d: %d messages", n, len(ms))
+		}
+		seq := ms[0].Attributes["SequenceNumber"]
+		if seq <= last {
+			t.Fatalf("message %d of the group has sequence number %s after %s", n, seq, last)
+		}
+		last = seq
+		must[*sqs.DeleteMessageOutput](t)(c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: ms[0].ReceiptHandle}))
+	}
+}

@@ -20,6 +20,10 @@ type sqsQueue struct {
 	fifo bool
 	gen  uint64 // the incarnation receipt handles name
 	sub  *broker.Subscription[Message]
+	// sendMu orders a FIFO queue's publishes: held from taking a sequence
+	// number until the broker has the message, so that within a group the
+	// delivery order is the order of the sequence numbers.
+	sendMu sync.Mutex
 
 	mu       sync.Mutex // guards everything below
 	attrs    map[string]string

@@ -229,6 +229,8 @@ func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Messag
 	}
 	opts := []broker.PublishOption{broker.WithTTL(left)}
 	if dst.fifo {
+		dst.sendMu.Lock() // the group's order is the order of the sequence numbers
+		defer dst.sendMu.Unlock()
 		seq, err := s.nextSeq()
 		if err != nil {
 			return false

@@ -140,6 +140,8 @@ func formatSeq(n uint64) string { return fmt.Sprintf("%020d", n) }
 // publish publishes one prepared message.
 func (rc *request) publish(q *sqsQueue, st settings, o *outgoing) (sendMessageOutput, error) {
 	if q.fifo {
+		q.sendMu.Lock() // the group's order is the order of the sequence numbers
+		defer q.sendMu.Unlock()
 		n, err := rc.s.nextSeq()
 		if err != nil {
 			return sendMessageOutput{}, err
