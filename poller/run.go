@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -100,6 +101,13 @@ func (r *run[T]) pollLoop() error {
 				r.track(it)
 				r.work <- it // never blocks: it holds a slot
 			}
+			// Let the workers just handed these start them before the
+			// room for the next Poll is counted: a handler that returns at
+			// once frees its room then. Without this, on a fast source each
+			// Poll found the room of the one before still held by
+			// deliveries no worker had picked up yet, and asked for about
+			// half as many as there was room for.
+			runtime.Gosched()
 		}
 		switch {
 		case err == nil:
