@@ -118,10 +118,10 @@ func streamSubjects(t *testing.T, bus *jetstream.Bus, name, filter string) uint6
 	return n
 }
 
-// TestPublishDelayRefused: without WithDelays a delay is refused, and so
+// TestPublishOptionsRefused: without WithDelays a delay is refused, and so
 // are a negative delay, a priority and an ordering key; nothing is
 // published.
-func TestPublishDelayRefused(t *testing.T) {
+func TestPublishOptionsRefused(t *testing.T) {
 	bus, billing, _ := twoSubs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()

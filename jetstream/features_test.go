@@ -269,3 +269,59 @@ func TestFilterAndAckBatch(t *testing.T) {
 		t.Fatalf("WithFilter of another type: %v", err)
 	}
 }
+
+// TestInFlightCapAndRedeliveryOrder: WithMaxInFlight caps the leases of
+// every handle of a subscription together (the consumer's
+// MaxAckPending), and a message nacked back is delivered again before the
+// messages not yet delivered.
+func TestInFlightCapAndRedeliveryOrder(t *testing.T) {
+	srv := startServer(t, t.TempDir(), -1)
+	bus := open(t, connect(t, srv.srv.ClientURL()), jetstream.WithMemoryStorage())
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	a, err := jetstream.Subscribe[string](ctx, bus, "orders", "capped", jetstream.WithMaxInFlight(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := jetstream.Subscribe[string](ctx, bus, "orders", "capped") // a second handle, bound as it is
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := jetstream.PublishBatch(ctx, bus, "orders", payloads(3)); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := a.Poll(ctx, 2)
+	if err != nil || len(ds) != 2 || ds[0].Payload != "m00" || ds[1].Payload != "m01" {
+		t.Fatalf("Poll(2): %v, %v", ds, err)
+	}
+	// At the cap the server holds a no-wait pull (about a second here)
+	// and answers it with nothing.
+	if got := b.TryPoll(3); len(got) != 0 {
+		t.Fatalf("the other handle leased %d with the cap reached", len(got))
+	}
+	// m00 comes back before m02, which was never delivered.
+	if err := a.Nack(ds[0].LeaseID, 0); err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.Poll(ctx, 1)
+	if err != nil || len(again) != 1 || again[0].Payload != "m00" || again[0].Attempt != 2 {
+		t.Fatalf("after the Nack: %v, %v; want m00 on attempt 2", again, err)
+	}
+	for _, settle := range []func() error{
+		func() error { return a.Ack(ds[1].LeaseID) },
+		func() error { return b.Ack(again[0].LeaseID) },
+	} {
+		if err := settle(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := b.Poll(ctx, 3)
+	if err != nil || len(last) != 1 || last[0].Payload != "m02" {
+		t.Fatalf("last Poll: %v, %v; want m02", last, err)
+	}
+	if err := b.Ack(last[0].LeaseID); err != nil {
+		t.Fatal(err)
+	}
+}
