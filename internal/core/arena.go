@@ -167,6 +167,9 @@ func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 	q.maxGen = max(q.maxGen, gen)
 	q.nextSeq++
 	*e = entry[T]{msg: m, place: q.nextSeq, at: noTick, slot: slot, gen: gen, prio: uint8(m.Priority + 1), index: -1}
+	if m.Key != "" {
+		e.flags = keyed
+	}
 	q.nheld++
 	return e
 }

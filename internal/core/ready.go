@@ -49,6 +49,7 @@ const (
 	leaseOpen entryFlags = 1 << iota // the lease of delivery number `delivery` is still current
 	hasTTL                           // it has a time to live, in q.ttls
 	inFresh                          // it is in its lane's fresh run (not the other one)
+	keyed                            // its message has an ordering key (known without reading the envelope)
 )
 
 func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }
@@ -64,8 +65,15 @@ func (e *entry[T]) set(f entryFlags, on bool) {
 // seq is the seq of this hold's lease IDs: its slot and generation.
 func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
 
-// key is the message's ordering key, "" for none.
-func (e *entry[T]) key() string { return e.msg.Key }
+// key is the message's ordering key, "" for none. An unkeyed entry
+// answers without reading the shared envelope, which a sweep over a
+// million entries would otherwise fetch from memory one by one.
+func (e *entry[T]) key() string {
+	if e.flags&keyed == 0 {
+		return ""
+	}
+	return e.msg.Key
+}
 
 // errKind is an entry's LastError: one of the texts the queue writes
 // itself, or errCustom, a failure's own text, kept in q.errs.

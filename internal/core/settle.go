@@ -298,9 +298,12 @@ func (q *Queue[T]) settleLocked(now time.Time) {
 	}
 	for !q.settleChunkLocked(now) {
 		q.sweeping, q.sweepAt = true, now
-		if len(q.pending) > 0 {
+		if n := len(q.pending); n > 0 {
 			q.backlog = append(q.backlog, q.pending)
-			q.pending = nil
+			// The next chunk likely dead-letters as many: one allocation
+			// for them, not a dozen as append doubles (each of which may
+			// make this call, lock held, assist the garbage collector).
+			q.pending = make([]deadNote[T], 0, n)
 		}
 		dirty := q.dirty
 		q.dirty = false
@@ -468,8 +471,10 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 	q.countDeadLocked(reason)
 	_, ttl := q.expiresLocked(e)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
-	if kq := q.keys[e.key()]; e.key() != "" && kq != nil {
-		n.continued = kq.hasAfter(e.place)
+	if key := e.key(); key != "" {
+		if kq := q.keys[key]; kq != nil {
+			n.continued = kq.hasAfter(e.place)
+		}
 	}
 	q.pending = append(q.pending, n)
 	if q.rec != nil {
