@@ -102,11 +102,10 @@ func normalizeAttribute(name, value string, fifo bool) (string, error) {
 	case "KmsDataKeyReusePeriodSeconds":
 		return intIn(60, 86_400)
 	case "SqsManagedSseEnabled", "ContentBasedDeduplication":
-		b, err := strconv.ParseBool(value)
-		if err != nil || (value != "true" && value != "false") {
+		if value != "true" && value != "false" {
 			return "", bad("must be true or false.")
 		}
-		return strconv.FormatBool(b), nil
+		return value, nil
 	case "DeduplicationScope":
 		if value != "queue" && value != "messageGroup" {
 			return "", bad("must be queue or messageGroup.")
@@ -125,56 +124,70 @@ func normalizeAttribute(name, value string, fifo bool) (string, error) {
 	case "KmsMasterKeyId":
 		return value, nil
 	case "RedrivePolicy":
-		if value == "" {
-			return "", nil
-		}
-		var raw map[string]any
-		if err := json.Unmarshal([]byte(value), &raw); err != nil {
-			return "", bad("Redrive policy is not a valid JSON map.")
-		}
-		arn, _ := raw["deadLetterTargetArn"].(string)
-		if arn == "" {
-			return "", bad("Redrive policy must name deadLetterTargetArn.")
-		}
-		var count int
-		switch v := raw["maxReceiveCount"].(type) {
-		case float64:
-			count = int(v)
-			if float64(count) != v {
-				count = 0
-			}
-		case string:
-			count, _ = strconv.Atoi(v)
-		}
-		if count < 1 || count > 1000 {
-			return "", bad("Value for maxReceiveCount must be an integer from 1 to 1000.")
-		}
-		b, _ := json.Marshal(redrivePolicy{DeadLetterTargetArn: arn, MaxReceiveCount: count})
-		return string(b), nil
+		return normalizeRedrivePolicy(value, bad)
 	case "RedriveAllowPolicy":
-		if value == "" {
-			return "", nil
-		}
-		var p redriveAllowPolicy
-		if err := json.Unmarshal([]byte(value), &p); err != nil {
-			return "", bad("Redrive allow policy is not valid JSON.")
-		}
-		switch p.RedrivePermission {
-		case "allowAll", "denyAll":
-			if len(p.SourceQueueArns) > 0 {
-				return "", bad("sourceQueueArns is only for redrivePermission byQueue.")
-			}
-		case "byQueue":
-			if len(p.SourceQueueArns) < 1 || len(p.SourceQueueArns) > 10 {
-				return "", bad("byQueue takes 1 to 10 sourceQueueArns.")
-			}
-		default:
-			return "", bad("redrivePermission must be allowAll, denyAll or byQueue.")
-		}
-		b, _ := json.Marshal(p)
-		return string(b), nil
+		return normalizeRedriveAllowPolicy(value, bad)
 	}
 	return value, nil
+}
+
+// normalizeRedrivePolicy checks a RedrivePolicy ("" removes it) and
+// returns it as the server keeps it: {"deadLetterTargetArn":…,
+// "maxReceiveCount":N}, the count given as a number or a string. bad makes
+// the error for a reason.
+func normalizeRedrivePolicy(value string, bad func(reason string) error) (string, error) {
+	if value == "" {
+		return "", nil
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(value), &raw); err != nil {
+		return "", bad("Redrive policy is not a valid JSON map.")
+	}
+	arn, _ := raw["deadLetterTargetArn"].(string)
+	if arn == "" {
+		return "", bad("Redrive policy must name deadLetterTargetArn.")
+	}
+	var count int
+	switch v := raw["maxReceiveCount"].(type) {
+	case float64:
+		count = int(v)
+		if float64(count) != v {
+			count = 0
+		}
+	case string:
+		count, _ = strconv.Atoi(v)
+	}
+	if count < 1 || count > 1000 {
+		return "", bad("Value for maxReceiveCount must be an integer from 1 to 1000.")
+	}
+	b, _ := json.Marshal(redrivePolicy{DeadLetterTargetArn: arn, MaxReceiveCount: count})
+	return string(b), nil
+}
+
+// normalizeRedriveAllowPolicy checks a RedriveAllowPolicy ("" removes
+// it): allowAll, denyAll, or byQueue with 1 to 10 sourceQueueArns.
+func normalizeRedriveAllowPolicy(value string, bad func(reason string) error) (string, error) {
+	if value == "" {
+		return "", nil
+	}
+	var p redriveAllowPolicy
+	if err := json.Unmarshal([]byte(value), &p); err != nil {
+		return "", bad("Redrive allow policy is not valid JSON.")
+	}
+	switch p.RedrivePermission {
+	case "allowAll", "denyAll":
+		if len(p.SourceQueueArns) > 0 {
+			return "", bad("sourceQueueArns is only for redrivePermission byQueue.")
+		}
+	case "byQueue":
+		if len(p.SourceQueueArns) < 1 || len(p.SourceQueueArns) > 10 {
+			return "", bad("byQueue takes 1 to 10 sourceQueueArns.")
+		}
+	default:
+		return "", bad("redrivePermission must be allowAll, denyAll or byQueue.")
+	}
+	b, _ := json.Marshal(p)
+	return string(b), nil
 }
 
 // parseSettings reads the settings from a queue's kept attributes.

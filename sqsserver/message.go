@@ -9,10 +9,10 @@ import (
 	"unicode/utf8"
 )
 
-// Message is the payload the server keeps in leasebus for one SQS message:
+// message is the payload the server keeps in leasebus for one SQS message:
 // what the sender sent and the system attributes SQS keeps beside it. A
 // durable server stores it with broker.JSONCodec.
-type Message struct {
+type message struct {
 	Body        string      `json:"b"`
 	Attributes  []attribute `json:"a,omitempty"`  // message attributes, sorted by name
 	TraceHeader string      `json:"t,omitempty"`  // the AWSTraceHeader system attribute

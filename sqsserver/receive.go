@@ -11,7 +11,7 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-type delivery = queue.Delivery[Message]
+type delivery = queue.Delivery[message]
 
 func receiveMessage(rc *request, in *receiveMessageInput) (any, error) {
 	s := rc.s
@@ -160,7 +160,7 @@ func (s *Server) waitUntil(ctx context.Context, deadline time.Time) (context.Con
 
 // sentAt is a message's SentTimestamp: when it was first sent, also after
 // a move to or from a dead-letter queue.
-func sentAt(m queue.Message[Message]) time.Time {
+func sentAt(m queue.Message[message]) time.Time {
 	if m.Payload.SentAt != 0 {
 		return time.UnixMilli(m.Payload.SentAt)
 	}
@@ -219,7 +219,7 @@ func (s *Server) moveToDeadLetters(ctx context.Context, q *sqsQueue, p *redriveP
 // MessageId and SentTimestamp kept, the receive count starting again, its
 // retention on dst counted from the original send. A message already past
 // dst's retention is dropped, and counts as moved.
-func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Message[Message], m Message, now time.Time) bool {
+func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Message[message], m message, now time.Time) bool {
 	st := dst.settings()
 	m.MessageID = messageID(from)
 	m.SentAt = sentAt(from).UnixMilli()

@@ -13,7 +13,7 @@ import (
 
 // outgoing is one message checked and ready to publish.
 type outgoing struct {
-	msg   Message
+	msg   message
 	delay time.Duration
 	dedup string // the broker's dedup ID, namespaced (FIFO)
 	out   sendMessageOutput
@@ -64,7 +64,7 @@ func (rc *request) prepare(q *sqsQueue, st settings, a sendArgs) (*outgoing, err
 		}
 	}
 	o := &outgoing{delay: time.Duration(delay) * time.Second}
-	o.msg = Message{Body: body, Attributes: attrs, MD5: md5Hex(body), SenderID: rc.sender}
+	o.msg = message{Body: body, Attributes: attrs, MD5: md5Hex(body), SenderID: rc.sender}
 	if len(sys) == 1 {
 		o.msg.TraceHeader = sys[0].String
 	}
@@ -119,7 +119,7 @@ func (o *outgoing) options(q *sqsQueue, st settings) []broker.PublishOption {
 
 // sent fills the output of a message the broker stored as m (for a
 // duplicate, the original).
-func (o *outgoing) sent(m queue.Message[Message]) sendMessageOutput {
+func (o *outgoing) sent(m queue.Message[message]) sendMessageOutput {
 	out := o.out
 	out.MessageID = messageID(m)
 	if m.Payload.Sequence != 0 {
@@ -128,7 +128,7 @@ func (o *outgoing) sent(m queue.Message[Message]) sendMessageOutput {
 	return out
 }
 
-func messageID(m queue.Message[Message]) string {
+func messageID(m queue.Message[message]) string {
 	if m.Payload.MessageID != "" {
 		return m.Payload.MessageID
 	}
@@ -209,15 +209,11 @@ func failed(id string, err error) batchResultError {
 	return batchResultError{ID: id, SenderFault: e.Sender, Code: e.Type, Message: e.Message}
 }
 
-func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
-	q, err := rc.s.queueOf(in.QueueURL)
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]*string, len(in.Entries))
+// batchSize is what SQS counts toward a batch's 262,144 bytes: the
+// bodies, and the attributes' names, types and values.
+func batchSize(entries []sendMessageBatchEntry) int {
 	total := 0
-	for i, e := range in.Entries {
-		ids[i] = e.ID
+	for _, e := range entries {
 		if e.MessageBody != nil {
 			total += len(*e.MessageBody)
 		}
@@ -228,10 +224,22 @@ func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
 			}
 		}
 	}
+	return total
+}
+
+func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
+	q, err := rc.s.queueOf(in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]*string, len(in.Entries))
+	for i, e := range in.Entries {
+		ids[i] = e.ID
+	}
 	if err := checkBatchIDs(ids); err != nil {
 		return nil, err
 	}
-	if total > maxMessageSizeLimit {
+	if total := batchSize(in.Entries); total > maxMessageSizeLimit {
 		return nil, kBatchTooLong.new("Batch requests cannot be longer than %d bytes. You have sent %d bytes.", maxMessageSizeLimit, total)
 	}
 	st := q.settings()
@@ -260,8 +268,15 @@ func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
 		}
 		return out, nil
 	}
-	// A standard queue: one PublishBatch per delay (usually one), so a
-	// durable server waits for the disk once.
+	rc.publishStandard(q, st, in.Entries, ready, &out)
+	return out, nil
+}
+
+// publishStandard publishes the prepared entries of a standard queue's
+// batch (ready[i] nil: entry i failed its checks) with one PublishBatch
+// per delay (usually one), so a durable server waits for the disk once,
+// and reports each in out.
+func (rc *request) publishStandard(q *sqsQueue, st settings, entries []sendMessageBatchEntry, ready []*outgoing, out *sendMessageBatchOutput) {
 	byDelay := map[time.Duration][]int{}
 	var delays []time.Duration
 	for i, o := range ready {
@@ -275,13 +290,13 @@ func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
 	}
 	for _, d := range delays {
 		idx := byDelay[d]
-		payloads := make([]Message, len(idx))
+		payloads := make([]message, len(idx))
 		for j, i := range idx {
 			payloads[j] = ready[i].msg
 		}
 		ms, err := rc.s.b.PublishBatch(rc.ctx(), q.name, payloads, ready[idx[0]].options(q, st)...)
 		for j, i := range idx {
-			id := *in.Entries[i].ID
+			id := *entries[i].ID
 			if err != nil {
 				// The queue was deleted or the server closed (nothing
 				// stored), or the queue holds 2^31 messages: the entries
@@ -293,5 +308,4 @@ func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
 			out.Successful = append(out.Successful, sendMessageBatchResultEntry{ID: id, sendMessageOutput: ready[i].sent(ms[j])})
 		}
 	}
-	return out, nil
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
@@ -27,14 +28,16 @@ import (
 const (
 	contentType = "application/x-amz-json-1.0"
 	targetSQS   = "AmazonSQS."
-	subName     = "sqs"          // the one subscription of each queue's topic
-	maxBody     = 4 << 20        // a request's body: a batch of 256 KiB in JSON, binary in base64, fits
-	maxQueued   = math.MaxInt32  // SQS queues are unbounded; leasebus wants a bound
-	seqBlock    = 1 << 20        // sequence numbers reserved per write of the state file
-	stateFile   = "queues.json"  // a durable server's queues, in its directory
-	journalDir  = "journal"      // a durable server's broker, in its directory
-	defaultVis  = 30             // VisibilityTimeout's default, seconds
-	arnPrefix   = "arn:aws:sqs:" // of every queue ARN
+	subName     = "sqs"           // the one subscription of each queue's topic
+	maxBody     = 4 << 20         // a request's body: a batch of 256 KiB in JSON, binary in base64, fits
+	maxQueued   = math.MaxInt32   // SQS queues are unbounded; leasebus wants a bound
+	seqBlock    = 1 << 20         // sequence numbers reserved per write of the state file
+	stateFile   = "queues.json"   // a durable server's queues, in its directory
+	journalDir  = "journal"       // a durable server's broker, in its directory
+	defaultVis  = 30              // VisibilityTimeout's default, seconds
+	arnPrefix   = "arn:aws:sqs:"  // of every queue ARN
+	dedupWindow = 5 * time.Minute // SQS FIFO's deduplication interval
+	dedupLimit  = 100_000         // deduplication IDs remembered per FIFO queue inside the window
 )
 
 // Server serves the SQS JSON protocol over a leasebus broker. It is an
@@ -45,7 +48,7 @@ type Server struct {
 	cfg   config
 	clock clock.Clock
 	mock  *clock.Mock // the clock, when it is a mock the control endpoint may move
-	b     *broker.Broker[Message]
+	b     *broker.Broker[message]
 	key   []byte
 	seq   atomic.Uint64 // the last FIFO sequence number handed out
 	// seqFloor: on a durable server, the sequence numbers below it are
@@ -81,9 +84,11 @@ func New(opts ...Option) (*Server, error) {
 		broker.WithMaxQueue(maxQueued),
 		broker.WithOverflow(queue.OverflowReject),
 		broker.WithDeadLetterLimit(1), // only messages past their retention die, and nobody reads them
+		broker.WithDedupWindow(dedupWindow),
+		broker.WithDedupLimit(dedupLimit),
 	}
 	if cfg.dir == "" {
-		b, err := broker.New[Message](bopts...)
+		b, err := broker.New[message](bopts...)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +104,7 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.syncSet {
 		bopts = append(bopts, broker.WithSync(cfg.sync))
 	}
-	b, err := broker.Open(filepath.Join(cfg.dir, journalDir), broker.JSONCodec[Message]{}, bopts...)
+	b, err := broker.Open(filepath.Join(cfg.dir, journalDir), broker.JSONCodec[message]{}, bopts...)
 	if err != nil {
 		return nil, fmt.Errorf("sqsserver: open %s: %w", cfg.dir, err)
 	}
@@ -269,35 +274,31 @@ func (s *Server) authenticate(rc *request) *Error {
 type handler func(rc *request, body []byte) (any, error)
 
 // handlers maps each action to its handler; an action missing here is
-// InvalidAction. It is set in init: the handlers refer to it indirectly.
-var handlers map[string]handler
-
-func init() {
-	handlers = map[string]handler{
-		"CreateQueue":                  decode(createQueue),
-		"GetQueueUrl":                  decode(getQueueURL),
-		"ListQueues":                   decode(listQueues),
-		"DeleteQueue":                  decode(deleteQueue),
-		"GetQueueAttributes":           decode(getQueueAttributes),
-		"SetQueueAttributes":           decode(setQueueAttributes),
-		"PurgeQueue":                   decode(purgeQueue),
-		"TagQueue":                     decode(tagQueue),
-		"UntagQueue":                   decode(untagQueue),
-		"ListQueueTags":                decode(listQueueTags),
-		"ListDeadLetterSourceQueues":   decode(listDeadLetterSourceQueues),
-		"SendMessage":                  decode(sendMessage),
-		"SendMessageBatch":             decode(sendMessageBatch),
-		"ReceiveMessage":               decode(receiveMessage),
-		"DeleteMessage":                decode(deleteMessage),
-		"DeleteMessageBatch":           decode(deleteMessageBatch),
-		"ChangeMessageVisibility":      decode(changeMessageVisibility),
-		"ChangeMessageVisibilityBatch": decode(changeMessageVisibilityBatch),
-		"StartMessageMoveTask":         decode(startMessageMoveTask),
-		"ListMessageMoveTasks":         decode(listMessageMoveTasks),
-		"CancelMessageMoveTask":        decode(cancelMessageMoveTask),
-		"AddPermission":                unsupported("AddPermission"),
-		"RemovePermission":             unsupported("RemovePermission"),
-	}
+// InvalidAction. It is never written.
+var handlers = map[string]handler{
+	"CreateQueue":                  decode(createQueue),
+	"GetQueueUrl":                  decode(getQueueURL),
+	"ListQueues":                   decode(listQueues),
+	"DeleteQueue":                  decode(deleteQueue),
+	"GetQueueAttributes":           decode(getQueueAttributes),
+	"SetQueueAttributes":           decode(setQueueAttributes),
+	"PurgeQueue":                   decode(purgeQueue),
+	"TagQueue":                     decode(tagQueue),
+	"UntagQueue":                   decode(untagQueue),
+	"ListQueueTags":                decode(listQueueTags),
+	"ListDeadLetterSourceQueues":   decode(listDeadLetterSourceQueues),
+	"SendMessage":                  decode(sendMessage),
+	"SendMessageBatch":             decode(sendMessageBatch),
+	"ReceiveMessage":               decode(receiveMessage),
+	"DeleteMessage":                decode(deleteMessage),
+	"DeleteMessageBatch":           decode(deleteMessageBatch),
+	"ChangeMessageVisibility":      decode(changeMessageVisibility),
+	"ChangeMessageVisibilityBatch": decode(changeMessageVisibilityBatch),
+	"StartMessageMoveTask":         decode(startMessageMoveTask),
+	"ListMessageMoveTasks":         decode(listMessageMoveTasks),
+	"CancelMessageMoveTask":        decode(cancelMessageMoveTask),
+	"AddPermission":                unsupported("AddPermission"),
+	"RemovePermission":             unsupported("RemovePermission"),
 }
 
 // decode makes a handler of a function of the action's input type.
