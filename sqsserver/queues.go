@@ -287,7 +287,7 @@ func purgeQueue(rc *request, in *queueInput) (any, error) {
 		return nil, err
 	}
 	if _, err := q.sub.Purge(); err != nil {
-		return nil, brokerError(err)
+		return nil, rc.s.brokerError(err)
 	}
 	q.forgetAll()
 	return struct{}{}, nil

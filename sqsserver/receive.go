@@ -66,7 +66,8 @@ func receiveMessage(rc *request, in *receiveMessageInput) (any, error) {
 // lease takes up to n messages for vis (0: made visible again by the
 // caller), waiting up to wait on the server's clock for one. It returns
 // when at least one is leased, when the wait is over (none), or when ctx
-// ends (the client is gone: ctx's error). Messages deleted after a reset
+// ends (the client is gone, or the HTTP server shuts down:
+// ServiceUnavailable). Messages deleted after a reset
 // or past the queue's retention are deleted on the way, and those
 // received more than the RedrivePolicy's maxReceiveCount are moved to the
 // dead-letter queue; none of them counts toward n.
@@ -84,11 +85,11 @@ func (s *Server) lease(ctx context.Context, q *sqsQueue, st settings, n int, vis
 		switch {
 		case err == nil:
 		case ctx.Err() != nil:
-			return nil, time.Time{}, ctx.Err()
+			return nil, time.Time{}, kUnavailable.new("The receive ended before a message was visible: the server is shutting down, or the client went away.")
 		case pctx.Err() != nil:
 			return nil, s.clock.Now(), nil // the wait is over
 		default:
-			return nil, time.Time{}, brokerError(err)
+			return nil, time.Time{}, s.brokerError(err)
 		}
 		now := s.clock.Now()
 		if kept := s.sift(ctx, q, st, ds, now); len(kept) > 0 {
@@ -107,7 +108,7 @@ func (s *Server) shortPoll(ctx context.Context, q *sqsQueue, st settings, n int,
 	for {
 		k, err := q.sub.TryPollInto(buf[:n-len(out)])
 		if err != nil {
-			return nil, time.Time{}, brokerError(err)
+			return nil, time.Time{}, s.brokerError(err)
 		}
 		ds := buf[:k]
 		if vis != defaultVis*time.Second {

@@ -150,19 +150,19 @@ func (rc *request) publish(q *sqsQueue, st settings, o *outgoing) (sendMessageOu
 	}
 	m, err := rc.s.b.Publish(rc.ctx(), q.name, o.msg, o.options(q, st)...)
 	if err != nil {
-		return sendMessageOutput{}, publishError(err)
+		return sendMessageOutput{}, rc.s.publishError(err)
 	}
 	return o.sent(m), nil
 }
 
-func publishError(err error) error {
+func (s *Server) publishError(err error) error {
 	switch {
 	case errors.Is(err, queue.ErrQueueFull), errors.Is(err, broker.ErrDedupFull):
 		return kOverLimit.new("%v", err)
 	case errors.Is(err, broker.ErrTopicNotFound):
 		return kQueueDoesNotExist.new("The specified queue does not exist.")
 	}
-	return brokerError(err)
+	return s.brokerError(err)
 }
 
 func sendMessage(rc *request, in *sendMessageInput) (any, error) {
@@ -302,7 +302,7 @@ func (rc *request) publishStandard(q *sqsQueue, st settings, entries []sendMessa
 				// stored), or the queue holds 2^31 messages: the entries
 				// are reported failed, though a full queue may have taken
 				// some of them.
-				out.Failed = append(out.Failed, failed(id, publishError(err)))
+				out.Failed = append(out.Failed, failed(id, rc.s.publishError(err)))
 				continue
 			}
 			out.Successful = append(out.Successful, sendMessageBatchResultEntry{ID: id, sendMessageOutput: ready[i].sent(ms[j])})

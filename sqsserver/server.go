@@ -122,8 +122,8 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// Close stops the server: every long poll ends, and every later request is
-// answered with ServiceUnavailable. A durable server's directory keeps its
+// Close stops the server: every long poll ends, and it and every later
+// request are answered with ServiceUnavailable. A durable server's directory keeps its
 // queues and messages. Close twice is safe.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -318,11 +318,18 @@ func unsupported(action string) handler {
 	}
 }
 
-// brokerError maps an error of the broker: a closed server or queue, or
-// anything else as an InternalError.
-func brokerError(err error) error {
+// brokerError maps an error of the broker: a closed server is
+// ServiceUnavailable, a closed queue (deleted) QueueDoesNotExist, anything
+// else an InternalError.
+func (s *Server) brokerError(err error) error {
 	if errors.Is(err, queue.ErrClosed) {
-		return kQueueDoesNotExist.new("The specified queue does not exist (it was deleted, or the server closed).")
+		s.mu.RLock()
+		closed := s.closed
+		s.mu.RUnlock()
+		if closed {
+			return kUnavailable.new("The server is closed.")
+		}
+		return kQueueDoesNotExist.new("The specified queue does not exist (it was deleted).")
 	}
 	return kInternal.new("%v", err)
 }

@@ -48,7 +48,7 @@ func (s *Server) deleteOne(q *sqsQueue, h *string) error {
 	case errors.Is(err, queue.ErrLeaseNotFound):
 		return nil
 	default:
-		return brokerError(err)
+		return s.brokerError(err)
 	}
 }
 
@@ -94,7 +94,7 @@ func (s *Server) changeOne(q *sqsQueue, h *string, vis *int) error {
 	case errors.Is(err, queue.ErrLeaseExpired), errors.Is(err, queue.ErrLeaseNotFound):
 		return kInvalidParameterValue.new("Value %s for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.", *h)
 	default:
-		return brokerError(err)
+		return s.brokerError(err)
 	}
 }
 

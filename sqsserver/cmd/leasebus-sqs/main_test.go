@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 	"go.uber.org/goleak"
 
 	"github.com/leasebus/leasebus/sqsserver/sqstest"
@@ -69,8 +71,28 @@ func TestRun(t *testing.T) {
 			if out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl}); err != nil || len(out.Messages) != 1 {
 				t.Fatal("not redelivered after the clock moved:", out, err)
 			}
-			// A long poll that the shutdown must end.
-			go c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 20})
+			// A long poll that the shutdown must end, at once and with
+			// ServiceUnavailable.
+			polled := make(chan error, 1)
+			go func() {
+				_, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 20})
+				polled <- err
+			}()
+			resp, err = http.Get(url + "/leasebus/parked?queue=q&n=1")
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatal("the long poll did not park:", resp, err)
+			}
+			resp.Body.Close()
+			cancel()
+			select {
+			case err := <-polled:
+				var ae smithy.APIError
+				if !errors.As(err, &ae) || ae.ErrorCode() != "ServiceUnavailable" {
+					t.Fatalf("the long poll ended with %v, want ServiceUnavailable", err)
+				}
+			case <-time.After(30 * time.Second): // a hang guard
+				t.Fatal("the shutdown did not end the long poll")
+			}
 		} else {
 			q, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("q")})
 			if err != nil {
