@@ -16,9 +16,10 @@ type Error struct {
 	QueryCode string // the legacy code: "AWS.SimpleQueueService.NonExistentQueue"
 	Status    int    // the HTTP status: 400
 	Sender    bool   // the caller's fault (Sender) rather than the server's (Receiver)
-	Message   string
+	Message   string // what went wrong, as the response's message says it
 }
 
+// Error returns "sqsserver: <Type>: <Message>".
 func (e *Error) Error() string { return fmt.Sprintf("sqsserver: %s: %s", e.Type, e.Message) }
 
 // Is reports whether target is an *Error of the same type, so that

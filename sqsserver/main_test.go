@@ -16,12 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// net/http's keep-alive connections of the SDK's client, closed by
-		// httptest.Server.Close but left to exit on their own.
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // hangGuard bounds every wait on a goroutine, so that a bug fails a test

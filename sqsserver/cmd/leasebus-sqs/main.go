@@ -48,9 +48,13 @@ func main() {
 	}
 }
 
+// keys is the repeatable -access-key flag.
 type keys []string
 
-func (k *keys) String() string     { return strings.Join(*k, ",") }
+// String returns the keys given, comma-separated (flag.Value).
+func (k *keys) String() string { return strings.Join(*k, ",") }
+
+// Set adds a key (flag.Value).
 func (k *keys) Set(v string) error { *k = append(*k, v); return nil }
 
 // run serves until ctx ends. It writes the listening line to out once the

@@ -27,8 +27,8 @@ type API interface {
 // RedrivePolicy, moves it to the dead-letter queue after maxReceiveCount
 // receives).
 type Consumer struct {
-	Client   API
-	QueueURL string
+	Client   API    // an *sqs.Client, or anything with its two methods
+	QueueURL string // the queue to consume
 	// Handle processes one message; the message's Attributes include
 	// ApproximateReceiveCount.
 	Handle func(ctx context.Context, m types.Message) error
