@@ -864,7 +864,9 @@ func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
 // retention removes a message once no consumer needs it). Leases this
 // handle held are forgotten (ErrLeaseNotFound); another handle's leases
 // are not known to be purged there, and an Ack of one succeeds without
-// effect. A message published while Purge runs may be dropped too.
+// effect. A message published while Purge runs may be dropped too; a
+// delayed message not yet due is not the subscription's yet, and is
+// delivered when due.
 func (s *Subscription[T]) Purge(ctx context.Context) (int, error) {
 	if s.isClosed() {
 		return 0, s.errClosed("purge")
