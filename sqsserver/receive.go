@@ -67,10 +67,10 @@ func receiveMessage(rc *request, in *receiveMessageInput) (any, error) {
 // caller), waiting up to wait on the server's clock for one. It returns
 // when at least one is leased, when the wait is over (none), or when ctx
 // ends (the client is gone, or the HTTP server shuts down:
-// ServiceUnavailable). Messages deleted after a reset
-// or past the queue's retention are deleted on the way, and those
-// received more than the RedrivePolicy's maxReceiveCount are moved to the
-// dead-letter queue; none of them counts toward n.
+// ServiceUnavailable). Messages deleted after a reset or past the queue's
+// retention are deleted on the way, and those received more than the
+// RedrivePolicy's maxReceiveCount are moved to the dead-letter queue; none
+// of them counts toward n.
 func (s *Server) lease(ctx context.Context, q *sqsQueue, st settings, n int, vis, wait time.Duration) ([]delivery, time.Time, error) {
 	if vis == 0 {
 		vis = time.Second // then nacked at once by the caller
