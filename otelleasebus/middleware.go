@@ -166,9 +166,9 @@ func (m *Middleware[T]) Handler(h poller.Handler[T]) poller.Handler[T] {
 	}
 }
 
-// Observer returns the poller option that installs Observe as the poller's
-// observer. A poller has one observer: to have one of your own as well,
-// call m.Observe from it.
+// Observer returns the poller option that installs Observe as an observer
+// of the poller's. Observers add up: one of your own (poller.WithObserver)
+// sees the same events beside it.
 func (m *Middleware[T]) Observer() poller.Option {
 	return poller.WithObserver(m.Observe)
 }
@@ -234,7 +234,8 @@ func (m *Middleware[T]) startSpan(ctx context.Context, d queue.Delivery[T], pt *
 // the handler's duration (messaging.process.duration) and ends its span
 // with the outcome, the handler's error and the source's. A lease
 // extension shows as an event on the span of the delivery being
-// processed. Install it with Observer, or call it from your own observer.
+// processed. Install it with Observer (or call it from an observer of
+// your own).
 func (m *Middleware[T]) Observe(e poller.Event[T]) {
 	pt := m.topics.get(e.Delivery.Topic)
 	id := e.Delivery.LeaseID

@@ -38,7 +38,7 @@ type config struct {
 	maxExtension   time.Duration // NoExtension: off
 	clock          clock.Clock
 	logger         *slog.Logger
-	observer       any // func(Event[T]), checked against T in New
+	observers      []any // each a func(Event[T]), checked against T in New
 	err            error
 }
 
@@ -172,13 +172,13 @@ func WithLogger(l *slog.Logger) Option {
 // held, possibly concurrently with itself: it must be safe for concurrent
 // use, and a slow f slows the poller. T is inferred from f and must be the
 // poller's payload type: New reports a mismatch as an invalid argument.
-// nil, the default, observes nothing.
+// Several WithObserver add up: each observer sees every event, in the
+// order given (so an instrumentation's observer and your own coexist). A
+// nil f adds nothing; by default nothing observes.
 func WithObserver[T any](f func(Event[T])) Option {
 	return func(c *config) {
-		if f == nil {
-			c.observer = nil
-			return
+		if f != nil {
+			c.observers = append(c.observers, f)
 		}
-		c.observer = f
 	}
 }

@@ -131,13 +131,25 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
 	p.rejecter, _ = src.(Rejecter)
-	if cfg.observer != nil {
-		f, ok := cfg.observer.(func(Event[T]))
+	var fs []func(Event[T])
+	for _, o := range cfg.observers {
+		f, ok := o.(func(Event[T]))
 		if !ok {
 			var zero T
-			return nil, core.Invalid("WithObserver: %T does not take the poller's Event[%T]", cfg.observer, any(zero))
+			return nil, core.Invalid("WithObserver: %T does not take the poller's Event[%T]", o, any(zero))
 		}
-		p.observe = f
+		fs = append(fs, f)
+	}
+	switch len(fs) {
+	case 0:
+	case 1:
+		p.observe = fs[0]
+	default:
+		p.observe = func(e Event[T]) {
+			for _, f := range fs {
+				f(e)
+			}
+		}
 	}
 	return p, nil
 }
@@ -243,12 +255,13 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	r := &run[T]{
-		p:     p,
-		ctx:   pollCtx,
-		work:  make(chan *item[T], p.cfg.maxOutstanding),
-		slots: make(chan struct{}, p.cfg.maxOutstanding),
-		kick:  make(chan struct{}, 1),
-		due:   newDue[T](),
+		p:      p,
+		runCtx: ctx,
+		ctx:    pollCtx,
+		work:   make(chan *item[T], p.cfg.maxOutstanding),
+		slots:  make(chan struct{}, p.cfg.maxOutstanding),
+		kick:   make(chan struct{}, 1),
+		due:    newDue[T](),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)

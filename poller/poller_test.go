@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -328,3 +329,34 @@ func (s *fakeSource) Poll(ctx context.Context, n int) ([]queue.Delivery[string],
 }
 
 func (s *fakeSource) Ack(id lease.ID) error { s.acked <- id; return nil }
+
+// Several observers add up: each sees every event, in the order given, so
+// an instrumentation's observer and the program's own coexist.
+func TestObserversAddUp(t *testing.T) {
+	_, b, sub := newBroker(t)
+	first, second := newEvents[string](), newEvents[string]()
+	var order []string
+	var mu sync.Mutex
+	note := func(who string) poller.Option {
+		return poller.WithObserver(func(poller.Event[string]) { mu.Lock(); order = append(order, who); mu.Unlock() })
+	}
+	p, err := poller.New(sub, func(context.Context, queue.Delivery[string]) error { return nil },
+		first.option(), note("a"), poller.WithObserver[string](nil), second.option(), note("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "m")
+	r := start(t, p)
+	a, c := first.next(t, poller.OutcomeAcked), second.next(t, poller.OutcomeAcked)
+	if a.Delivery.Payload != "m" || c.Delivery.LeaseID != a.Delivery.LeaseID {
+		t.Fatalf("the observers saw %v and %v", a.Delivery, c.Delivery)
+	}
+	if err := r.stop(t); err != nil { // every observer call has returned
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != "a" || order[1] != "b" {
+		t.Fatalf("order %v, want [a b]", order)
+	}
+}

@@ -57,7 +57,8 @@ func (r *run[T]) drain(err error) {
 // run is the state of one Run.
 type run[T any] struct {
 	p              *Poller[T]
-	ctx            context.Context         // Run's: when it is done, the drain starts
+	runCtx         context.Context         // the ctx given to Run
+	ctx            context.Context         // Run's, or an earlier stop (idle): when it is done, the drain starts
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
@@ -163,7 +164,9 @@ func (r *run[T]) wait(d time.Duration) bool {
 // closed; once the run is stopping it releases what it takes instead.
 func (r *run[T]) worker() {
 	for it := range r.work {
-		if r.stopping.Load() || r.ctx.Err() != nil {
+		// runCtx too: a handler that returned because Run's ctx is done
+		// may see it done before its child, r.ctx, is cancelled.
+		if r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil {
 			r.release(it)
 			continue
 		}
