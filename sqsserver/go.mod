@@ -1,6 +1,6 @@
 module github.com/leasebus/leasebus/sqsserver
 
-go 1.26.0
+go 1.25
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
