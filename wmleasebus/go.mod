@@ -1,6 +1,6 @@
 module github.com/leasebus/leasebus/wmleasebus
 
-go 1.26.0
+go 1.25
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
