@@ -137,7 +137,8 @@ type SubscriberConfig struct {
 	// Unmarshaler turns a leasebus delivery into a watermill message. nil
 	// means DefaultMarshaler{}. A delivery it cannot unmarshal is
 	// dead-lettered at once (queue.ReasonRejected) with its error as the
-	// dead letter's LastError, and logged.
+	// dead letter's LastError, and logged; so is one for which it returns
+	// a nil message and no error.
 	Unmarshaler Unmarshaler
 }
 

@@ -179,6 +179,39 @@ func TestPublishAfterDeleteTopic(t *testing.T) {
 	}
 }
 
+// A nil context is an invalid argument, not a panic.
+func TestSubscribeNilContext(t *testing.T) {
+	b, _ := brokertest.New[[]byte](t)
+	sub := newSubscriber(t, b, wmleasebus.SubscriberConfig{})
+	//lint:ignore SA1012 a nil context is what is tested
+	if _, err := sub.Subscribe(nil, "t"); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Fatalf("Subscribe(nil, ...): %v, want queue.ErrInvalidArgument", err)
+	}
+}
+
+// nothing returns neither a message nor an error.
+type nothing struct{ wmleasebus.DefaultMarshaler }
+
+func (nothing) Unmarshal(queue.Delivery[[]byte]) (*message.Message, error) { return nil, nil }
+
+// An Unmarshaler that returns no message is treated as one that failed.
+func TestUnmarshalNilMessageDeadLetters(t *testing.T) {
+	b, _ := brokertest.New[[]byte](t)
+	dead := brokertest.Subscribe(t, b, "dead", "ops")
+	sub := newSubscriber(t, b, wmleasebus.SubscriberConfig{ConsumerGroup: "g", Unmarshaler: nothing{},
+		SubscribeOptions: []broker.SubscribeOption{broker.WithDeadLetterTopic("dead")}})
+	if err := sub.SubscribeInitialize("t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(context.Background(), "t", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	subscribe(t, sub, "t")
+	if dl := receiveDeadLetter(t, dead); dl.Reason != queue.ReasonRejected || !strings.Contains(dl.LastError, "no message") {
+		t.Fatalf("dead letter %+v", dl)
+	}
+}
+
 // failing refuses every delivery.
 type failing struct{ wmleasebus.DefaultMarshaler }
 

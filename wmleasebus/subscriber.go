@@ -106,6 +106,9 @@ func NewSubscriber(b *broker.Broker[[]byte], config SubscriberConfig, logger wat
 // delivered again). A subscription of its own is removed, with what it
 // holds.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("wmleasebus: subscribe to %q: nil context (%w)", topic, queue.ErrInvalidArgument)
+	}
 	sub, ephemeral, err := s.subscription(topic, true)
 	if err != nil {
 		return nil, err
@@ -337,6 +340,9 @@ var errReleased = errors.New("wmleasebus: released unsettled")
 // handle hands d to watermill and waits for its Ack or Nack.
 func (r *run) handle(hctx context.Context, d queue.Delivery[[]byte]) error {
 	msg, err := r.s.cfg.Unmarshaler.Unmarshal(d)
+	if err == nil && msg == nil {
+		err = errors.New("the Unmarshaler returned no message and no error")
+	}
 	if err != nil {
 		r.logger.Error("Cannot unmarshal message; dead-lettering it", err, watermill.LogFields{"leasebus_message_id": d.ID.String()})
 		return poller.GiveUp(fmt.Errorf("wmleasebus: unmarshal: %w", err))
