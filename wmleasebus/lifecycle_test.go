@@ -201,3 +201,32 @@ func TestCloseWhileConsumersAreStuck(t *testing.T) {
 	}
 	checkStats(t, subscription(t, b, "t", "g"), queue.Stats{Visible: 10, Published: 10, Delivered: subscription(t, b, "t", "g").Stats().Delivered})
 }
+
+// A Subscribe that ends hands its message back once: the poller under it
+// does not lease it again while it stops. (A handler sees the end a moment
+// before the poller does; leasing in that moment spun lease, release,
+// lease, hundreds of times under -race.)
+func TestEndingSubscribeDoesNotLeaseAgain(t *testing.T) {
+	for range 100 {
+		b, _ := brokertest.New[[]byte](t)
+		pub := newPublisher(t, b, wmleasebus.PublisherConfig{})
+		sub := newSubscriber(t, b, wmleasebus.SubscriberConfig{ConsumerGroup: "g"})
+		if err := sub.SubscribeInitialize("t"); err != nil {
+			t.Fatal(err)
+		}
+		publish(t, pub, "t", "a")
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := sub.Subscribe(ctx, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		receive(t, ch)
+		cancel()
+		awaitClosed(t, ch)
+		checkStats(t, subscription(t, b, "t", "g"), queue.Stats{Visible: 1, Published: 1, Delivered: 1})
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+}

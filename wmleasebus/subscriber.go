@@ -115,13 +115,14 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	}
 	r := &run{s: s, sub: sub, ephemeral: ephemeral, subCtx: ctx, out: make(chan *message.Message),
 		logger: s.logger.With(watermill.LogFields{"topic": topic, "subscription": sub.Name()})}
-	p, err := poller.New[[]byte](source{sub}, r.handle, r.pollerOptions()...)
+	runCtx, cancel := context.WithCancel(ctx)
+	r.stop = runCtx.Done()
+	p, err := poller.New[[]byte](source{sub, r.stop}, r.handle, r.pollerOptions()...)
 	if err != nil { // the config was validated: not expected
+		cancel()
 		s.drop(r)
 		return nil, fmt.Errorf("wmleasebus: subscribe to %q: %w", topic, err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	r.stop = runCtx.Done()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -376,9 +377,28 @@ func (r *run) handle(hctx context.Context, d queue.Delivery[[]byte]) error {
 }
 
 // source is the poller's view of a subscription: a Fail with errReleased
-// releases the lease instead, spending no attempt.
+// releases the lease instead, spending no attempt, and once the run is
+// stopping it polls nothing.
 type source struct {
 	*broker.Subscription[[]byte]
+	stop <-chan struct{} // the run's: closed when it ends
+}
+
+// Poll polls the subscription, unless the run is stopping. A handler sees
+// the run's context done, and releases its message, a moment before the
+// poller's own context (a child of it) is cancelled too; a Poll in that
+// moment would lease the released message again, and the poller release
+// it again, over and over until the child's cancellation lands. So once
+// the run is stopping, Poll waits for the poller's context, which follows
+// at once, and returns its error: the poller then drains.
+func (s source) Poll(ctx context.Context, n int) ([]queue.Delivery[[]byte], error) {
+	select {
+	case <-s.stop:
+		<-ctx.Done()
+		return nil, ctx.Err()
+	default:
+	}
+	return s.Subscription.Poll(ctx, n)
 }
 
 func (s source) Fail(id lease.ID, cause error) error {
