@@ -80,6 +80,9 @@ func (r *run[T]) pollLoop() error {
 	p := r.p
 	var backoff time.Duration
 	for {
+		if r.runCtx.Err() != nil { // Run's ctx is done, its child r.ctx perhaps not yet: poll no more
+			return nil
+		}
 		n, ok := r.acquire()
 		if !ok {
 			return nil
