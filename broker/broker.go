@@ -60,12 +60,11 @@ type Broker[T any] struct {
 
 	// A broker from New publishes without taking mu (a durable one takes it
 	// to count its publishes in for Close): published is a copy of topics,
-	// replaced (never changed) under mu with every change, and shut mirrors
+	// replaced (never changed) under mu with every change, and nil once
 	// closed. Creating a topic copies the map, O(topics): topics are few and
 	// long-lived, publishes many.
 	lockFree  bool
 	published atomic.Pointer[map[string]*topicEntry[T]]
-	shut      atomic.Bool
 
 	mu       sync.RWMutex // guards everything below
 	closed   bool
@@ -159,7 +158,6 @@ func (b *Broker[T]) Close() error {
 		return nil
 	}
 	b.closed = true
-	b.shut.Store(true)
 	b.published.Store(nil)
 	subs := b.allLocked()
 	b.topics = map[string]*topicEntry[T]{}

@@ -36,7 +36,7 @@ func (q *Queue[T]) setTTLLocked(e *entry[T], expires tick, d time.Duration) {
 		q.ttls = append(q.ttls, make([]ttlInfo, chunk))
 	}
 	*q.ttlOf(e) = ttlInfo{expires: expires, ttl: d, index: -1}
-	e.set(hasTTL, true)
+	e.flags |= hasTTL
 }
 
 // ttlWaitingLocked reports whether e has a TTL and sits in the TTL heap.
@@ -57,9 +57,9 @@ func (q *Queue[T]) lastErrLocked(e *entry[T]) string {
 	case errExpired:
 		return errExpiredText
 	case errNacked:
-		return "nacked"
+		return nackedText
 	case errFailed:
-		return "failed"
+		return failedText
 	case errCustom:
 		return q.errs[e.slot]
 	}
@@ -75,9 +75,9 @@ func (q *Queue[T]) setLastErrLocked(e *entry[T], text string) {
 		k = errNone
 	case errExpiredText:
 		k = errExpired
-	case "nacked":
+	case nackedText:
 		k = errNacked
-	case "failed":
+	case failedText:
 		k = errFailed
 	}
 	q.setErrKindLocked(e, k)

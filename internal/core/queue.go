@@ -21,8 +21,12 @@ import (
 // chunk is how many entries the arena allocates at once.
 const chunk = 1024
 
-// errExpiredText is what a dead letter records when its last lease expired.
-const errExpiredText = vocab.LeaseExpired
+// The LastError texts the queue writes itself.
+const (
+	errExpiredText = vocab.LeaseExpired // its last lease expired
+	nackedText     = "nacked"           // Nack
+	failedText     = "failed"           // Fail with a nil cause
+)
 
 // Queue is one subscription's bounded queue of leased messages. It is safe
 // for concurrent use. Create one with New.

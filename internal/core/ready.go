@@ -54,14 +54,6 @@ const (
 
 func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }
 
-func (e *entry[T]) set(f entryFlags, on bool) {
-	if on {
-		e.flags |= f
-	} else {
-		e.flags &^= f
-	}
-}
-
 // seq is the seq of this hold's lease IDs: its slot and generation.
 func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
 
@@ -69,7 +61,7 @@ func (e *entry[T]) seq() uint64 { return uint64(e.slot)<<32 | uint64(e.gen) }
 // answers without reading the shared envelope, which a sweep over a
 // million entries would otherwise fetch from memory one by one.
 func (e *entry[T]) key() string {
-	if e.flags&keyed == 0 {
+	if !e.is(keyed) {
 		return ""
 	}
 	return e.msg.Key
@@ -82,8 +74,8 @@ type errKind uint8
 const (
 	errNone    errKind = iota // ""
 	errExpired                // errExpiredText: its last lease expired
-	errNacked                 // "nacked"
-	errFailed                 // "failed": Fail with a nil cause
+	errNacked                 // nackedText
+	errFailed                 // failedText: Fail with a nil cause
 	errCustom                 // q.errs[slot]
 )
 

@@ -93,7 +93,7 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 	}
 	for _, id := range ids {
 		e, err := q.lookupLocked("ack", id)
-		if err != nil || e.msg.Key != "" || e.is(hasTTL) || (e.state == stateLeased && q.exhausted(e)) {
+		if err != nil || e.is(keyed) || e.is(hasTTL) || (e.state == stateLeased && q.exhausted(e)) {
 			q.mu.Unlock()
 			return false, nil
 		}
@@ -233,7 +233,7 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 		return cmp.Or(q.unlock(), err)
 	}
 	q.inflight.Remove(e)
-	e.set(leaseOpen, false)
+	e.flags &^= leaseOpen
 	f(now, e)
 	if q.cfg.MaxInFlight > 0 {
 		q.wakeLocked() // in-flight room for a poller held back by MaxInFlight
@@ -536,7 +536,7 @@ func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
 
 func errText(err error) string {
 	if err == nil {
-		return "failed"
+		return failedText
 	}
 	return clipText(err.Error())
 }
