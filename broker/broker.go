@@ -50,8 +50,9 @@ var (
 // pulled. T is the payload type (use any for mixed payloads). It is safe
 // for concurrent use. Create one with New and Close it when done.
 type Broker[T any] struct {
-	clock       clock.Clock
-	defs        subConfig // subscription defaults
+	clock       clock.Clock // as given: what Clock returns
+	now         clock.Clock // clock, or for the real clock a cheaper Now (core.FastNow)
+	defs        subConfig   // subscription defaults
 	dead        deadLetters[T]
 	ids         *idPool
 	dedupWindow time.Duration
@@ -123,6 +124,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 	}
 	b := &Broker[T]{
 		clock:       cfg.clock,
+		now:         core.FastNow(cfg.clock),
 		defs:        cfg.sub,
 		ids:         newIDPool(),
 		dur:         inMemory[T]{},

@@ -75,7 +75,11 @@ func (c *subConfig) fail(err error) {
 
 // WithClock sets the clock behind every time read and timer of the broker
 // and its subscriptions: clock.NewMock() in tests, the real clock
-// (clock.New()) by default. nil is invalid.
+// (clock.New()) by default. nil is invalid. On the real clock the broker
+// reads the time more cheaply than time.Now: the monotonic reading alone,
+// with the wall reading refreshed every millisecond (a PublishedAt may lag
+// a step of the system clock by that much; leases, delays and TTLs are
+// timed on the monotonic clock and exact). Clock returns c as given.
 func WithClock(c clock.Clock) Option {
 	return brokerOption(func(cfg *config) {
 		if c == nil {

@@ -77,7 +77,7 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	if len(payloads) == 0 {
 		return nil, nil
 	}
-	now := b.clock.Now()
+	now := b.now.Now()
 	ms := make([]queue.Message[T], len(payloads))
 	var errs []error
 	for i, p := range payloads {
@@ -152,7 +152,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 		return queue.Message[T]{}, 0, err
 	}
 	defer b.leave()
-	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.clock.Now())
+	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now())
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && err == nil {

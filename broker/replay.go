@@ -342,7 +342,7 @@ func (r *restorer[T]) topics() {
 // dedup restores the dedup IDs still inside their window.
 func (r *restorer[T]) dedup() error {
 	b := r.b
-	now := b.clock.Now()
+	now := b.now.Now()
 	for topic, ds := range r.rs.dedup {
 		t := b.topics[topic]
 		if t == nil {
@@ -457,7 +457,7 @@ func (b *Broker[T]) recoverLocked(rsub *rsub) (*Subscription[T], error) {
 		return nil, nil
 	}
 	qc := rsub.spec.config()
-	qc.Name, qc.Clock = rsub.name, b.clock
+	qc.Name, qc.Clock = rsub.name, b.now
 	s := &Subscription[T]{topic: rsub.topic, name: rsub.name, jid: rsub.id, spec: rsub.spec, recovered: true}
 	if err := b.attachLocked(s, t, qc, nil, rsub.spec.deadLetters); err != nil {
 		return nil, fmt.Errorf("subscription %q on %q: %w", rsub.name, rsub.topic, err)

@@ -27,7 +27,7 @@ func (b *Broker[T]) compactLocked() error {
 	b.dead.mu.Lock()
 	defer b.dead.mu.Unlock()
 	sn.topics = slices.Sorted(maps.Keys(b.topics))
-	now := b.clock.Now()
+	now := b.now.Now()
 	sn.dedups = make([][]*dedupEntry[T], len(sn.topics))
 	for i, name := range sn.topics {
 		d := &b.topics[name].dedup

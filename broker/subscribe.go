@@ -53,7 +53,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	}
 	qc := cfg.queue
 	qc.Name = name
-	qc.Clock = b.clock
+	qc.Clock = b.now
 	if err := core.ValidateConfig(qc); err != nil {
 		return nil, err
 	}

@@ -65,7 +65,9 @@ type Config struct {
 	// Name names the subscription in errors and dead letters.
 	Name string
 	// Clock is the source of every time read and timer; nil means the real
-	// clock (clock.New()).
+	// clock (clock.New()), which the queue reads as broker.WithClock says:
+	// the monotonic reading alone, the wall reading refreshed every
+	// millisecond.
 	Clock clock.Clock
 	// VisibilityTimeout is the lease a delivery gets; 0 means
 	// DefaultVisibilityTimeout (30s).

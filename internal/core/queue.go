@@ -86,7 +86,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 	cfg = withDefaults(cfg)
 	q := &Queue[T]{
 		cfg:    cfg,
-		clock:  cfg.Clock,
+		clock:  FastNow(cfg.Clock),
 		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
 		onDead: onDead,
 		chunk:  settleChunk,
