@@ -103,6 +103,7 @@ func (q *Queue[T]) setErrKindLocked(e *entry[T], k errKind) {
 func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 	if e.is(hasTTL) {
 		q.ttl.push(e)
+		q.dueAt(q.ttlOf(e).expires)
 	}
 	if key := e.key(); key != "" {
 		if q.keys == nil {
@@ -129,6 +130,7 @@ func (q *Queue[T]) showLocked(now time.Time, e *entry[T], fresh bool) {
 	if e.at > q.tickOf(now) {
 		e.state = stateDelayed
 		q.delayed.push(e)
+		q.dueAt(e.at)
 	} else {
 		q.ready.push(e, fresh)
 	}

@@ -287,6 +287,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		e.state = stateLeased
 		e.at = at
 		q.inflight.Push(e)
+		q.dueAt(at)
 		q.stats.Delivered++
 		if e.attempt > 1 {
 			q.stats.Redelivered++

@@ -53,6 +53,7 @@ type Queue[T any] struct {
 	delayed      entryHeap[T] // by (visibleAt, place)
 	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
 	inflight     inflight[T]
+	due          tick                    // nothing in inflight, delayed or ttl is due before it (see dueAt)
 	keys         map[string]*keyQueue[T] // ordering keys with a message held
 	heldBack     int                     // entries held back behind their key's head
 	nextSeq      uint64                  // the last place handed out
@@ -114,6 +115,7 @@ func (q *Queue[T]) resetLocked() {
 	q.delayed = newEntryHeap(byVisibleAt[T])
 	q.ttl = newTTLHeap(q)
 	q.inflight = newInflight[T]()
+	q.due = farTick
 	q.keys = nil
 	q.heldBack = 0
 }

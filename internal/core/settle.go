@@ -209,6 +209,7 @@ func (q *Queue[T]) Extend(id lease.ID, timeout time.Duration) error {
 		q.wakeLocked() // a waiting Poll's timer may now be too late
 	}
 	q.inflight.SetDeadline(e, deadline)
+	q.dueAt(deadline)
 	return nil
 }
 
@@ -282,6 +283,9 @@ const settleChunk = 512
 // that go ahead need a sweep by another call, a single goroutine never
 // sees a difference at all.
 func (q *Queue[T]) settleLocked(now time.Time) {
+	if !q.sweeping && q.tickOf(now) < q.due {
+		return // the common case: nothing due, known without a look
+	}
 	for q.sweeping {
 		if q.swept == nil {
 			q.swept = make(chan struct{})
@@ -361,9 +365,37 @@ func (q *Queue[T]) settleChunkLocked(now time.Time) bool {
 			q.deadLetterLocked(now, e, ReasonExpired)
 			continue
 		}
+		q.due = q.nextDueLocked()
 		return true
 	}
 	return false
+}
+
+// dueAt tells the queue that something in the in-flight table, the
+// delayed heap or the TTL heap falls due at k: q.due stays a lower bound
+// of every such time, so that a settle before it has nothing to do and
+// returns at once. Removals leave it be (an early bound only costs the
+// next settle a look, which sets it exactly).
+func (q *Queue[T]) dueAt(k tick) {
+	if k < q.due {
+		q.due = k
+	}
+}
+
+// nextDueLocked returns the earliest time something falls due, farTick
+// for nothing.
+func (q *Queue[T]) nextDueLocked() tick {
+	due := farTick
+	if e := q.inflight.Peek(); e != nil {
+		due = e.at
+	}
+	if q.delayed.len() > 0 {
+		due = min(due, q.delayed.top().at)
+	}
+	if q.ttl.len() > 0 {
+		due = min(due, q.ttlOf(q.ttl.top()).expires)
+	}
+	return due
 }
 
 // notDueLocked reports whether a call at now on the leases ids may go
@@ -457,6 +489,7 @@ func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 			return
 		}
 		q.ttl.push(e)
+		q.dueAt(q.ttlOf(e).expires)
 	}
 	e.at = noTick
 	if delay > 0 {
