@@ -91,12 +91,18 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 		q.mu.Unlock()
 		return false, nil
 	}
+	var one *entry[T] // ids[0]'s entry, when it is the only one
 	for _, id := range ids {
 		e, err := q.lookupLocked("ack", id)
 		if err != nil || e.is(keyed) || e.is(hasTTL) || (e.state == stateLeased && q.exhausted(e)) {
 			q.mu.Unlock()
 			return false, nil
 		}
+		one = e
+	}
+	if len(ids) == 1 { // the common Ack: found once, not twice
+		q.ackEntryLocked(time.Time{}, one)
+		return true, q.unlock()
 	}
 	var errs []error
 	for _, id := range ids {
@@ -112,6 +118,12 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 	if err != nil {
 		return err
 	}
+	q.ackEntryLocked(now, e)
+	return nil
+}
+
+// ackEntryLocked acks e, whose lease was found current.
+func (q *Queue[T]) ackEntryLocked(now time.Time, e *entry[T]) {
 	if e.state == stateLeased {
 		q.inflight.Remove(e)
 	} else { // expired, waiting, not yet delivered again
@@ -123,7 +135,6 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 		q.rec.Removed(e.msg)
 	}
 	q.finishLocked(now, e)
-	return nil
 }
 
 // Nack settles a lease as failed: the message is visible again after delay
