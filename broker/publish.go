@@ -39,7 +39,10 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 		return queue.Message[T]{}, core.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
 	}
 	m, _, err := b.publish(ctx, topic, payload, &pc)
-	return m, err
+	if m == nil {
+		return queue.Message[T]{}, err
+	}
+	return *m, err
 }
 
 // PublishBatch publishes each payload to topic, in order, as Publish would
@@ -85,7 +88,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 			pc.dedupID = ids[i]
 		}
 		m, _, err := b.publishTo(ctx, t, subs, p, &pc, now)
-		ms[i] = m
+		if m != nil {
+			ms[i] = *m
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
 		}
@@ -146,17 +151,17 @@ func (b *Broker[T]) leave() {
 
 // publish is Publish after the options are checked; it also returns how
 // many subscriptions accepted the message.
-func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *publishConfig) (queue.Message[T], int, error) {
+func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *publishConfig) (*queue.Message[T], int, error) {
 	t, subs, err := b.lookup(topic)
 	if err != nil {
-		return queue.Message[T]{}, 0, err
+		return nil, 0, err
 	}
 	defer b.leave()
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now())
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && err == nil {
-				t.dedup.forgetMessage(pc.dedupID, m)
+				t.dedup.forgetMessage(pc.dedupID, *m)
 			}
 			err = errors.Join(err, cerr)
 		}
@@ -166,7 +171,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 
 // publishTo offers one message to subs, without committing a durable
 // broker's records (the caller does, once).
-func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (queue.Message[T], int, error) {
+func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (*queue.Message[T], int, error) {
 	m := &queue.Message[T]{
 		ID:          b.ids.newID(),
 		Topic:       t.name,
@@ -183,7 +188,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	}
 	env, err := b.dur.prepare(m)
 	if err != nil {
-		return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
+		return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 	}
 	if env != nil { // encoded once, logged by every subscription, committed once
 		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
@@ -194,9 +199,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
 		switch {
 		case err != nil:
-			return queue.Message[T]{}, 0, fmt.Errorf("publish to %q: %w", t.name, err)
+			return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 		case dup:
-			return orig, 0, nil
+			return &orig, 0, nil
 		}
 		reserved = e
 	}
@@ -228,5 +233,5 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	default: // after the message's own records: a crash between loses only the dedup
 		b.dur.confirmDedup(&t.dedup, reserved, t.name, env, accepted > 0, seg)
 	}
-	return *m, accepted, err
+	return m, accepted, err
 }
