@@ -85,6 +85,9 @@ func NewRecorded[T any](cfg Config, onDead func(Letter[T]), rec Recorder[T]) (*Q
 		return nil, err
 	}
 	q.rec = rec
+	q.mu.Lock()
+	q.shutLocked() // every Offer is recorded before it returns
+	q.mu.Unlock()
 	return q, nil
 }
 
@@ -179,6 +182,7 @@ func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
 	if q.closed {
 		return nil, thaw
 	}
+	q.drainLocked()
 	es = make([]Entry[T], 0, q.nheld)
 	for slot := range q.slots {
 		e := q.entryAt(slot)

@@ -75,6 +75,8 @@ func newHarness(t tester, cfgBytes [configBytes]byte, clk driver) *harness {
 	if err != nil {
 		t.Fatalf("New(%v): %v", rc, err)
 	}
+	// A small inbox, so that the queue's bounds freeze and thaw it often.
+	q.in = newInbox[int](modelInbox, q.cfg.MaxQueue, q.cfg.TTL == 0)
 	h.q = q
 	h.m = newModel(rc.cfg)
 	h.vis = h.m.cfg.VisibilityTimeout
@@ -86,6 +88,9 @@ func newHarness(t tester, cfgBytes [configBytes]byte, clk driver) *harness {
 	}
 	return h
 }
+
+// modelInbox is the harness queue's inbox size.
+const modelInbox = 2
 
 func (h *harness) close() { h.q.Close() }
 

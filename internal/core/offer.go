@@ -20,6 +20,11 @@ func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
 // message of its key is held, so a key's messages are delivered one at a
 // time, in publish order.
 //
+// A plain message (no key, delay or TTL, on a queue in memory with room
+// to spare) does not wait for the queue's lock: it goes to the queue's
+// inbox, which the next call that takes the lock drains first, so that
+// every call after Offer returns sees m, in publish order.
+//
 // Offer takes m.PublishedAt, when set, as the current time: the delay
 // counts from the publish, so every subscription of one publish agrees,
 // and a fan-out reads the clock once. A zero PublishedAt means the clock's
@@ -29,6 +34,14 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 	if err != nil {
 		return err
 	}
+	if q != nil && len(opts) == 0 && delay == 0 && m.Key == "" && !m.PublishedAt.IsZero() && q.in.push(m) {
+		if q.in.waiting.Load() { // a Poll may be parked: wake it
+			q.mu.Lock()
+			q.drainLocked()
+			return q.unlock()
+		}
+		return nil
+	}
 	ttl := oa.ttl // 0: the queue's, read under the lock
 	at := m.PublishedAt
 	for {
@@ -36,6 +49,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 		if err != nil {
 			return err
 		}
+		q.roomLocked() // before the room is weighed (offerNeedsNoSettleLocked too)
 		if !q.offerNeedsNoSettleLocked(now, m) {
 			if err := q.settleOpenLocked(now); err != nil {
 				return err
@@ -186,6 +200,7 @@ func (q *Queue[T]) Redrive(dl Letter[T]) error {
 	if err != nil {
 		return err
 	}
+	q.roomLocked()
 	if q.nheld >= q.cfg.MaxQueue {
 		full := fmt.Errorf("redrive: %w", &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue})
 		if err := q.unlock(); err != nil {

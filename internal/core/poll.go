@@ -84,6 +84,19 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 			dst = q.leaseLocked(now, dst, n, vis)
 			return dst, q.unlock()
 		}
+		// About to park: say so, then look at the inbox a last time. An
+		// Offer that took it after this look sees the flag and drains it
+		// (which wakes this Poll); one before, this look finds.
+		q.in.waiting.Store(true)
+		q.drainLocked()
+		if q.canLeaseLocked() {
+			if q.wake == nil {
+				q.in.waiting.Store(false) // nobody else waits
+			}
+			dst = q.leaseLocked(now, dst, n, vis)
+			return dst, q.unlock()
+		}
+		q.in.waiting.Store(true) // the drain's wake-up may have cleared it
 		next, timed := q.nextEventLocked()
 		if q.wake == nil {
 			q.wake = make(chan struct{})
@@ -242,7 +255,7 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 
 // idleLocked reports whether the queue holds nothing and has handed every
 // dead letter it made to onDead.
-func (q *Queue[T]) idleLocked() bool { return q.nheld == 0 && q.handing == 0 }
+func (q *Queue[T]) idleLocked() bool { return q.nheld == 0 && q.handing == 0 && !q.in.claimed() }
 
 // signalIdleLocked wakes the AwaitIdle calls waiting, if the queue holds
 // nothing or is closed.

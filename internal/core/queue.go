@@ -40,6 +40,8 @@ type Queue[T any] struct {
 	chunk  int             // settleChunk; tests lower it
 	gap    func()          // tests: called between two chunks of a sweep, without the lock; nil otherwise
 
+	in *inbox[T] // plain Offers' envelopes, drained under the lock (see inbox)
+
 	mu           sync.Mutex // guards everything below
 	closed       bool
 	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
@@ -93,6 +95,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 		chunk:  settleChunk,
 	}
 	q.epoch = q.clock.Now()
+	q.in = newInbox[T](defaultInbox, cfg.MaxQueue, cfg.TTL == 0)
 	q.resetLocked()
 	return q, nil
 }
@@ -153,6 +156,7 @@ func (q *Queue[T]) Stats() Stats {
 	now := q.clock.Now()
 	q.mu.Lock()
 	if !q.closed {
+		q.drainLocked()
 		q.settleLocked(now)
 	}
 	s := q.stats
@@ -179,6 +183,7 @@ func (q *Queue[T]) Close() error {
 		return nil
 	}
 	q.closed = true
+	q.shutLocked() // what Offers put there before is the queue's
 	q.wakeLocked()
 	for _, ch := range []*chan struct{}{&q.parkCh, &q.room, &q.swept} {
 		if *ch != nil {
@@ -220,6 +225,7 @@ func (q *Queue[T]) lockUnsettled(now time.Time) (time.Time, error) {
 		q.mu.Unlock()
 		return time.Time{}, ErrClosed
 	}
+	q.drainLocked()
 	return now, nil
 }
 
@@ -249,6 +255,7 @@ func (q *Queue[T]) settleOpenLocked(now time.Time) error {
 // a sweep is unfinished (Freeze's thaw, under a compaction that holds the
 // broker's lock, hands nothing to onDead).
 func (q *Queue[T]) unlock() error {
+	q.thawLocked()
 	q.signalIdleLocked()
 	dirty := q.dirty
 	q.dirty = false
@@ -296,6 +303,7 @@ func (q *Queue[T]) wakeLocked() {
 	if q.wake != nil {
 		close(q.wake)
 		q.wake = nil
+		q.in.waiting.Store(false)
 		if q.parked > 0 {
 			q.setParkedLocked(-q.parked)
 		}
