@@ -21,7 +21,7 @@ func inboxQueue(t *testing.T, cfg Config, n int) *Queue[int] {
 	}
 	q, err := New[int](cfg, nil)
 	require.NoError(t, err)
-	q.in = newInbox[int](n, q.cfg.MaxQueue, q.cfg.TTL == 0)
+	q.in = newInbox(q, n)
 	t.Cleanup(func() { q.Close() })
 	return q
 }

@@ -76,7 +76,7 @@ func newHarness(t tester, cfgBytes [configBytes]byte, clk driver) *harness {
 		t.Fatalf("New(%v): %v", rc, err)
 	}
 	// A small inbox, so that the queue's bounds freeze and thaw it often.
-	q.in = newInbox[int](modelInbox, q.cfg.MaxQueue, q.cfg.TTL == 0)
+	q.in = newInbox(q, modelInbox)
 	h.q = q
 	h.m = newModel(rc.cfg)
 	h.vis = h.m.cfg.VisibilityTimeout

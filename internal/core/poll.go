@@ -90,16 +90,14 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 		q.in.waiting.Store(true)
 		q.drainLocked()
 		if q.canLeaseLocked() {
-			if q.wake == nil {
-				q.in.waiting.Store(false) // nobody else waits
-			}
+			q.in.waiting.Store(q.wake != nil) // set while a Poll waits
 			dst = q.leaseLocked(now, dst, n, vis)
 			return dst, q.unlock()
 		}
-		q.in.waiting.Store(true) // the drain's wake-up may have cleared it
 		next, timed := q.nextEventLocked()
-		if q.wake == nil {
+		if q.wake == nil { // none yet, or the drain's wake-up closed it (and cleared waiting)
 			q.wake = make(chan struct{})
+			q.in.waiting.Store(true)
 		}
 		wake := q.wake
 		q.unlock()

@@ -95,7 +95,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 		chunk:  settleChunk,
 	}
 	q.epoch = q.clock.Now()
-	q.in = newInbox[T](defaultInbox, cfg.MaxQueue, cfg.TTL == 0)
+	q.in = newInbox(q, defaultInbox)
 	q.resetLocked()
 	return q, nil
 }
@@ -183,7 +183,7 @@ func (q *Queue[T]) Close() error {
 		return nil
 	}
 	q.closed = true
-	q.shutLocked() // what Offers put there before is the queue's
+	q.freezeLocked() // for good; what Offers put there before is the queue's
 	q.wakeLocked()
 	for _, ch := range []*chan struct{}{&q.parkCh, &q.room, &q.swept} {
 		if *ch != nil {
