@@ -270,16 +270,22 @@ func TestFilterAndAckBatch(t *testing.T) {
 	}
 }
 
-// TestInFlightCapAndRedeliveryOrder: WithMaxInFlight caps the leases of
-// every handle of a subscription together (the consumer's
-// MaxAckPending), and a message nacked back is delivered again before the
-// messages not yet delivered.
+// TestInFlightCapAndRedeliveryOrder: a nacked message comes back before
+// one never delivered, and the in-flight cap holds across handles.
+//
+// The cap is checked last, and the message after it is awaited leniently:
+// a pull at the cap leaves the server a request that the client has
+// stopped reading, and a message freed within moments (before the client's
+// unsubscribe reaches the server) goes to it and comes back only when its
+// lease expires, an attempt spent (a known defect of the backend, see the
+// README). The short visibility keeps that wait within the test.
 func TestInFlightCapAndRedeliveryOrder(t *testing.T) {
 	srv := startServer(t, t.TempDir(), -1)
 	bus := open(t, connect(t, srv.srv.ClientURL()), jetstream.WithMemoryStorage())
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	a, err := jetstream.Subscribe[string](ctx, bus, "orders", "capped", jetstream.WithMaxInFlight(2))
+	a, err := jetstream.Subscribe[string](ctx, bus, "orders", "capped", jetstream.WithMaxInFlight(2),
+		jetstream.WithVisibilityTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,11 +302,6 @@ func TestInFlightCapAndRedeliveryOrder(t *testing.T) {
 	if err != nil || len(ds) != 2 || ds[0].Payload != "m00" || ds[1].Payload != "m01" {
 		t.Fatalf("Poll(2): %v, %v", ds, err)
 	}
-	// At the cap the server holds a no-wait pull (about a second here)
-	// and answers it with nothing.
-	if got := b.TryPoll(3); len(got) != 0 {
-		t.Fatalf("the other handle leased %d with the cap reached", len(got))
-	}
 	// m00 comes back before m02, which was never delivered.
 	if err := a.Nack(ds[0].LeaseID, 0); err != nil {
 		t.Fatal(err)
@@ -308,6 +309,11 @@ func TestInFlightCapAndRedeliveryOrder(t *testing.T) {
 	again, err := b.Poll(ctx, 1)
 	if err != nil || len(again) != 1 || again[0].Payload != "m00" || again[0].Attempt != 2 {
 		t.Fatalf("after the Nack: %v, %v; want m00 on attempt 2", again, err)
+	}
+	// Both handles hold one each: at the cap the server holds a no-wait
+	// pull (about a second here) and answers it with nothing.
+	if got := a.TryPoll(3); len(got) != 0 {
+		t.Fatalf("a handle leased %d with the cap reached", len(got))
 	}
 	for _, settle := range []func() error{
 		func() error { return a.Ack(ds[1].LeaseID) },
@@ -317,7 +323,7 @@ func TestInFlightCapAndRedeliveryOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	last, err := b.Poll(ctx, 3)
+	last, err := b.Poll(ctx, 3) // m02: at once, or after one lease if the stale pull took it
 	if err != nil || len(last) != 1 || last[0].Payload != "m02" {
 		t.Fatalf("last Poll: %v, %v; want m02", last, err)
 	}
