@@ -60,6 +60,30 @@ func BenchmarkPublishPollAck(b *testing.B) {
 	}
 }
 
+// BenchmarkPublishThenDrain is bench/'s W1 in steps small enough for a
+// steady b.N: publish 1,000 messages, then poll them 10 at a time into a
+// reused buffer and ack each. One op is one message.
+func BenchmarkPublishThenDrain(b *testing.B) {
+	const step = 1000
+	br, ss := benchBroker(b, 1)
+	s := ss[0]
+	ctx := context.Background()
+	buf := make([]queue.Delivery[[]byte], 10)
+	b.ReportAllocs()
+	for n := 0; n < b.N; n += step {
+		for range step {
+			br.Publish(ctx, "t", payload)
+		}
+		for got := 0; got < step; {
+			k, _ := s.PollInto(ctx, buf)
+			for _, d := range buf[:k] {
+				s.Ack(d.LeaseID)
+			}
+			got += k
+		}
+	}
+}
+
 // BenchmarkPollAck measures Poll and Ack alone on a deep queue, in batches
 // of 10 into a reused buffer.
 func BenchmarkPollAck(b *testing.B) {

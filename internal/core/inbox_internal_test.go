@@ -30,6 +30,36 @@ func plain(q *Queue[int], i int) *Message[int] {
 	return &Message[int]{Payload: i, PublishedAt: q.clock.Now()}
 }
 
+// TestInboxRingWrapsAround drives the ring alone through three laps: a
+// full ring refuses a push until a drain frees its slots, and a drain
+// hands the messages over in push order. A push that overwrote a slot not
+// yet drained, or a drain that did not hand its slots back, fails here
+// rather than hanging a drain.
+func TestInboxRingWrapsAround(t *testing.T) {
+	q := inboxQueue(t, Config{}, 4)
+	b := q.in
+	next := 0
+	for lap := range 3 {
+		for range 4 {
+			require.True(t, b.push(plain(q, next)), "lap %d: push %d into a ring with room", lap, next)
+			next++
+		}
+		if b.push(plain(q, next)) {
+			q.in = newInbox(q, 4) // the ring is broken: Close must not drain it
+			t.Fatalf("lap %d: a full ring took a fifth message", lap)
+		}
+		q.mu.Lock()
+		q.drainLocked()
+		q.mu.Unlock()
+		assert.False(t, b.claimed(), "lap %d: drained", lap)
+	}
+	ds := q.TryPoll(100)
+	require.Len(t, ds, 12)
+	for i, d := range ds {
+		assert.Equal(t, i, d.Message.Payload, "push order")
+	}
+}
+
 // TestInboxKeepsTheBound offers 12 messages to a queue of 5 with an inbox
 // of 2, with a Stats (which drains the inbox) after every subset of them:
 // in every one of the 4,096 orders exactly the first 5 are taken and the
