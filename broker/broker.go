@@ -54,7 +54,6 @@ type Broker[T any] struct {
 	now         clock.Clock // clock, or for the real clock a cheaper Now (core.FastNow)
 	defs        subConfig   // subscription defaults
 	dead        deadLetters[T]
-	ids         *idPool
 	dedupWindow time.Duration
 	dedupLimit  int
 	dur         durability[T] // inMemory, or the journal of a broker from Open
@@ -81,6 +80,14 @@ type topicEntry[T any] struct {
 	// copy-on-write under Broker.mu: Publish reads a snapshot lock-free.
 	subs  atomic.Pointer[[]*Subscription[T]]
 	dedup dedup[T]
+	ids   idPool // the IDs of the messages published to it
+}
+
+// newTopicEntry returns the entry of a new topic.
+func newTopicEntry[T any](name string) *topicEntry[T] {
+	t := &topicEntry[T]{name: name}
+	t.ids.init()
+	return t
 }
 
 // New returns a broker with no topics. Options set the clock, the
@@ -126,7 +133,6 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 		clock:       cfg.clock,
 		now:         core.FastNow(cfg.clock),
 		defs:        cfg.sub,
-		ids:         newIDPool(),
 		dur:         inMemory[T]{},
 		dedupWindow: cfg.dedupWindow,
 		dedupLimit:  cfg.dedupLimit,

@@ -172,17 +172,17 @@ func ExampleSubscription_AwaitParked() {
 	// in an hour
 }
 
-func TestMessageIDsAreUniqueVersion4(t *testing.T) {
+func TestMessageIDsAreUniqueVersion8(t *testing.T) {
 	b, _ := broker.New[int]()
 	defer b.Close()
 	b.CreateTopic("t")
 	seen := make(map[string]bool)
-	for i := range 1000 { // crosses several refills of the pool
+	for i := range 1000 {
 		m, err := b.Publish(context.Background(), "t", i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.ID.Version() != 4 || m.ID.Variant().String() != "RFC4122" || seen[m.ID.String()] {
+		if m.ID.Version() != 8 || m.ID.Variant().String() != "RFC4122" || seen[m.ID.String()] {
 			t.Fatalf("bad or repeated id %v", m.ID)
 		}
 		seen[m.ID.String()] = true

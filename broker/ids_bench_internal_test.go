@@ -18,11 +18,11 @@ import (
 //
 //	old:     the pool before issue 15, v4 cut from a mutex-guarded buffer
 //	         of crypto/rand bytes refilled 256 IDs at a time
-//	new:     idPool (v4 from the runtime's per-thread ChaCha8)
-//	counter: v8, a random per-pool 60-bit prefix and an atomic 62-bit
-//	         counter from a random start (padded to its own cache line)
+//	new:     idPool (v8: a random per-pool prefix and an atomic counter)
+//	v4:      v4 from the runtime's per-thread ChaCha8, two draws per ID
+//	         (idPool until the counter replaced it)
 //	v7:      UUIDv7, wall-clock milliseconds and a 12-bit counter kept
-//	         monotonic with a CAS loop, rand_b drawn as new draws its bits
+//	         monotonic with a CAS loop, rand_b drawn as v4 draws its bits
 //	crypto:  v4 from crypto/rand.Read per ID (vDSO getrandom on Linux 6.11+)
 func BenchmarkNewID(b *testing.B) {
 	for _, c := range []struct {
@@ -31,7 +31,7 @@ func BenchmarkNewID(b *testing.B) {
 	}{
 		{"impl=old", newOldIDPool().newID},
 		{"impl=new", newIDPool().newID},
-		{"impl=counter", newCounterIDs().newID},
+		{"impl=v4", v4ID},
 		{"impl=v7", new(v7IDs).newID},
 		{"impl=crypto", cryptoID},
 	} {
@@ -73,25 +73,12 @@ func (p *oldIDPool) newID() uuid.UUID {
 	return id
 }
 
-type counterIDs struct {
-	hi   uint64 // random, with version 8 in bits 12-15
-	_    [56]byte
-	next atomic.Uint64
-	_    [56]byte
-}
-
-func newCounterIDs() *counterIDs {
-	var r [16]byte
-	rand.Read(r[:])
-	p := &counterIDs{hi: binary.BigEndian.Uint64(r[:8])&^(0xf<<12) | 8<<12}
-	p.next.Store(binary.BigEndian.Uint64(r[8:]) >> 3) // below 2⁶¹: 2⁶¹ IDs before the 62 bits wrap
-	return p
-}
-
-func (p *counterIDs) newID() uuid.UUID {
+func v4ID() uuid.UUID {
 	var id uuid.UUID
-	binary.BigEndian.PutUint64(id[:8], p.hi)
-	binary.BigEndian.PutUint64(id[8:], p.next.Add(1)&(1<<62-1)|1<<63)
+	binary.LittleEndian.PutUint64(id[:8], mrand.Uint64())
+	binary.LittleEndian.PutUint64(id[8:], mrand.Uint64())
+	id[6] = (id[6] & 0x0f) | 0x40 // version 4
+	id[8] = (id[8] & 0x3f) | 0x80 // RFC 9562 (RFC 4122) variant
 	return id
 }
 
@@ -108,7 +95,7 @@ func (p *v7IDs) newID() uuid.UUID {
 		if p.last.CompareAndSwap(old, next) {
 			var id uuid.UUID
 			binary.BigEndian.PutUint64(id[:8], next>>12<<16|7<<12|next&0xfff)
-			binary.LittleEndian.PutUint64(id[8:], mrand.Uint64()) // rand_b, as new draws it
+			binary.LittleEndian.PutUint64(id[8:], mrand.Uint64()) // rand_b, as v4 draws it
 			id[8] = (id[8] & 0x3f) | 0x80
 			return id
 		}

@@ -173,7 +173,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 // broker's records (the caller does, once).
 func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (*queue.Message[T], int, error) {
 	m := &queue.Message[T]{
-		ID:          b.ids.newID(),
+		ID:          t.ids.newID(),
 		Topic:       t.name,
 		Key:         pc.key,
 		Payload:     payload,

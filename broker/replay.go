@@ -331,7 +331,7 @@ func (r *restorer[T]) topics() {
 	b := r.b
 	b.mu.Lock()
 	for name := range r.rs.topics {
-		t := &topicEntry[T]{name: name}
+		t := newTopicEntry[T](name)
 		b.topics[name] = t
 		b.rebuildLocked(t)
 	}

@@ -29,7 +29,7 @@ func (b *Broker[T]) CreateTopic(name string) error {
 		b.mu.Unlock()
 		return nil
 	}
-	t := &topicEntry[T]{name: name}
+	t := newTopicEntry[T](name)
 	b.topics[name] = t
 	b.rebuildLocked(t)
 	b.publishTopicsLocked()
