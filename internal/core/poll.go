@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasebus/leasebus/internal/wake"
@@ -277,9 +278,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 	if k <= 0 {
 		return dst
 	}
-	if dst == nil {
-		dst = make([]Delivery[T], 0, k)
-	}
+	dst = slices.Grow(dst, k)
 	if vis == 0 {
 		vis = q.cfg.VisibilityTimeout
 	}
@@ -303,8 +302,17 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		if e.attempt > 1 {
 			q.stats.Redelivered++
 		}
-		id := lease.NewID(q.scope, e.seq(), e.delivery)
-		dst = append(dst, Delivery[T]{Message: *e.msg, LeaseID: id, Attempt: int(e.attempt), Deadline: deadline, MaxAttempts: maxAttempts})
+		// Field by field into its slot (every field: a reused buffer holds
+		// an older delivery), not a literal: the compiler builds a literal
+		// on the stack and copies it over in 16-byte loads, which wait
+		// for the lease ID's 8-byte stores to drain (about 9 ns a delivery).
+		dst = dst[:len(dst)+1]
+		d := &dst[len(dst)-1]
+		d.Message = *e.msg
+		d.LeaseID = lease.NewID(q.scope, e.seq(), e.delivery)
+		d.Attempt = int(e.attempt)
+		d.Deadline = deadline
+		d.MaxAttempts = maxAttempts
 	}
 	if q.rec != nil {
 		q.dirty = true

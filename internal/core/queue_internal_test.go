@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -190,4 +193,77 @@ func (r *countingRecorder) Commit() error                            { r.commits
 func TestEntrySize(t *testing.T) {
 	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[[]byte]{}))
 	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[struct{ a, b, c, d int }]{}), "the payload lives in the envelope")
+}
+
+// A poll into a reused buffer leaves nothing of the deliveries it held:
+// leaseLocked writes a Delivery field by field, so a field it forgets (one
+// added to queue.Delivery later) would keep an older delivery's value.
+func TestPollIntoOverwritesEveryField(t *testing.T) {
+	mock := clock.NewMock()
+	q, err := New[int](Config{Clock: mock, MaxAttempts: 3}, nil)
+	require.NoError(t, err)
+	defer q.Close()
+	ctx := context.Background()
+	require.NoError(t, q.Offer(ctx, &Message[int]{Payload: 1, PublishedAt: mock.Now()}, 0))
+	fresh := q.TryPoll(1)
+	require.Len(t, fresh, 1)
+	require.NoError(t, q.Release(fresh[0].LeaseID))
+
+	buf := make([]Delivery[int], 1)
+	v := reflect.ValueOf(&buf[0]).Elem()
+	for i := range v.NumField() { // every field, and every field of the message, not zero
+		f := v.Field(i)
+		if f.Kind() == reflect.Struct && f.Type() == reflect.TypeFor[Message[int]]() {
+			for j := range f.NumField() {
+				setNonZero(t, f.Field(j))
+			}
+			continue
+		}
+		setNonZero(t, f)
+	}
+	n, err := q.PollInto(ctx, buf)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	want := fresh[0]
+	want.LeaseID = buf[0].LeaseID // the second delivery's lease
+	assert.Equal(t, want, buf[0])
+}
+
+// setNonZero gives f a value that is not its zero value.
+func setNonZero(t *testing.T, f reflect.Value) {
+	t.Helper()
+	switch f.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		f.SetInt(-7)
+	case reflect.String:
+		f.SetString("stale")
+	case reflect.Array:
+		for i := range f.Len() {
+			setNonZero(t, f.Index(i))
+		}
+	case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		f.SetUint(7)
+	case reflect.Map:
+		f.Set(reflect.MakeMapWithSize(f.Type(), 1))
+	case reflect.Struct:
+		switch f.Type() {
+		case reflect.TypeFor[time.Time]():
+			f.Set(reflect.ValueOf(time.Unix(7, 0)))
+		default:
+			// Unexported fields (lease.ID, queue.Headers): overwrite the
+			// whole value with a copy of a non-zero one made outside.
+			nz := reflect.New(f.Type()).Elem()
+			switch v := nz.Addr().Interface().(type) {
+			case *lease.ID:
+				*v = lease.NewID(7, 7, 7)
+			case *queue.Headers:
+				*v = queue.NewHeaders(map[string]string{"stale": "1"})
+			default:
+				t.Fatalf("no non-zero value for a %v: teach setNonZero", f.Type())
+			}
+			f.Set(nz)
+		}
+	default:
+		t.Fatalf("no non-zero value for a %v: teach setNonZero", f.Type())
+	}
 }
