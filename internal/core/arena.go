@@ -168,7 +168,17 @@ func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
 	gen := e.gen + 1
 	q.maxGen = max(q.maxGen, gen)
 	q.nextSeq++
-	*e = entry[T]{msg: m, place: q.nextSeq, at: noTick, slot: slot, gen: gen, prio: uint8(m.Priority + 1), index: -1}
+	// Cleared, then field by field: a literal is built on the stack and
+	// copied over in 16-byte loads that wait for its own narrower stores
+	// (6 ns an entry in the profile).
+	*e = entry[T]{}
+	e.msg = m
+	e.place = q.nextSeq
+	e.at = noTick
+	e.slot = slot
+	e.gen = gen
+	e.prio = uint8(m.Priority + 1)
+	e.index = -1
 	if m.Key != "" {
 		e.flags = keyed
 	}
