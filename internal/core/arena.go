@@ -127,7 +127,7 @@ func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 // showLocked puts an entry that may be delivered in the delayed heap or
 // the ready lanes.
 func (q *Queue[T]) showLocked(now time.Time, e *entry[T], fresh bool) {
-	if e.at > q.tickOf(now) {
+	if e.at != noTick && e.at > q.tickOf(now) { // noTick: visible at once, without converting now
 		e.state = stateDelayed
 		q.delayed.push(e)
 		q.dueAt(e.at)
