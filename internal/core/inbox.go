@@ -89,8 +89,14 @@ func (b *inbox[T]) claimed() bool { return b.tail.Load()&^frozenBit != b.head.Lo
 func (b *inbox[T]) push(m *Message[T]) bool {
 	for {
 		t := b.tail.Load()
-		if t&frozenBit != 0 || t-b.head.Load() >= uint64(len(b.slots)) {
-			return false // frozen, or full: head only grows, so full is no guess
+		if t&frozenBit != 0 {
+			return false
+		}
+		switch h := b.head.Load(); {
+		case t < h: // t is stale: others claimed it and later ones, and a drain took them
+			continue
+		case t-h >= uint64(len(b.slots)):
+			return false // full: head only grows, so that is no guess
 		}
 		if b.tail.CompareAndSwap(t, t+1) {
 			s := &b.slots[t&b.mask]
