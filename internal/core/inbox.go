@@ -132,7 +132,7 @@ func (q *Queue[T]) drainLocked() {
 	head := b.head.Load()
 	end := b.tail.Load() &^ frozenBit // later claims come after this call
 	if head == end {
-		return
+		return // the usual case under the lock: no store of head for nothing
 	}
 	for head != end {
 		s := &b.slots[head&b.mask]
