@@ -315,11 +315,18 @@ type SalvageInfo struct {
 	KeptBytes    int64  // the journal's size after Salvage
 	DroppedBytes int64  // bytes cut off its end (0: nothing changed)
 	Backup       string // a copy of the journal as it was ("" if nothing changed)
+	// SetAside lists the files that did not belong to the journal (see
+	// Open), each renamed to its new name, which ends in .corrupt or
+	// .corrupt.N. Nothing is deleted.
+	SetAside []string
 }
 
 // Salvage repairs a journal directory that Open refuses with ErrCorrupt
-// because of a damaged record or one that does not decode, as an explicit
-// step: it keeps the longest readable prefix of the journal (every record
+// because of a damaged record or one that does not decode, or because of a
+// file that does not belong to the journal, as an explicit step. It first
+// renames aside, never deletes, each file of the journal's name space that
+// Open refused as not belonging (SalvageInfo.SetAside names them). Then it
+// keeps the longest readable prefix of the journal (every record
 // before the first that cannot be read) and cuts the rest, after copying
 // the journal as it was, byte for byte, to a file beside it whose name
 // SalvageInfo.Backup gives. What was after the cut is lost to the broker:

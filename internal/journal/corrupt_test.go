@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,8 +59,20 @@ const fixedSeed, fixedCount = 1, 19 // 20 records
 // with a *CorruptError at that record's frame and change nothing, and then
 // Salvage keeps exactly the records before it; a flip in the last record is
 // a torn tail, which Open cuts, exactly that frame.
+//
+// data is the segment's records: checkBitFlip puts a header before them,
+// and the bit counts from the first record.
 func checkBitFlip(t *testing.T, data []byte, recs [][]byte, starts []int, bit int) {
 	t.Helper()
+	data = headed(1, nil)
+	for _, r := range recs {
+		data = AppendFrame(data, r)
+	}
+	starts = slices.Clone(starts)
+	for i := range starts {
+		starts[i] += hsize
+	}
+	bit += 8 * hsize
 	flipped := bytes.Clone(data)
 	flipped[bit/8] ^= 1 << (bit % 8)
 	k := len(starts) - 1 // the flipped record
@@ -193,11 +206,12 @@ func TestFuzzBitFlipCorpus(t *testing.T) {
 func TestCorruptOpenChangesNothing(t *testing.T) {
 	dir := t.TempDir()
 	all := bodies(0, 8)
-	data := frames(all)
-	at := len(frames(all[:3]))
+	seg1 := headed(1, bodies(0, 2))
+	data := successor(2, seg1, all)
+	at := hsize + len(frames(all[:3]))
 	data[at+5] ^= 0x04 // record 3's checksum
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "LOCK"), nil, 0o644))
-	require.NoError(t, os.WriteFile(segName(dir, 1), frames(bodies(0, 2)), 0o644))
+	require.NoError(t, os.WriteFile(segName(dir, 1), seg1, 0o644))
 	require.NoError(t, os.WriteFile(segName(dir, 2), data, 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "seg-00000003.tmp"), frames(bodies(5, 6)), 0o644))
 	require.NoError(t, os.WriteFile(segName(dir, 1)+".corrupt", []byte("an old backup"), 0o644))
@@ -323,7 +337,7 @@ func TestSalvage(t *testing.T) {
 		var seen [][]byte
 		info, err := Salvage(dir, func(b []byte) error { seen = append(seen, bytes.Clone(b)); return nil })
 		require.NoError(t, err)
-		require.Equal(t, SalvageInfo{Records: 6, KeptBytes: int64(len(frames(all)))}, info)
+		require.Equal(t, SalvageInfo{Records: 6, KeptBytes: int64(hsize + len(frames(all)))}, info)
 		require.Equal(t, all, seen)
 		require.Equal(t, before, readDir(t, dir))
 	})
@@ -361,11 +375,11 @@ func TestSalvage(t *testing.T) {
 		require.ErrorAs(t, err, &ce)
 		require.ErrorIs(t, err, refuse)
 		require.Equal(t, segName(dir, 1), ce.Path)
-		require.Equal(t, int64(len(frames(all[:3]))), ce.Offset)
+		require.Equal(t, int64(hsize+len(frames(all[:3]))), ce.Offset)
 
 		info, err := Salvage(dir, replay)
 		require.NoError(t, err)
-		kept := len(frames(all[:3]))
+		kept := hsize + len(frames(all[:3]))
 		require.Equal(t, SalvageInfo{Records: 3, KeptBytes: int64(kept), DroppedBytes: int64(len(orig) - kept), Backup: segName(dir, 1) + ".corrupt"}, info)
 		backup, err := os.ReadFile(info.Backup)
 		require.NoError(t, err)
@@ -407,18 +421,20 @@ func TestSalvage(t *testing.T) {
 
 	t.Run("newest segment only", func(t *testing.T) {
 		dir := t.TempDir()
-		bad := frames(bodies(0, 3))
-		bad[len(frames(bodies(0, 1)))+8] ^= 0x20
-		require.NoError(t, os.WriteFile(segName(dir, 1), []byte("older, not looked at"), 0o644))
+		older := []byte("older, superseded: not replayed")
+		bad := successor(2, older, bodies(0, 3))
+		bad[hsize+len(frames(bodies(0, 1)))+8] ^= 0x20
+		require.NoError(t, os.WriteFile(segName(dir, 1), older, 0o644))
 		require.NoError(t, os.WriteFile(segName(dir, 2), bad, 0o644))
 		info, err := Salvage(dir, nil)
 		require.NoError(t, err)
 		require.Equal(t, segName(dir, 2)+".corrupt", info.Backup)
 		require.Equal(t, 1, info.Records)
-		require.Equal(t, []byte("older, not looked at"), mustRead(t, segName(dir, 1)))
+		require.Equal(t, older, mustRead(t, segName(dir, 1)), "Salvage leaves a superseded segment to Open")
 		got, oinfo := replayAll(t, dir)
 		require.Equal(t, bodies(0, 1), got)
 		require.Equal(t, 2, oinfo.Segment)
+		require.NoFileExists(t, segName(dir, 1), "Open removed it")
 	})
 }
 

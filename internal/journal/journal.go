@@ -4,10 +4,16 @@
 // of what a record means; package broker encodes and replays them.
 //
 // A directory holds LOCK and seg-NNNNNNNN.log. Only the newest segment is
-// live: a new one is made only by Rewrite, which writes a complete snapshot
-// to seg-(N+1).tmp, fsyncs it, renames it into place and fsyncs the
-// directory before the older segment is removed. So after a crash at any
-// point the newest .log holds the whole state, and Open deletes the rest.
+// live. Every segment is written whole under seg-NNNNNNNN.tmp, fsynced,
+// renamed into place and the directory fsynced: the first when the journal
+// is created, each later one by Rewrite, as a snapshot that supersedes the
+// one before it, which is removed only then. Every segment starts with a
+// header that names it and the segment it supersedes, with that segment's
+// size and checksum (segment.go), and Open proves the whole chain before it
+// replays or removes anything: a file in the name space that does not
+// belong (a stray or half-copied segment, a segment that another does not
+// continue from, a .tmp that is not the next segment's) is corruption, and
+// Open changes nothing. Names outside the name space are not looked at.
 //
 // Frame: length of body (uint32 LE) | CRC32C of body (uint32 LE) | body.
 //
@@ -31,12 +37,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 )
 
@@ -86,6 +90,9 @@ type Info struct {
 	Records        int   // records replayed
 	Bytes          int64 // the segment's size after any truncation
 	TruncatedBytes int64 // a torn tail cut off the segment (0: none)
+	// Legacy: the live segment is of the format before segment headers
+	// (it opens alone; the next Rewrite writes a segment with a header).
+	Legacy bool
 }
 
 // Journal is an open journal directory. Append, Commit, Sync and Size are
@@ -110,13 +117,22 @@ type Journal struct {
 	closed   bool
 	f        *os.File
 	seg      int
-	size     int64 // the live segment's size, pending bytes included
-	base     int64 // its size after the last Rewrite (or at Open)
+	segLen   int64  // bytes written to the live segment's file
+	segCRC   uint32 // their CRC32C: the next segment's header names them
+	size     int64  // the live segment's record bytes, pending ones included (its header not counted)
+	base     int64  // its size after the last Rewrite (or at Open)
 }
 
-// Open locks dir (creating it), replays the newest segment through replay,
-// record by record, and opens it for appending. A second Open of the same
-// directory, before Close, fails with ErrLocked.
+// Open locks dir (creating it), proves its segments (see the package
+// comment), replays the newest segment through replay, record by record,
+// removes the segments it supersedes, and opens it for appending. A second
+// Open of the same directory, before Close, fails with ErrLocked.
+//
+// A file of the name space that does not belong (a segment without a whole
+// header, one whose header names another number, an older segment that is
+// not byte for byte the one its successor was made from, a .tmp that is not
+// the next segment's) is corruption: a *CorruptError that names the file,
+// with Offset -1, before any record is replayed.
 //
 // A torn tail (a bad frame, that is one that runs past the end of the file,
 // claims a length of 0 or over MaxRecord, or fails its checksum, with no
@@ -154,10 +170,10 @@ func (j *Journal) segPath(n int) string {
 	return filepath.Join(j.dir, segFileName(n))
 }
 
-// listSegments returns the numbers of dir's seg-NNNNNNNN.log files, in
-// order, and the names of its seg-NNNNNNNN.tmp files (interrupted Rewrites).
-// Any other name, seg-NNNNNNNN.log.corrupt included, is not the journal's.
-func listSegments(dir string) (segs []int, tmps []string, err error) {
+// listSegments returns the numbers of dir's seg-NNNNNNNN.log files and of
+// its seg-NNNNNNNN.tmp files, each in order: the journal's name space. Any
+// other name, seg-NNNNNNNN.log.corrupt included, is not the journal's.
+func listSegments(dir string) (segs []int, tmps []int, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, err
@@ -171,11 +187,12 @@ func listSegments(dir string) (segs []int, tmps []string, err error) {
 		switch name {
 		case segFileName(n):
 			segs = append(segs, n)
-		case strings.TrimSuffix(segFileName(n), ".log") + ".tmp":
-			tmps = append(tmps, name)
+		case tmpFileName(n):
+			tmps = append(tmps, n)
 		}
 	}
 	slices.Sort(segs)
+	slices.Sort(tmps)
 	return segs, tmps, nil
 }
 
@@ -186,44 +203,50 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	j.seg = 1
-	if len(segs) > 0 {
-		j.seg = segs[len(segs)-1]
+	c, err := prove(j.dir, segs, tmps)
+	if err != nil {
+		return Info{}, err
+	}
+	j.seg = c.seg
+	info := Info{Segment: c.seg, Legacy: c.legacy}
+	off := len(c.data)
+	if c.seg != 0 {
+		n, err := Scan(c.data[c.start:], func(body []byte) error {
+			info.Records++
+			return replay(body)
+		})
+		if err != nil {
+			var ce *CorruptError
+			if errors.As(err, &ce) {
+				ce.Path = j.segPath(j.seg)
+				ce.Offset += int64(c.start)
+			}
+			return Info{}, err
+		}
+		off = c.start + n
+	}
+	// The chain is proven and the live segment replays: only now change
+	// the directory.
+	for _, p := range c.stale { // superseded segments, an interrupted Rewrite
+		if err := os.Remove(p); err != nil {
+			return Info{}, err
+		}
+	}
+	if c.seg == 0 { // a new journal: its first segment, whole before it has a name
+		j.seg, info.Segment = 1, 1
+		size, sum, _, err := writeSegment(j.dir, header{seq: 1}, func(func([]byte)) error { return nil })
+		if err != nil {
+			return Info{}, err
+		}
+		off, j.segCRC, c.start = int(size), sum, int(headerFrame)
 	}
 	path := j.segPath(j.seg)
-	data, err := os.ReadFile(path)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return Info{}, err
-	}
-	info := Info{Segment: j.seg}
-	off, err := Scan(data, func(body []byte) error {
-		info.Records++
-		return replay(body)
-	})
-	if err != nil {
-		var ce *CorruptError
-		if errors.As(err, &ce) {
-			ce.Path = path
-		}
-		return Info{}, err
-	}
-	// The segment replays: only now change the directory.
-	for _, name := range tmps { // an interrupted Rewrite
-		if err := os.Remove(filepath.Join(j.dir, name)); err != nil {
-			return Info{}, err
-		}
-	}
-	for _, n := range segs[:max(len(segs)-1, 0)] { // superseded by the newest snapshot
-		if err := os.Remove(j.segPath(n)); err != nil {
-			return Info{}, err
-		}
-	}
-	j.f, err = os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return Info{}, err
 	}
-	if off < len(data) {
-		info.TruncatedBytes = int64(len(data) - off)
+	if off < len(c.data) {
+		info.TruncatedBytes = int64(len(c.data) - off)
 		if err := j.f.Truncate(int64(off)); err != nil {
 			j.f.Close()
 			return Info{}, err
@@ -233,8 +256,13 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 			return Info{}, err
 		}
 	}
+	if c.seg != 0 {
+		j.segCRC = crc32.Checksum(c.data[:off], castagnoli)
+	}
 	info.Bytes = int64(off)
-	j.size, j.base = info.Bytes, info.Bytes
+	j.segLen = info.Bytes
+	j.size = info.Bytes - int64(c.start)
+	j.base = j.size
 	if err := syncDir(j.dir); err != nil {
 		j.f.Close()
 		return Info{}, err
@@ -324,17 +352,22 @@ func (j *Journal) commit(durable bool) error {
 				}
 			}
 		}
-		buf, end, f := j.pend, j.appended, j.f
+		buf, end, f, sum := j.pend, j.appended, j.f, j.segCRC
 		j.pend = j.spare[:0]
 		j.mu.Unlock()
 		var err error
 		if len(buf) > 0 {
 			_, err = f.Write(buf) // one write(2): in the page cache once it returns
+			sum = crc32.Update(sum, castagnoli, buf)
 		}
 		if err == nil && durable {
 			err = fdatasync(f)
 		}
 		j.mu.Lock()
+		if err == nil { // only the leader (flushing) writes to the file
+			j.segLen += int64(len(buf))
+			j.segCRC = sum
+		}
 		if err == nil && durable {
 			j.syncs++
 		}
@@ -379,7 +412,8 @@ func (j *Journal) Syncs() uint64 {
 	return j.syncs
 }
 
-// Size returns the live segment's size, records not yet written included.
+// Size returns the bytes of the live segment's records (their frames, not
+// the segment's header), records not yet written included.
 func (j *Journal) Size() int64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -426,20 +460,16 @@ func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
 		return ErrClosed
 	}
 	next := j.seg + 1
-	tmp := strings.TrimSuffix(j.segPath(next), ".log") + ".tmp"
-	size, err := writeSnapshot(tmp, snapshot)
-	if err == nil {
-		err = os.Rename(tmp, j.segPath(next))
-	}
-	if err != nil {
-		os.Remove(tmp)
+	h := header{seq: uint64(next), prev: uint64(j.seg), prevLen: uint64(j.segLen), prevCRC: j.segCRC}
+	size, sum, renamed, err := writeSegment(j.dir, h, snapshot)
+	if err != nil && !renamed {
 		j.base = j.size                                // try again when it has doubled once more
 		return fmt.Errorf("journal: compact: %w", err) // the old segment is intact: not sticky
 	}
 	// From here the new segment is the state; failing to move on is sticky.
-	nf, err := os.OpenFile(j.segPath(next), os.O_WRONLY|os.O_APPEND, 0o644)
+	var nf *os.File
 	if err == nil {
-		err = syncDir(j.dir)
+		nf, err = os.OpenFile(j.segPath(next), os.O_WRONLY|os.O_APPEND, 0o644)
 	}
 	if err != nil {
 		j.err = fmt.Errorf("journal: compact: %w", err)
@@ -451,21 +481,31 @@ func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
 	j.f, j.seg = nf, next
 	j.pend = j.pend[:0]
 	j.written, j.synced = j.appended, j.appended
-	j.size, j.base = size, size
+	j.size, j.base = size-headerFrame, size-headerFrame
+	j.segLen, j.segCRC = size, sum
 	j.cond.Broadcast()
-	_ = os.Remove(old) // if this fails, the next Open removes it
+	_ = os.Remove(old) // if this fails, the next Open proves and removes it
 	return nil
 }
 
-func writeSnapshot(path string, snapshot func(emit func([]byte)) error) (int64, error) {
+// writeSnapshot writes h's header and then the records snapshot emits to a
+// new file at path, and fsyncs it. It returns the file's size and CRC32C.
+func writeSnapshot(path string, h header, snapshot func(emit func([]byte)) error) (int64, uint32, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer f.Close()
 	w := bufio.NewWriterSize(f, 1<<20)
 	var size int64
-	var frame []byte
+	var sum uint32
+	frame := AppendFrame(nil, h.body())
+	write := func() {
+		size += int64(len(frame))
+		sum = crc32.Update(sum, castagnoli, frame)
+		w.Write(frame) // a write error sticks in w and shows at Flush
+	}
+	write()
 	var bad error
 	err = snapshot(func(body []byte) {
 		if len(body) == 0 || len(body) > MaxRecord {
@@ -473,8 +513,7 @@ func writeSnapshot(path string, snapshot func(emit func([]byte)) error) (int64, 
 			return
 		}
 		frame = AppendFrame(frame[:0], body)
-		size += int64(len(frame))
-		w.Write(frame) // a write error sticks in w and shows at Flush
+		write()
 	})
 	err = cmp.Or(err, bad)
 	if err == nil {
@@ -483,7 +522,7 @@ func writeSnapshot(path string, snapshot func(emit func([]byte)) error) (int64, 
 	if err == nil {
 		err = fdatasync(f)
 	}
-	return size, err
+	return size, sum, err
 }
 
 // Close writes and fsyncs what was appended (in every mode: a clean close

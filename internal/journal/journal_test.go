@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,22 @@ func frames(bs [][]byte) []byte {
 		out = AppendFrame(out, b)
 	}
 	return out
+}
+
+// hsize is the size of a segment's header frame.
+const hsize = 8 + headerLen
+
+// headed returns a journal's first segment, numbered n, holding recs: its
+// header, then recs framed.
+func headed(n int, recs [][]byte) []byte {
+	return append(AppendFrame(nil, header{seq: uint64(n)}.body()), frames(recs)...)
+}
+
+// successor returns segment n, holding recs, as a Rewrite of prev (segment
+// n-1's bytes) writes it.
+func successor(n int, prev []byte, recs [][]byte) []byte {
+	h := header{seq: uint64(n), prev: uint64(n - 1), prevLen: uint64(len(prev)), prevCRC: crc32.Checksum(prev, castagnoli)}
+	return append(AppendFrame(nil, h.body()), frames(recs)...)
 }
 
 func segName(dir string, n int) string {
@@ -72,6 +89,13 @@ func write(t *testing.T, dir string, mode Mode, bs [][]byte) {
 	}
 	require.NoError(t, j.Commit())
 	require.NoError(t, j.Close())
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
 }
 
 func fileSize(t *testing.T, path string) int64 {
@@ -116,18 +140,17 @@ func TestRoundTrip(t *testing.T) {
 
 			j, info, got := open(t, dir, m.mode, 0)
 			require.Empty(t, got)
-			require.Equal(t, Info{Segment: 1}, info)
+			require.Equal(t, Info{Segment: 1, Bytes: int64(hsize)}, info)
+			require.Equal(t, headed(1, nil), readFile(t, segName(dir, 1)), "a new journal's segment: its header alone")
 			for _, b := range want {
 				j.Append(b)
 			}
 			require.Equal(t, int64(len(frames(want))), j.Size(), "Size counts records not yet written")
-			require.Zero(t, fileSize(t, segName(dir, 1)), "Append alone does not write")
+			require.Equal(t, int64(hsize), fileSize(t, segName(dir, 1)), "Append alone does not write")
 			require.NoError(t, j.Commit())
 			// Commit wrote the records (whatever the mode): read the file behind
 			// the open journal's back.
-			data, err := os.ReadFile(segName(dir, 1))
-			require.NoError(t, err)
-			require.Equal(t, frames(want), data)
+			require.Equal(t, headed(1, want), readFile(t, segName(dir, 1)))
 			require.NoError(t, j.Close())
 
 			got, info = replayAll(t, dir)
@@ -135,7 +158,7 @@ func TestRoundTrip(t *testing.T) {
 			require.Equal(t, n, info.Records)
 			require.Zero(t, info.TruncatedBytes)
 			require.Equal(t, 1, info.Segment)
-			require.Equal(t, int64(len(frames(want))), info.Bytes)
+			require.Equal(t, int64(hsize+len(frames(want))), info.Bytes)
 			require.Equal(t, info.Bytes, fileSize(t, segName(dir, 1)))
 			require.ElementsMatch(t, []string{"LOCK", "seg-00000001.log"}, listDir(t, dir))
 		})
@@ -148,7 +171,7 @@ func TestReopenAppendsAfterExistingRecords(t *testing.T) {
 	j, info, got := open(t, dir, SyncAlways, 0)
 	require.Equal(t, bodies(0, 3), got)
 	require.Equal(t, int64(len(frames(bodies(0, 3)))), j.Size())
-	require.Equal(t, info.Bytes, j.Size())
+	require.Equal(t, info.Bytes, int64(hsize)+j.Size())
 	j.Append(body(3))
 	j.Append(body(4))
 	require.NoError(t, j.Sync())
@@ -187,7 +210,7 @@ func TestOpenCreatesDir(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "a", "b")
 	j, info, got := open(t, dir, SyncAlways, 0)
 	require.Empty(t, got)
-	require.Equal(t, Info{Segment: 1}, info)
+	require.Equal(t, Info{Segment: 1, Bytes: int64(hsize)}, info)
 	j.Append(body(0))
 	require.NoError(t, j.Close())
 	got, _ = replayAll(t, dir)
@@ -253,13 +276,46 @@ func TestOpenReplaysNewestSegmentOnly(t *testing.T) {
 	require.ElementsMatch(t, []string{"LOCK", "notes.txt", "seg-00000002.log"}, listDir(t, dir))
 }
 
-func TestOpenPicksHighestNumberedSegment(t *testing.T) {
-	dir := t.TempDir()
-	for n, recs := range map[int][][]byte{3: bodies(0, 1), 9: bodies(1, 2), 10: bodies(2, 4)} {
-		require.NoError(t, os.WriteFile(segName(dir, n), frames(recs), 0o644))
-	}
-	got, info := replayAll(t, dir)
-	require.Equal(t, bodies(2, 4), got)
-	require.Equal(t, 10, info.Segment)
-	require.ElementsMatch(t, []string{"LOCK", "seg-00000010.log"}, listDir(t, dir))
+// Segments of the format before headers (legacy) open alone, as they did;
+// beside each other, nothing proves which holds the state: Open refuses,
+// naming the older, and changes nothing, and Salvage sets the older ones
+// aside (what the older format's Open deleted).
+func TestLegacySegments(t *testing.T) {
+	t.Run("alone", func(t *testing.T) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(segName(dir, 4), frames(bodies(0, 3)), 0o644))
+		j, info, got := open(t, dir, SyncNone, 0)
+		require.Equal(t, bodies(0, 3), got)
+		require.Equal(t, Info{Segment: 4, Records: 3, Bytes: int64(len(frames(bodies(0, 3)))), Legacy: true}, info)
+		j.Append(body(3))
+		require.NoError(t, j.Rewrite(func(emit func([]byte)) error { emit(body(9)); return nil }))
+		require.NoError(t, j.Close())
+		got, info = replayAll(t, dir)
+		require.Equal(t, [][]byte{body(9)}, got, "its first Rewrite writes a headed segment")
+		require.Equal(t, 5, info.Segment)
+		require.False(t, info.Legacy)
+	})
+	t.Run("beside each other", func(t *testing.T) {
+		dir := t.TempDir()
+		for n, recs := range map[int][][]byte{3: bodies(0, 1), 9: bodies(1, 2), 10: bodies(2, 4)} {
+			require.NoError(t, os.WriteFile(segName(dir, n), frames(recs), 0o644))
+		}
+		before := readDir(t, dir)
+		_, _, err := Open(dir, SyncNone, 0, func([]byte) error { return nil })
+		var ce *CorruptError
+		require.ErrorAs(t, err, &ce)
+		require.ErrorIs(t, err, ErrCorrupt)
+		require.Equal(t, segName(dir, 9), ce.Path)
+		delete(before, "LOCK")
+		after := readDir(t, dir)
+		delete(after, "LOCK")
+		require.Equal(t, before, after)
+
+		si, err := Salvage(dir, nil)
+		require.NoError(t, err)
+		require.Equal(t, []string{segName(dir, 9) + ".corrupt", segName(dir, 3) + ".corrupt"}, si.SetAside)
+		got, info := replayAll(t, dir)
+		require.Equal(t, bodies(2, 4), got)
+		require.Equal(t, 10, info.Segment)
+	})
 }

@@ -6,6 +6,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"testing"
 
@@ -33,7 +34,13 @@ func TestRewrite(t *testing.T) {
 			require.NoFileExists(t, segName(dir, 1))
 			data, err := os.ReadFile(segName(dir, 2))
 			require.NoError(t, err)
-			require.Equal(t, frames(snap), data, "the snapshot is on disk when Rewrite returns")
+			require.Equal(t, frames(snap), data[hsize:], "the snapshot is on disk when Rewrite returns")
+			h, ok, err := parseHeader(data[8:hsize])
+			require.True(t, ok)
+			require.NoError(t, err)
+			old := headed(1, bodies(0, 50))
+			require.Equal(t, header{seq: 2, prev: 1, prevLen: uint64(len(old)), prevCRC: crc32.Checksum(old, castagnoli)}, h,
+				"its header names the segment it supersedes, with that one's size and checksum")
 
 			j.Append([]byte("after-1"))
 			j.Append([]byte("after-2"))
@@ -78,7 +85,7 @@ func TestRewriteEmptySnapshot(t *testing.T) {
 	require.NoError(t, j.Close())
 	got, info := replayAll(t, dir)
 	require.Empty(t, got)
-	require.Equal(t, Info{Segment: 2}, info)
+	require.Equal(t, Info{Segment: 2, Bytes: int64(hsize)}, info)
 }
 
 // Records appended but not yet written when Rewrite runs are covered by the

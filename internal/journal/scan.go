@@ -13,7 +13,7 @@ import (
 // replay returned too.
 type CorruptError struct {
 	Path   string // the segment file ("" from Scan, which has no file)
-	Offset int64  // where the bad or refused frame starts
+	Offset int64  // where the bad or refused frame starts; -1: the file as a whole
 	Reason string // what is wrong with it
 	Err    error  // the error replay returned, or nil for a bad frame
 }
@@ -25,7 +25,10 @@ func (e *CorruptError) Error() string {
 	if e.Path != "" {
 		b.WriteString(": " + e.Path)
 	}
-	fmt.Fprintf(&b, " at offset %d: %s", e.Offset, e.Reason)
+	if e.Offset >= 0 {
+		fmt.Fprintf(&b, " at offset %d", e.Offset)
+	}
+	b.WriteString(": " + e.Reason)
 	if e.Err != nil {
 		b.WriteString(": " + e.Err.Error())
 	}

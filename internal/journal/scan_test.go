@@ -74,7 +74,7 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 	write(t, src, SyncNone, all)
 	full, err := os.ReadFile(segName(src, 1))
 	require.NoError(t, err)
-	start := len(frames(all[:k-1]))
+	start := hsize + len(frames(all[:k-1]))
 	require.Equal(t, start+8+len(all[k-1]), len(full))
 
 	for l := start; l < len(full); l++ {
@@ -109,7 +109,7 @@ func TestCorruptTail(t *testing.T) {
 	write(t, src, SyncNone, all)
 	full, err := os.ReadFile(segName(src, 1))
 	require.NoError(t, err)
-	start := len(frames(all[:k-1]))
+	start := hsize + len(frames(all[:k-1]))
 
 	flip := func(at int, mask byte) func([]byte) []byte {
 		return func(d []byte) []byte { d[at] ^= mask; return d }
@@ -139,7 +139,7 @@ func TestCorruptTail(t *testing.T) {
 			data := tc.mangle(bytes.Clone(full))
 			require.NoError(t, os.WriteFile(segName(dir, 1), data, 0o644))
 			wantRecs := all[:tc.keep]
-			good := len(frames(wantRecs))
+			good := hsize + len(frames(wantRecs))
 
 			j, info, got := open(t, dir, SyncAlways, 0)
 			require.Equal(t, wantRecs, got)
@@ -208,11 +208,11 @@ func TestReplayErrorIsCorruptAndReleasesLock(t *testing.T) {
 	})
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.ErrorIs(t, err, refuse)
-	require.ErrorContains(t, err, fmt.Sprintf("at offset %d", len(frames(all[:2]))))
+	require.ErrorContains(t, err, fmt.Sprintf("at offset %d", hsize+len(frames(all[:2]))))
 	var ce *CorruptError
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, segName(dir, 1), ce.Path)
-	require.Equal(t, int64(len(frames(all[:2]))), ce.Offset)
+	require.Equal(t, int64(hsize+len(frames(all[:2]))), ce.Offset)
 	require.Equal(t, refuse, ce.Err)
 	require.Nil(t, j)
 	require.Equal(t, Info{}, info)

@@ -1,0 +1,194 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Every segment begins with a header frame that says what it is: its own
+// number, and the number, size and CRC32C of the segment it supersedes (the
+// one it is a snapshot of; none for a journal's first). A segment file is
+// made whole and synced under a .tmp name and only then renamed into place,
+// so a .log without a whole header was not written by this package.
+//
+// Recovery proves the chain before it trusts or deletes anything: the newest
+// segment's header must name itself, and every older segment must be,
+// byte for byte, the one its successor's header describes. Only such a
+// segment is superseded and removed. A segment of the format before headers
+// (a "legacy" segment: a whole first frame that is not a header) opens when
+// it stands alone; its first Rewrite writes a headed segment.
+//
+// Header body: headerMagic | version (1 byte) | seq | prev | prevLen (each
+// uint64 LE) | prevCRC (uint32 LE).
+
+// headerMagic starts every header. Its first byte is one no record of
+// package broker starts with, so a legacy segment's first record cannot be
+// read as a header.
+const headerMagic = "\xffleasebus-segment"
+
+const (
+	headerVersion = 1
+	headerLen     = len(headerMagic) + 1 + 3*8 + 4
+	headerFrame   = int64(8 + headerLen) // a header's frame: where a segment's records start
+)
+
+// header is a segment's header.
+type header struct {
+	seq     uint64 // this segment's number
+	prev    uint64 // the segment it supersedes; 0: none
+	prevLen uint64 // that segment's size in bytes
+	prevCRC uint32 // and the CRC32C of its bytes
+}
+
+func (h header) body() []byte {
+	b := make([]byte, 0, headerLen)
+	b = append(b, headerMagic...)
+	b = append(b, headerVersion)
+	b = binary.LittleEndian.AppendUint64(b, h.seq)
+	b = binary.LittleEndian.AppendUint64(b, h.prev)
+	b = binary.LittleEndian.AppendUint64(b, h.prevLen)
+	return binary.LittleEndian.AppendUint32(b, h.prevCRC)
+}
+
+// parseHeader reads a segment's first record: ok is false for a record that
+// is not a header (a legacy segment's first record); err says why one that
+// claims to be a header cannot be read.
+func parseHeader(body []byte) (h header, ok bool, err error) {
+	if !bytes.HasPrefix(body, []byte(headerMagic)) {
+		return header{}, false, nil
+	}
+	b := body[len(headerMagic):]
+	switch {
+	case len(b) < 1 || b[0] != headerVersion:
+		return header{}, true, fmt.Errorf("segment header of an unknown version")
+	case len(body) != headerLen:
+		return header{}, true, fmt.Errorf("segment header of %d bytes, want %d", len(body), headerLen)
+	}
+	b = b[1:]
+	h.seq = binary.LittleEndian.Uint64(b)
+	h.prev = binary.LittleEndian.Uint64(b[8:])
+	h.prevLen = binary.LittleEndian.Uint64(b[16:])
+	h.prevCRC = binary.LittleEndian.Uint32(b[24:])
+	return h, true, nil
+}
+
+// chain is what proving a directory found.
+type chain struct {
+	seg    int    // the live segment; 0: none yet (a new journal)
+	data   []byte // its bytes
+	start  int    // where its records start: after the header (0 for legacy)
+	legacy bool   // it has no header
+	stale  []string
+}
+
+// errNotOurs marks a CorruptError about a file that does not belong to the
+// journal (as opposed to damage inside the live segment): Salvage sets such
+// a file aside.
+var errNotOurs = errors.New("not part of this journal")
+
+func notOurs(path, format string, args ...any) *CorruptError {
+	return &CorruptError{Path: path, Offset: -1, Reason: fmt.Sprintf(format, args...), Err: errNotOurs}
+}
+
+// prove checks every file of dir's name space (the segments segs, in order,
+// and the .tmp files tmps) before anything trusts or deletes one: see the
+// comment at the top of this file. It changes nothing. stale lists what
+// Open may remove once the live segment has replayed: the superseded
+// segments and an interrupted Rewrite's .tmp.
+func prove(dir string, segs []int, tmps []int) (chain, error) {
+	path := func(n int) string { return filepath.Join(dir, segFileName(n)) }
+	newest := 0
+	if len(segs) > 0 {
+		newest = segs[len(segs)-1]
+	}
+	var c chain
+	for _, n := range tmps {
+		p := filepath.Join(dir, tmpFileName(n))
+		if n != newest+1 {
+			return chain{}, notOurs(p, "a .tmp that is not the next segment's (%s is the newest)", segFileName(newest))
+		}
+		c.stale = append(c.stale, p) // a Rewrite (or the first segment's creation) cut short
+	}
+	if newest == 0 && len(segs) == 0 {
+		return c, nil
+	}
+	c.seg = newest
+	data, err := os.ReadFile(path(newest))
+	if err != nil {
+		return chain{}, err
+	}
+	c.data = data
+	first, whole := frameAt(data, 0)
+	if !whole {
+		return chain{}, notOurs(path(newest), "no whole first record (%s): not a segment this journal wrote", badFrame(data))
+	}
+	h, ok, err := parseHeader(first)
+	switch {
+	case err != nil:
+		return chain{}, notOurs(path(newest), "%v", err)
+	case !ok:
+		// A legacy segment holds the state only alone: two of them cannot
+		// be told apart by anything but their names.
+		if len(segs) > 1 {
+			return chain{}, notOurs(path(segs[len(segs)-2]),
+				"a segment beside %s, which is of the format before segment headers and so cannot prove which of them holds the state",
+				segFileName(newest))
+		}
+		c.legacy = true
+		return c, nil
+	case h.seq != uint64(newest):
+		return chain{}, notOurs(path(newest), "its header says it is segment %d", h.seq)
+	}
+	c.start = 8 + len(first)
+	// Walk back: each older segment must be exactly what its successor was
+	// made from.
+	for i := len(segs) - 2; i >= 0; i-- {
+		n := segs[i]
+		if h.prev == 0 || h.prev != uint64(n) {
+			return chain{}, notOurs(path(n), "%s does not continue from it", segFileName(segs[i+1]))
+		}
+		old, err := os.ReadFile(path(n))
+		if err != nil {
+			return chain{}, err
+		}
+		if uint64(len(old)) != h.prevLen || crc32.Checksum(old, castagnoli) != h.prevCRC {
+			return chain{}, notOurs(path(n), "%s was made from a segment of %d bytes with another checksum; this one has %d",
+				segFileName(segs[i+1]), h.prevLen, len(old))
+		}
+		c.stale = append(c.stale, path(n))
+		h = header{} // a legacy segment continues from nothing
+		if body, whole := frameAt(old, 0); whole {
+			if oh, ok, err := parseHeader(body); ok && err == nil {
+				h = oh
+			}
+		}
+	}
+	return c, nil
+}
+
+func tmpFileName(n int) string { return strings.TrimSuffix(segFileName(n), ".log") + ".tmp" }
+
+// writeSegment writes a segment under its .tmp name: h's header, then the
+// records snapshot emits, then fsync, then renames it into place and fsyncs
+// the directory. It returns the segment's size and CRC32C. On an error
+// nothing is left under either name (the .tmp is removed; if the rename
+// happened and the directory's fsync failed, the .log stays, whole).
+func writeSegment(dir string, h header, snapshot func(emit func([]byte)) error) (size int64, sum uint32, renamed bool, err error) {
+	n := int(h.seq)
+	tmp := filepath.Join(dir, tmpFileName(n))
+	size, sum, err = writeSnapshot(tmp, h, snapshot)
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(dir, segFileName(n)))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, 0, false, err
+	}
+	return size, sum, true, syncDir(dir)
+}
