@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/internal/rapidseed"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 	"github.com/stretchr/testify/assert"
@@ -18,7 +20,15 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain pins rapid's seed (unless the caller names one): TestQueueModel
+// asserts what its runs cover, so they must be the same runs every time (a
+// random seed made that assertion fail by chance). Random exploration is
+// FuzzQueue's job.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	rapidseed.Pin(20261202)
+	goleak.VerifyTestMain(m)
+}
 
 func TestConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
