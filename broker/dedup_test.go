@@ -137,3 +137,60 @@ func TestPublishDedupFullRefusesNewIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 4, s.Stats().Visible)
 }
+
+// A publish that one subscription refuses (OverflowReject) and another
+// takes has stored its message: the ID is remembered, so the producer's
+// retry returns the original and queues no second copy where the first
+// was taken. In memory, on a durable broker, and after a restart.
+func TestPublishDedupPartialRefusalRemembers(t *testing.T) {
+	// check publishes with an ID that "full" refuses and "took" takes,
+	// calls between (a restart, or nothing), then retries. current returns
+	// the broker and "took" as they are now.
+	check := func(t *testing.T, current func() (*broker.Broker[string], *broker.Subscription[string]), between func()) {
+		b, _ := current()
+		first, err := b.Publish(ctx, "t", "job", broker.WithDedupID("X"))
+		require.ErrorIs(t, err, queue.ErrQueueFull, "the full subscription refused")
+		require.NotEqual(t, uuid.Nil, first.ID, "the message is returned: another subscription took it")
+		between()
+		b, took := current()
+		again, err := b.Publish(ctx, "t", "job (retry)", broker.WithDedupID("X"))
+		require.NoError(t, err)
+		assert.Equal(t, first.ID, again.ID, "the retry is a duplicate of the stored message")
+		assert.Equal(t, []string{"job"}, payloads(took.TryPoll(10)), "one copy, not two")
+	}
+	t.Run("in memory", func(t *testing.T) {
+		b, _ := brokertest.New[string](t)
+		took := brokertest.Subscribe(t, b, "t", "took")
+		brokertest.Subscribe(t, b, "t", "full", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))
+		brokertest.Publish(t, b, "t", "filler") // fills "full"
+		drainAck(t, took)
+		check(t, func() (*broker.Broker[string], *broker.Subscription[string]) { return b, took }, func() {})
+	})
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("durable, restart %v", restart), func(t *testing.T) {
+			d := openDur[string](t, broker.StringCodec{})
+			declare := func() {
+				d.subscribe("t", "took")
+				d.subscribe("t", "full", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))
+			}
+			declare()
+			d.publish("t", "filler")
+			drainAck(t, d.sub("t", "took"))
+			current := func() (*broker.Broker[string], *broker.Subscription[string]) { return d.Broker, d.sub("t", "took") }
+			check(t, current, func() {
+				if restart {
+					d.restart()
+					declare()
+				}
+			})
+		})
+	}
+}
+
+// drainAck leases and acks everything visible on s.
+func drainAck[T any](t *testing.T, s *broker.Subscription[T]) {
+	t.Helper()
+	for _, d := range s.TryPoll(1 << 20) {
+		require.NoError(t, s.Ack(d.LeaseID))
+	}
+}

@@ -398,7 +398,11 @@ const MaxDedupID = 1024
 // JetStream Nats-Msg-Id): a second publish with the same id on the same
 // topic within the dedup window (WithDedupWindow, from the first publish)
 // is accepted and dropped, and returns the original message. A publish
-// that returns an error records nothing, so it can be retried. IDs are
+// that stored its message nowhere (no subscription took it, or it could not
+// be committed) records nothing, so it can be retried. One that some
+// subscriptions took while others refused it (a queue.ErrQueueFull error
+// with the message) keeps its ID: a retry returns the original and queues
+// no second copy. IDs are
 // remembered per topic: deleting a topic forgets them. id must not be
 // empty, and at most MaxDedupID bytes long.
 func WithDedupID(id string) PublishOption {

@@ -21,6 +21,10 @@ import (
 // error naming each refusing subscription, matching queue.ErrQueueFull;
 // errors.As with a *queue.FullError gives a refusing subscription and its
 // limit (errors.Join keeps each: use a loop over Unwrap() []error for all).
+// With WithDedupID, such a partly refused message keeps its ID: a retry
+// with the ID returns it and queues nothing (the subscriptions that
+// refused it stay without it); only a message no subscription took leaves
+// its ID free.
 // A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed. A
 // Publish racing Close returns queue.ErrClosed unless every subscription
 // took the message first: a nil error means that every subscription that
@@ -160,8 +164,8 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now())
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
-			if pc.dedupID != "" && err == nil {
-				t.dedup.forgetMessage(pc.dedupID, *m)
+			if pc.dedupID != "" && m != nil {
+				t.dedup.forgetMessage(pc.dedupID, *m) // not stored after all
 			}
 			err = errors.Join(err, cerr)
 		}
@@ -228,9 +232,12 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	err = errors.Join(errs...)
 	switch {
 	case reserved == nil:
-	case err != nil:
-		t.dedup.forget(reserved)
-	default: // after the message's own records: a crash between loses only the dedup
+	case err != nil && accepted == 0:
+		t.dedup.forget(reserved) // stored nowhere: a retry must queue it
+	default:
+		// Stored (by every subscription, or by some while others refused
+		// it): the ID names this message from now on, and a retry
+		// returns it rather than queue a second copy where it was taken.
 		b.dur.confirmDedup(&t.dedup, reserved, t.name, env, accepted > 0, seg)
 	}
 	return m, accepted, err
