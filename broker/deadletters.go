@@ -30,11 +30,14 @@ type deadLetters[T any] struct {
 	items   []storedLetter[T] // items[head:], oldest first, ids ascending
 	head    int
 	nextID  uint64
-	dropped uint64                     // dropped because the store was full
-	taking  map[uint64]storedLetter[T] // taken by a Redrive that has not finished
+	dropped   uint64                     // dropped because the store was full
+	discarded uint64                     // removed by DiscardDeadLetters
+	taking    map[uint64]storedLetter[T] // taken by a Redrive that has not finished
 	// forget, in a durable broker, records a letter leaving the store for
-	// good. It is called under mu.
-	forget func(sub uint32, id uuid.UUID)
+	// good; discard records that the letters keys name did, in one record.
+	// Both are called under mu.
+	forget  func(sub uint32, id uuid.UUID)
+	discard func(keys []dlKey)
 }
 
 type storedLetter[T any] struct {
@@ -104,6 +107,33 @@ func (s *deadLetters[T]) take(id uint64) bool {
 	return true
 }
 
+// remove takes the letters with the given ids (ascending) out of the store
+// for good, those still there, and returns them; a durable broker records
+// their removal in one record, under the store's lock, so that a snapshot
+// sees them either in the store or gone.
+func (s *deadLetters[T]) remove(ids []uint64) []storedLetter[T] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []storedLetter[T]
+	live := slices.DeleteFunc(s.items[s.head:], func(it storedLetter[T]) bool {
+		if _, ok := slices.BinarySearch(ids, it.id); ok {
+			gone = append(gone, it)
+			return true
+		}
+		return false
+	})
+	s.items = s.items[:s.head+len(live)]
+	if len(gone) > 0 && s.discard != nil {
+		keys := make([]dlKey, len(gone))
+		for i, it := range gone {
+			keys[i] = dlKey{it.sub, it.dl.Message.ID}
+		}
+		s.discard(keys)
+	}
+	s.discarded += uint64(len(gone))
+	return gone
+}
+
 // done forgets a taken letter: it is back on a subscription.
 func (s *deadLetters[T]) done(id uint64) {
 	s.mu.Lock()
@@ -122,10 +152,10 @@ func (s *deadLetters[T]) putBack(it storedLetter[T]) {
 	s.trimLocked()
 }
 
-func (s *deadLetters[T]) stats() (held int, dropped uint64) {
+func (s *deadLetters[T]) stats() (held int, dropped, discarded uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.items) - s.head, s.dropped
+	return len(s.items) - s.head, s.dropped, s.discarded
 }
 
 // deadLetter routes a subscription's dead letter: to its dead-letter topic
@@ -231,8 +261,48 @@ func (b *Broker[T]) DeadLetters() []queue.DeadLetter[T] {
 // DeadLettersDropped returns how many dead letters the store dropped,
 // oldest first, because it was full (see WithDeadLetterLimit).
 func (b *Broker[T]) DeadLettersDropped() uint64 {
-	_, dropped := b.dead.stats()
+	_, dropped, _ := b.dead.stats()
 	return dropped
+}
+
+// DeadLettersDiscarded returns how many dead letters DiscardDeadLetters
+// removed from the store. Like every counter, it starts from zero when a
+// durable broker opens.
+func (b *Broker[T]) DeadLettersDiscarded() uint64 {
+	_, _, discarded := b.dead.stats()
+	return discarded
+}
+
+// DiscardDeadLetters removes the dead letters for which match returns true
+// from the store, for good, and returns how many it removed: how a job
+// settles a poison message it has given up on (record why first; the
+// letter is gone afterwards). DeadLettersDiscarded counts them. On a
+// durable broker the removal is one journal record, committed before
+// DiscardDeadLetters returns: after a crash, all of them are gone or none
+// (a discard of more than 2^20 letters is committed in records of 2^20).
+// match runs without any lock held; a letter redriven or dropped
+// meanwhile is not counted. A nil match is queue.ErrInvalidArgument; after
+// Close, queue.ErrClosed.
+func (b *Broker[T]) DiscardDeadLetters(match func(queue.DeadLetter[T]) bool) (int, error) {
+	if match == nil {
+		return 0, core.Invalid("DiscardDeadLetters: nil func")
+	}
+	if !b.enter() {
+		return 0, fmt.Errorf("discard dead letters: %w", queue.ErrClosed)
+	}
+	defer b.leave()
+	b.settleAll()
+	var ids []uint64
+	for _, it := range b.dead.snapshot() {
+		if match(it.dl.DeadLetter) {
+			ids = append(ids, it.id) // ascending: the store's order
+		}
+	}
+	n := len(b.dead.remove(ids))
+	if err := b.commit(); err != nil {
+		return n, err
+	}
+	return n, nil
 }
 
 // Redrive puts the dead letters for which match returns true back on the
@@ -245,26 +315,59 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 	if match == nil {
 		return 0, core.Invalid("Redrive: nil func")
 	}
+	return b.redrive(func(dl queue.DeadLetter[T]) (T, bool) { return dl.Message.Payload, match(dl) }, false)
+}
+
+// RedriveWith is Redrive with a corrected payload: for each dead letter,
+// fix returns the payload to put back and whether to put it back at all.
+// The message keeps its ID, key, priority, headers and place; attempts
+// reset. It is how a job redoes an item whose input was wrong, once the
+// input is fixed: a dedup ID that the first publish used still names the
+// message, so publishing the corrected item again would be dropped as a
+// duplicate. On a durable broker a payload the codec cannot encode (or
+// that is too large) leaves its letter in the store, and the error names
+// it. fix runs without any lock held.
+func (b *Broker[T]) RedriveWith(fix func(queue.DeadLetter[T]) (payload T, ok bool)) (int, error) {
+	if fix == nil {
+		return 0, core.Invalid("RedriveWith: nil func")
+	}
+	return b.redrive(fix, true)
+}
+
+// redrive is Redrive and RedriveWith: pick returns each letter's payload
+// and whether to redrive it; replaced says the payload may be new, to be
+// checked by the codec before anything changes.
+func (b *Broker[T]) redrive(pick func(queue.DeadLetter[T]) (T, bool), replaced bool) (int, error) {
 	if !b.enter() {
 		return 0, fmt.Errorf("redrive: %w", queue.ErrClosed)
 	}
 	defer b.leave()
 	b.settleAll()
-	var chosen []storedLetter[T]
+	type choice struct {
+		it      storedLetter[T]
+		payload T
+	}
+	var chosen []choice
 	for _, it := range b.dead.snapshot() {
-		if match(it.dl.DeadLetter) {
-			chosen = append(chosen, it)
+		if p, ok := pick(it.dl.DeadLetter); ok {
+			chosen = append(chosen, choice{it, p})
 		}
 	}
 	n := 0
 	var errs []error
-	for _, it := range chosen {
+	for _, c := range chosen {
+		it := c.it
 		if !b.dead.take(it.id) {
 			continue // redriven or dropped meanwhile
 		}
-		s, err := b.Subscription(it.topic, it.dl.Subscription)
+		dl := it.dl
+		dl.Message.Payload = c.payload
+		s, err := b.Subscription(it.topic, dl.Subscription)
+		if err == nil && replaced {
+			err = b.encodes(&dl.Message)
+		}
 		if err == nil {
-			err = s.q.Redrive(it.dl)
+			err = s.q.Redrive(dl)
 		}
 		if err != nil {
 			b.dead.putBack(it)
@@ -281,4 +384,14 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 		errs = append(errs, err)
 	}
 	return n, errors.Join(errs...)
+}
+
+// encodes checks that a durable broker can record m (its codec encodes it,
+// within the size limit); always nil in memory.
+func (b *Broker[T]) encodes(m *queue.Message[T]) error {
+	env, err := b.dur.prepare(m)
+	if env != nil {
+		b.dur.release(env)
+	}
+	return err
 }

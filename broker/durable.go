@@ -259,7 +259,7 @@ func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error)
 	st := &store[T]{b: b, j: j, codec: codec, limbo: make(map[dlKey]limboLetter[T])}
 	st.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
 	b.dur = st
-	b.dead.forget = st.forget
+	b.dead.forget, b.dead.discard = st.forget, st.discard
 	if rs.records == 0 { // a new journal (or one whose first record was torn): say what it is
 		st.record(func(e *enc) { e.start(recFormat).str(formatMagic); e.uint(formatVersion) })
 	}

@@ -326,9 +326,10 @@ func TestDurableJournalFormat(t *testing.T) {
 		first []byte
 		want  string
 	}{
-		"later version": {append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 3), `version 3, this is "leasebus" version 2`},
-		"other magic":   {append(append([]byte{recFormat, 3}, "xyz"...), 1), `format "xyz"`},
-		"no format":     {append([]byte{recTopic, 1}, 't'), "not a leasebus journal"},
+		"later version": {append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), formatVersion+1),
+			fmt.Sprintf(`version %d, this is "leasebus" version %d`, formatVersion+1, formatVersion)},
+		"other magic": {append(append([]byte{recFormat, 3}, "xyz"...), 1), `format "xyz"`},
+		"no format":   {append([]byte{recTopic, 1}, 't'), "not a leasebus journal"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

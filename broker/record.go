@@ -42,6 +42,29 @@ func (st *store[T]) forget(sub uint32, id uuid.UUID) {
 	st.mu.Unlock()
 }
 
+// discard records that dead letters left the store, all of them in one
+// record (in records of maxDiscardKeys), so that after a crash all are gone
+// or none.
+func (st *store[T]) discard(keys []dlKey) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), maxDiscardKeys)]
+		keys = keys[len(chunk):]
+		e := st.e.start(recDiscard)
+		e.uint(uint64(len(chunk)))
+		for _, k := range chunk {
+			delete(st.limbo, k)
+			e.key(k.sub, k.id)
+		}
+		st.j.Append(e.b)
+	}
+}
+
+// maxDiscardKeys bounds the dead letters of one discard record (at most 21
+// bytes each: 21 MiB).
+const maxDiscardKeys = 1 << 20
+
 // landed takes a dead letter out of limbo: it is in the store now.
 func (st *store[T]) landed(sub uint32, id uuid.UUID) {
 	st.mu.Lock()

@@ -34,6 +34,7 @@ const (
 	recPurge                // sub: every message it holds goes
 	recDedup                // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
 	recDedupRef             // topic, dedup ID, message ID: recDedup whose envelope is that of a put of the message before it (version 2)
+	recDiscard              // count, then (sub, id) each: dead letters discarded, all at once (version 3)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -41,7 +42,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 2 // 2 added recDedupRef; Open reads 1 too
+	formatVersion = 3 // 2 added recDedupRef, 3 recDiscard; Open reads 1 and 2 too
 )
 
 // Flags of a recPut.

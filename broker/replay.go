@@ -114,6 +114,8 @@ func (rs *replay) apply(body []byte) error {
 		rs.remove(d, true)
 	case recPurge:
 		rs.purge(d)
+	case recDiscard:
+		rs.discard(d)
 	default:
 		return fmt.Errorf("unknown record type %d", typ)
 	}
@@ -256,6 +258,21 @@ func (rs *replay) remove(d *dec, dead bool) {
 	sub, id := d.sub(), d.id()
 	if s := rs.subs[sub]; s != nil && s.msgs[id] != nil && s.msgs[id].dead == dead {
 		delete(s.msgs, id)
+	}
+}
+
+// discard deletes the dead letters a DiscardDeadLetters removed.
+func (rs *replay) discard(d *dec) {
+	n := d.uint()
+	if n > uint64(len(d.b))/17 { // each key takes at least 17 bytes
+		d.fail()
+		return
+	}
+	for range n {
+		sub, id := d.sub(), d.id()
+		if s := rs.subs[sub]; s != nil && d.err == nil && s.msgs[id] != nil && s.msgs[id].dead {
+			delete(s.msgs, id)
+		}
 	}
 }
 

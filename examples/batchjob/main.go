@@ -21,6 +21,16 @@
 //
 // The pool runs until the queue is idle (poller.RunUntilIdle): every item
 // acked or dead-lettered, nothing delayed or in flight.
+//
+// A job with -state that failed on a line can always finish:
+//
+//   - fix the line in the input and run again: a line that was dead-lettered
+//     and reads differently now is put back with its corrected text
+//     (Broker.RedriveWith; publishing it again would be dropped, since its
+//     dedup ID names the first publish);
+//   - or run again with -discard-failed: every dead letter is printed with
+//     its error, then discarded (Broker.DiscardDeadLetters), and the job
+//     exits 0.
 package main
 
 import (
@@ -38,6 +48,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
@@ -56,7 +67,9 @@ type report struct {
 	Earlier   int // items an earlier run had published already (with -state)
 	Processed int
 	Total     int64 // sum of quantity × unit price, in cents
+	Corrected int   // dead-lettered lines put back because the input changed (with -state)
 	Failed    []queue.DeadLetter[item]
+	Discarded []queue.DeadLetter[item] // with -discard-failed: what failed, settled for good
 }
 
 // config is how a run goes.
@@ -65,6 +78,7 @@ type config struct {
 	state    string        // directory of a durable queue; "" for memory
 	horizon  time.Duration // how long a durable queue remembers what it enqueued
 	maxItems int           // the most items a run may hold (queue and dedup IDs)
+	discard  bool          // discard what failed, after printing why
 	sync     broker.SyncMode
 	clock    clock.Clock // nil: the real one
 	// Hooks for tests: after each enqueued batch (with the count so far),
@@ -95,6 +109,7 @@ func main() {
 	state := flag.String("state", "", "keep the queue in this directory, to resume after a crash")
 	horizon := flag.Duration("horizon", 30*24*time.Hour, "with -state: how long a rerun recognises lines enqueued before")
 	maxItems := flag.Int("max-items", 1_000_000, "the most lines a run may hold")
+	discard := flag.Bool("discard-failed", false, "discard the lines that failed (after printing why), so the job finishes")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -105,7 +120,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer f.Close()
-	r, err := run(ctx, f, config{workers: *workers, state: *state, horizon: *horizon, maxItems: *maxItems})
+	r, err := run(ctx, f, config{workers: *workers, state: *state, horizon: *horizon, maxItems: *maxItems, discard: *discard})
 	printReport(os.Stdout, r)
 	switch {
 	case err != nil:
@@ -145,8 +160,29 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	if err != nil {
 		return r, err
 	}
-	if err := enqueue(ctx, b, in, cfg.state != "", start, &r, cfg.enqueued); err != nil {
+	// The lines an earlier run dead-lettered: if the input now reads
+	// differently there, the line was fixed.
+	failed := map[int]string{}
+	for _, dl := range b.DeadLetters() {
+		failed[dl.Message.Payload.Line] = dl.Message.Payload.Text
+	}
+	fixed := map[int]string{}
+	if err := enqueue(ctx, b, in, cfg.state != "", start, &r, cfg.enqueued, func(it item) {
+		if was, ok := failed[it.Line]; ok && was != it.Text {
+			fixed[it.Line] = it.Text
+		}
+	}); err != nil {
 		return r, err
+	}
+	if len(fixed) > 0 {
+		n, err := b.RedriveWith(func(dl queue.DeadLetter[item]) (item, bool) {
+			text, ok := fixed[dl.Message.Payload.Line]
+			return item{Line: dl.Message.Payload.Line, Text: text}, ok
+		})
+		r.Corrected = n
+		if err != nil {
+			return r, err
+		}
 	}
 
 	var total atomic.Int64
@@ -180,13 +216,24 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	err = pool.RunUntilIdle(ctx)
 	r.Processed, r.Total = int(processed.Load()), total.Load()
 	r.Failed = b.DeadLetters()
+	if err == nil && cfg.discard && len(r.Failed) > 0 {
+		// The report records why each was given up; then they are settled.
+		chosen := map[uuid.UUID]bool{}
+		for _, dl := range r.Failed {
+			chosen[dl.Message.ID] = true
+		}
+		if _, err := b.DiscardDeadLetters(func(dl queue.DeadLetter[item]) bool { return chosen[dl.Message.ID] }); err != nil {
+			return r, err
+		}
+		r.Discarded, r.Failed = r.Failed, nil
+	}
 	return r, err
 }
 
 // enqueue publishes every item of in, in batches; with dedup, each under
 // its line number as dedup ID, counting in r.Earlier those an earlier run
-// had enqueued.
-func enqueue(ctx context.Context, b *broker.Broker[item], in io.Reader, dedup bool, start time.Time, r *report, enqueued func(int)) error {
+// had enqueued. read sees each item as it is read.
+func enqueue(ctx context.Context, b *broker.Broker[item], in io.Reader, dedup bool, start time.Time, r *report, enqueued func(int), read func(item)) error {
 	var items []item
 	var ids []string
 	flush := func() error {
@@ -217,6 +264,7 @@ func enqueue(ctx context.Context, b *broker.Broker[item], in io.Reader, dedup bo
 			continue
 		}
 		items = append(items, item{Line: n, Text: text})
+		read(items[len(items)-1])
 		ids = append(ids, strconv.Itoa(n))
 		if len(items) == enqueueBatch {
 			if err := flush(); err != nil {
@@ -255,7 +303,16 @@ func printReport(w io.Writer, r report) {
 	if r.Earlier > 0 {
 		fmt.Fprintf(w, "  resumed: %d items were published by an earlier run (processed and total count this run)\n", r.Earlier)
 	}
+	if r.Corrected > 0 {
+		fmt.Fprintf(w, "  corrected: %d lines that failed before were fixed in the input and put back\n", r.Corrected)
+	}
 	for _, dl := range r.Failed {
 		fmt.Fprintf(w, "  failed: %s\n", dl.LastError)
+	}
+	if len(r.Failed) > 0 {
+		fmt.Fprintln(w, "  to finish: fix these lines and run again, or run again with -discard-failed")
+	}
+	for _, dl := range r.Discarded {
+		fmt.Fprintf(w, "  discarded: %s\n", dl.LastError)
 	}
 }

@@ -98,3 +98,54 @@ func TestBatchJobResumes(t *testing.T) {
 		t.Errorf("report:\n%s", out.String())
 	}
 }
+
+// A job with -state that failed on a poison line can finish: rerunning
+// unchanged fails the same way (and enqueues nothing twice); fixing the line
+// and rerunning puts the corrected line back and processes it; or
+// -discard-failed records why and settles it for good.
+func TestBatchJobFinishesAfterPoisonItem(t *testing.T) {
+	const bad = "# orders\nA,2,150\nB,x,1\nC,1,1000\n"
+	const fixed = "# orders\nA,2,150\nB,3,1\nC,1,1000\n"
+	runIn := func(dir, input string, discard bool) (report, string) {
+		t.Helper()
+		r, err := run(context.Background(), strings.NewReader(input), config{workers: 2, state: dir, discard: discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		printReport(&out, r)
+		return r, out.String()
+	}
+
+	t.Run("fix the line", func(t *testing.T) {
+		dir := t.TempDir()
+		r, out := runIn(dir, bad, false)
+		if r.Processed != 2 || len(r.Failed) != 1 || !strings.Contains(out, "line 3: malformed line") || !strings.Contains(out, "to finish") {
+			t.Fatalf("first run:\n%s", out)
+		}
+		r, out = runIn(dir, bad, false)
+		if r.Earlier != 3 || r.Processed != 0 || len(r.Failed) != 1 || r.Corrected != 0 {
+			t.Fatalf("rerun, unchanged: still failed, nothing enqueued twice:\n%s", out)
+		}
+		r, out = runIn(dir, fixed, false)
+		if r.Corrected != 1 || r.Processed != 1 || len(r.Failed) != 0 || r.Total != 3 {
+			t.Fatalf("rerun, fixed: the corrected line is processed:\n%s", out)
+		}
+		r, out = runIn(dir, fixed, false)
+		if r.Corrected != 0 || r.Processed != 0 || len(r.Failed) != 0 {
+			t.Fatalf("the job is done:\n%s", out)
+		}
+	})
+	t.Run("discard it", func(t *testing.T) {
+		dir := t.TempDir()
+		runIn(dir, bad, false)
+		r, out := runIn(dir, bad, true)
+		if len(r.Failed) != 0 || len(r.Discarded) != 1 || !strings.Contains(out, "discarded: line 3: malformed line") {
+			t.Fatalf("rerun with -discard-failed:\n%s", out)
+		}
+		r, out = runIn(dir, bad, false)
+		if len(r.Failed) != 0 || r.Processed != 0 || r.Earlier != 3 {
+			t.Fatalf("settled for good: the line is neither retried nor failed again:\n%s", out)
+		}
+	})
+}
