@@ -25,11 +25,11 @@ import (
 // takes it after the queues' locks; so the order is queues, then this,
 // then the durable store's.
 type deadLetters[T any] struct {
-	mu      sync.Mutex // guards everything below
-	limit   int
-	items   []storedLetter[T] // items[head:], oldest first, ids ascending
-	head    int
-	nextID  uint64
+	mu        sync.Mutex // guards everything below
+	limit     int
+	items     []storedLetter[T] // items[head:], oldest first, ids ascending
+	head      int
+	nextID    uint64
 	dropped   uint64                     // dropped because the store was full
 	discarded uint64                     // removed by DiscardDeadLetters
 	taking    map[uint64]storedLetter[T] // taken by a Redrive that has not finished
