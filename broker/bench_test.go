@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -268,6 +269,61 @@ func BenchmarkDurablePublish(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/msg")
+		})
+	}
+}
+
+// BenchmarkDurablePublishGroup is BenchmarkDurablePublish for the publishes
+// whose records are one group: to two subscriptions, and with a dedup ID
+// per message, one at a time and in batches of 100.
+func BenchmarkDurablePublishGroup(b *testing.B) {
+	for _, c := range []struct {
+		name        string
+		subs, batch int
+		dedup       bool
+	}{{"subs=2", 2, 1, false}, {"dedup", 1, 1, true}, {"dedup/batch=100", 1, 100, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithMaxQueue(1<<30),
+				broker.WithDedupLimit(1<<30), broker.WithSync(broker.SyncNone))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer br.Close()
+			br.CreateTopic("t")
+			for i := range c.subs {
+				br.Subscribe("t", fmt.Sprint("s", i))
+			}
+			ctx := context.Background()
+			ps := make([][]byte, c.batch)
+			ids := make([]string, c.batch)
+			for i := range ps {
+				ps[i] = payload
+			}
+			n := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				var opts []broker.PublishOption
+				if c.dedup {
+					for i := range ids {
+						n++
+						ids[i] = strconv.Itoa(n)
+					}
+					if c.batch == 1 {
+						opts = append(opts, broker.WithDedupID(ids[0]))
+					} else {
+						opts = append(opts, broker.WithDedupIDs(ids))
+					}
+				}
+				if c.batch == 1 {
+					_, err = br.Publish(ctx, "t", payload, opts...)
+				} else {
+					_, err = br.PublishBatch(ctx, "t", ps, opts...)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.batch), "ns/msg")
 		})
 	}
 }

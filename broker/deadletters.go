@@ -194,12 +194,14 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 	// whose call dead-lettered the message.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, n, err := b.publish(ctx, dlTopic, dl.Message.Payload, &pc); err != nil || n == 0 {
-		return false
-	}
-	b.dur.forget(s.jid, dl.Message.ID)
-	_ = b.commit() // an error sticks, and the next call that records returns it
-	return true
+	// The publish's group records that the letter left its subscription,
+	// with its puts on the dead-letter topic: one commit, so that a crash
+	// cannot leave it in both places.
+	pc.forget = &dlKey{s.jid, dl.Message.ID}
+	// Taken by some subscription there (another may have refused it): it
+	// is there now, and only there.
+	_, n, _ := b.publish(ctx, dlTopic, dl.Message.Payload, &pc)
+	return n > 0
 }
 
 // DeadLetterOf reads back the dead letter that a message taken from a

@@ -14,10 +14,11 @@ import (
 // window, but refuses a new ID (ErrDedupFull) when limit are.
 //
 // An ID is first reserved, pending, while its publish offers the message;
-// it is confirmed once the message is stored (and, on a durable broker, its
-// dedup record appended), or forgotten if the publish failed. A pending ID
-// is never in a snapshot, so a journal never holds an ID without its
-// message; a second publish of a pending ID waits for the first to end.
+// it is confirmed once the message is stored (on a durable broker, as the
+// group that records the message and the ID is appended, under d.mu), or
+// forgotten if no subscription took it. A pending ID is never in a
+// snapshot, so a journal never holds an ID without its message; a second
+// publish of a pending ID waits for the first to end.
 type dedup[T any] struct {
 	mu    sync.Mutex // guards everything below
 	byID  map[string]*dedupEntry[T]
@@ -97,21 +98,11 @@ func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
 	}
 }
 
-// confirm ends e's pending state: its message is stored (stored: a put of
-// it was appended to journal segment seg, which the dedup record may refer
-// to instead of repeating the envelope, if seg is still the live one). On a durable broker (st not nil) it appends the
-// dedup record, under the lock, so that
-// a compaction, which snapshots the IDs under the same lock, sees either
-// the pending ID and not its record, or the record's effect.
-func (d *dedup[T]) confirm(e *dedupEntry[T], st *store[T], topic string, env []byte, stored bool, seg int) {
+// confirm ends e's pending state: its message is stored. (On a durable
+// broker the group that records the ID confirms it: see store.flush.)
+func (d *dedup[T]) confirm(e *dedupEntry[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if st != nil && d.byID[e.id] == e {
-		// A compaction since the offer (which cannot run while we hold the
-		// lock) may have left the message's put behind, if the message was
-		// acked meanwhile: then repeat the envelope.
-		st.recordDedup(topic, e.id, env, stored && st.j.Segment() == seg)
-	}
 	d.settleLocked(e)
 }
 

@@ -37,13 +37,14 @@ type durability[T any] interface {
 	// that every subscription's offer logs, or nil in memory. (It takes
 	// no offer options: a slice passed through an interface escapes, and
 	// would cost a publish an allocation.)
-	prepare(m *queue.Message[T]) (*envBuf, error)
+	prepare(m *queue.Message[T]) (*envBuf[T], error)
 	// release returns prepare's envelope once every offer has logged it.
-	release(env *envBuf)
-	// segment is the journal segment that records go to now.
-	segment() int
-	// confirmDedup confirms a publish's dedup ID (see dedup.confirm).
-	confirmDedup(d *dedup[T], e *dedupEntry[T], topic string, env *envBuf, stored bool, seg int)
+	release(env *envBuf[T])
+	// newGroup starts the records of an operation that changes more than
+	// one thing, to append as one (see group); nil in memory. flush
+	// appends them and confirms their dedup IDs.
+	newGroup() *group[T]
+	flush(g *group[T])
 
 	// landed and forget track a dead letter: it reached the store, or it
 	// left it (dropped, routed to a topic, redriven elsewhere).
@@ -64,8 +65,9 @@ func (inMemory[T]) deletedTopic(string)           {}
 func (inMemory[T]) newSubID() uint32              { return 0 }
 func (inMemory[T]) subscribed(*Subscription[T])   {}
 func (inMemory[T]) unsubscribed(*Subscription[T]) {}
-func (inMemory[T]) release(*envBuf)               {}
-func (inMemory[T]) segment() int                  { return 0 }
+func (inMemory[T]) release(*envBuf[T])            {}
+func (inMemory[T]) newGroup() *group[T]           { return nil }
+func (inMemory[T]) flush(*group[T])               {}
 func (inMemory[T]) landed(uint32, uuid.UUID)      {}
 func (inMemory[T]) forget(uint32, uuid.UUID)      {}
 func (inMemory[T]) close() error                  { return nil }
@@ -74,11 +76,7 @@ func (inMemory[T]) newQueue(_ *Subscription[T], qc queue.Config, onDead func(cor
 	return core.New(qc, onDead)
 }
 
-func (inMemory[T]) prepare(*queue.Message[T]) (*envBuf, error) { return nil, nil }
-
-func (inMemory[T]) confirmDedup(d *dedup[T], e *dedupEntry[T], _ string, _ *envBuf, _ bool, _ int) {
-	d.confirm(e, nil, "", nil, false, 0)
-}
+func (inMemory[T]) prepare(*queue.Message[T]) (*envBuf[T], error) { return nil, nil }
 
 // durable returns the journal's side of a broker from Open; nil for a
 // broker from New.

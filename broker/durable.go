@@ -108,24 +108,31 @@ type store[T any] struct {
 	// dropped. Add only under Broker.mu, while the broker is open.
 	active sync.WaitGroup
 
-	envs sync.Pool // of *envBuf: a publish's encoded envelope, reused
+	envs   sync.Pool // of *envBuf[T]: a publish's encoded envelope, reused
+	groups sync.Pool // of *group[T], reused
 
-	mu     sync.Mutex // a leaf: guards e and limbo
+	mu     sync.Mutex // a leaf: guards e, grp and limbo
 	e      enc
+	grp    []byte                   // a group's record being built
 	limbo  map[dlKey]limboLetter[T] // dead letters on their way from a queue to the store or a dead-letter topic
 	nlimbo uint64                   // letters that entered limbo so far
 }
 
 // envBuf holds a message's encoded envelope while a publish offers it:
-// a pointer, so that passing it as a queue note allocates nothing.
-type envBuf struct{ b []byte }
+// a pointer, so that passing it as a queue note allocates nothing. With
+// grp set, the offers add their puts to that group instead of appending
+// them (see group).
+type envBuf[T any] struct {
+	b   []byte
+	grp *group[T]
+}
 
 // encode encodes m's envelope into a buffer from the pool; give it back
 // with recycle once every subscription has logged it.
-func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
-	eb, _ := st.envs.Get().(*envBuf)
+func (st *store[T]) encode(m *queue.Message[T]) (*envBuf[T], error) {
+	eb, _ := st.envs.Get().(*envBuf[T])
 	if eb == nil {
-		eb = new(envBuf)
+		eb = new(envBuf[T])
 	}
 	var err error
 	if eb.b, err = envelope(eb.b[:0], m, st.codec); err != nil {
@@ -145,7 +152,8 @@ func (st *store[T]) encode(m *queue.Message[T]) (*envBuf, error) {
 // (MaxDedupID).
 const maxEnvelope = journal.MaxRecord - 8<<10
 
-func (st *store[T]) recycle(eb *envBuf) {
+func (st *store[T]) recycle(eb *envBuf[T]) {
+	eb.grp = nil
 	if cap(eb.b) <= 64<<10 { // keep the pool from holding on to huge payloads
 		st.envs.Put(eb)
 	}
@@ -190,8 +198,7 @@ type limboLetter[T any] struct {
 //   - the dead-letter store, in order;
 //   - publish dedup IDs (WithDedupID) still inside their window, so a job
 //     that publishes its input again after a crash, with an ID per item,
-//     does not queue twice what it had published before (a crash between
-//     a publish's message and its dedup record loses only the dedup);
+//     does not queue twice what it had published before;
 //   - subscriptions with their options, but without their filters (which
 //     are functions): a recovered subscription is bound again when the
 //     application calls Subscribe for it with its options, which returns it
@@ -201,6 +208,13 @@ type limboLetter[T any] struct {
 //
 // What does not: leases (no lease ID survives) and counters (Stats start
 // from zero, and restored messages count as Published).
+//
+// An operation that changes more than one thing is one journal record, so
+// that after a crash it is there whole or not at all: a publish that fans
+// out or carries a dedup ID (the message on every subscription that took
+// it, with its ID), a batch (up to 16 MiB of records; each message always
+// whole), a dead letter routed to its dead-letter topic (there, and gone
+// from its subscription), a discard of dead letters.
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
 //

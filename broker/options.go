@@ -289,6 +289,9 @@ type publishConfig struct {
 	ttl      time.Duration
 	dedupID  string
 	dedupIDs []string // PublishBatch's, one per payload
+	// forget, for a dead letter routed to its topic: the letter leaves its
+	// subscription's store in the publish's group.
+	forget *dlKey
 }
 
 func (c *publishConfig) apply(o PublishOption) error {

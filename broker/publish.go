@@ -87,18 +87,38 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	now := b.now.Now()
 	ms := make([]queue.Message[T], len(payloads))
 	var errs []error
+	var g *group[T] // with IDs or a fan-out: the batch is one commit (up to maxGroup bytes)
+	if ids != nil || len(subs) > 1 {
+		g = b.dur.newGroup()
+	}
+	var inBatch map[string]int // the message each dedup ID of the group names
 	for i, p := range payloads {
 		if ids != nil {
 			pc.dedupID = ids[i]
+			if j, ok := inBatch[ids[i]]; ok { // its ID's group is not flushed yet
+				ms[i] = ms[j]
+				continue
+			}
 		}
-		m, _, err := b.publishTo(ctx, t, subs, p, &pc, now)
+		m, accepted, err := b.publishTo(ctx, t, subs, p, &pc, now, g)
 		if m != nil {
 			ms[i] = *m
+			if ids != nil && g != nil && accepted > 0 {
+				if inBatch == nil {
+					inBatch = make(map[string]int, len(payloads)-i)
+				}
+				inBatch[ids[i]] = i
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("message %d: %w", i, err))
 		}
+		if g != nil && g.size() >= maxGroup {
+			b.dur.flush(g)
+			g, inBatch = b.dur.newGroup(), nil
+		}
 	}
+	b.dur.flush(g)
 	if len(subs) > 0 {
 		if err := b.commit(); err != nil {
 			for i, id := range ids { // not stored after all
@@ -161,7 +181,12 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 		return nil, 0, err
 	}
 	defer b.leave()
-	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now())
+	var g *group[T]
+	if len(subs) > 1 || pc.dedupID != "" || pc.forget != nil {
+		g = b.dur.newGroup() // more than one record: one commit
+	}
+	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now(), g)
+	b.dur.flush(g)
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && m != nil {
@@ -174,8 +199,11 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 }
 
 // publishTo offers one message to subs, without committing a durable
-// broker's records (the caller does, once).
-func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time) (*queue.Message[T], int, error) {
+// broker's records (the caller does, once). With a group (a durable
+// broker's), the message's records, its dedup ID and pc.forget go into g,
+// which the caller flushes; without one, each put is appended as its offer
+// makes it.
+func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Subscription[T], payload T, pc *publishConfig, now time.Time, g *group[T]) (*queue.Message[T], int, error) {
 	m := &queue.Message[T]{
 		ID:          t.ids.newID(),
 		Topic:       t.name,
@@ -195,6 +223,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 	}
 	if env != nil { // encoded once, logged by every subscription, committed once
+		env.grp = g
 		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
 		defer b.dur.release(env)
 	}
@@ -208,10 +237,6 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 			return &orig, 0, nil
 		}
 		reserved = e
-	}
-	seg := 0 // where the offers' puts go, for a dedup record that refers to them
-	if reserved != nil {
-		seg = b.dur.segment()
 	}
 	accepted := 0
 	var errs []error
@@ -234,11 +259,16 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	case reserved == nil:
 	case err != nil && accepted == 0:
 		t.dedup.forget(reserved) // stored nowhere: a retry must queue it
+	case g != nil: // recorded and confirmed with the message's puts
+		g.addDedup(&t.dedup, reserved, t.name, env.b)
 	default:
 		// Stored (by every subscription, or by some while others refused
 		// it): the ID names this message from now on, and a retry
 		// returns it rather than queue a second copy where it was taken.
-		b.dur.confirmDedup(&t.dedup, reserved, t.name, env, accepted > 0, seg)
+		t.dedup.confirm(reserved)
+	}
+	if pc.forget != nil && accepted > 0 && g != nil {
+		g.addForget(*pc.forget)
 	}
 	return m, accepted, err
 }

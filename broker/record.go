@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,21 +16,6 @@ func (st *store[T]) record(fill func(e *enc)) {
 	st.mu.Lock()
 	st.e.b = st.e.b[:0]
 	fill(&st.e)
-	st.j.Append(st.e.b)
-	st.mu.Unlock()
-}
-
-// recordDedup appends a dedup record: topic, ID, and the message's
-// envelope, or only its ID (ref) if a put of it is in the journal already.
-func (st *store[T]) recordDedup(topic, id string, env []byte, ref bool) {
-	st.mu.Lock()
-	st.e.start(recDedup).strs(topic, id)
-	if ref {
-		st.e.b[0] = recDedupRef
-		st.e.b = append(st.e.b, env[:16]...) // the message ID, first in an envelope
-	} else {
-		st.e.b = append(st.e.b, env...)
-	}
 	st.j.Append(st.e.b)
 	st.mu.Unlock()
 }
@@ -80,6 +66,9 @@ type subRec[T any] struct {
 	id    uint32
 	topic string
 	e     enc // under the queue's lock
+	// purges counts the queue's purges, each under the store's lock (see
+	// group): a put offered before a purge is left out of its group.
+	purges atomic.Uint64
 }
 
 func appendPut[T any](e *enc, sub uint32, en core.Entry[T], env []byte) {
@@ -105,8 +94,13 @@ func appendPut[T any](e *enc, sub uint32, en core.Entry[T], env []byte) {
 
 func (r *subRec[T]) Offered(en core.Entry[T], note any) {
 	var env []byte
-	if eb, ok := note.(*envBuf); ok {
+	if eb, ok := note.(*envBuf[T]); ok {
 		env = eb.b
+		if eb.grp != nil { // appended with the rest of its operation
+			appendPut(&r.e, r.id, en, env)
+			eb.grp.addPut(r, r.e.b, env, r.st.j.Segment())
+			return
+		}
 	} else { // a redrive: encode it again
 		var err error
 		if env, err = envelope(nil, en.Message, r.st.codec); err != nil {
@@ -163,7 +157,12 @@ func (r *subRec[T]) DeadLettered(dl core.Letter[T]) {
 	r.st.mu.Unlock()
 }
 
-func (r *subRec[T]) Purged() { r.st.j.Append(r.e.start(recPurge).sub(r.id).b) }
+func (r *subRec[T]) Purged() {
+	r.st.mu.Lock()
+	r.purges.Add(1)
+	r.st.j.Append(r.e.start(recPurge).sub(r.id).b)
+	r.st.mu.Unlock()
+}
 
 func (r *subRec[T]) Commit() error { return r.b.commit() }
 
@@ -209,15 +208,9 @@ func (st *store[T]) newQueue(s *Subscription[T], qc queue.Config, onDead func(co
 
 // prepare encodes m's envelope once: every subscription's offer logs it,
 // and the publish commits once.
-func (st *store[T]) prepare(m *queue.Message[T]) (*envBuf, error) { return st.encode(m) }
+func (st *store[T]) prepare(m *queue.Message[T]) (*envBuf[T], error) { return st.encode(m) }
 
-func (st *store[T]) release(env *envBuf) { st.recycle(env) }
-
-func (st *store[T]) segment() int { return st.j.Segment() }
-
-func (st *store[T]) confirmDedup(d *dedup[T], e *dedupEntry[T], topic string, env *envBuf, stored bool, seg int) {
-	d.confirm(e, st, topic, env.b, stored, seg)
-}
+func (st *store[T]) release(env *envBuf[T]) { st.recycle(env) }
 
 func (st *store[T]) close() error {
 	st.active.Wait() // the calls under way append their last records

@@ -35,6 +35,8 @@ const (
 	recDedup                // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
 	recDedupRef             // topic, dedup ID, message ID: recDedup whose envelope is that of a put of the message before it (version 2)
 	recDiscard              // count, then (sub, id) each: dead letters discarded, all at once (version 3)
+	recGroup                // count, then each record with its length: one operation's records, all or none (version 3)
+	recPutRef               // recPut whose envelope is that of a put before it in its group: the message ID instead (version 3)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -42,7 +44,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 3 // 2 added recDedupRef, 3 recDiscard; Open reads 1 and 2 too
+	formatVersion = 3 // 2 added recDedupRef, 3 recDiscard, recGroup and recPutRef; Open reads 1 and 2 too
 )
 
 // Flags of a recPut.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -22,7 +23,11 @@ type replay struct {
 	subs    map[uint32]*rsub
 	deadSeq uint64
 	dedup   map[string][]rdedup  // by topic, oldest first
-	envs    map[uuid.UUID][]byte // every message's envelope seen in a put, for recDedupRef
+	envs    map[uuid.UUID][]byte // every message's envelope seen in a put, for recDedupRef and recPutRef
+	// early holds the records about a message of a live subscription that
+	// came before its put: a consumer's, made between the offer and the
+	// append of the publish's group (see group). A put applies them.
+	early map[dlKey][][]byte
 }
 
 type rdedup struct {
@@ -62,7 +67,86 @@ const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 const expiredText = vocab.LeaseExpired
 
 func newReplay() *replay {
-	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{}, envs: map[uuid.UUID][]byte{}}
+	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{},
+		envs: map[uuid.UUID][]byte{}, early: map[dlKey][][]byte{}}
+}
+
+// group replays a group's records in order: all of them, since the frame
+// that holds them is whole.
+func (rs *replay) group(d *dec) error {
+	n := d.uint()
+	if n > uint64(len(d.b)) { // each record takes at least a byte
+		d.fail()
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		body := d.bytes()
+		if d.err != nil {
+			break
+		}
+		if len(body) == 0 {
+			return fmt.Errorf("empty record %d in a group", i)
+		}
+		if err := rs.applyOne(body, true); err != nil {
+			return fmt.Errorf("record %d of a group: %w", i, err)
+		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		return fmt.Errorf("%d bytes after a group's records", len(d.b))
+	}
+	return nil
+}
+
+// keyed replays a record about one message of one subscription (retry,
+// release, remove, dead, forget); one that comes before the message's put
+// waits for it in early.
+func (rs *replay) keyed(typ byte, body []byte, d *dec) {
+	sub, id := d.sub(), d.id()
+	if d.err != nil {
+		return
+	}
+	if rs.waits(sub, id, body) {
+		return
+	}
+	switch typ {
+	case recRetry:
+		rs.retry(sub, id, d)
+	case recRelease:
+		rs.release(sub, id)
+	case recRemove:
+		rs.remove(sub, id, false)
+	case recDead:
+		rs.dead(sub, id, d)
+	case recForget:
+		rs.remove(sub, id, true)
+	}
+}
+
+// waits keeps body for the put of (sub, id) if the subscription is live
+// and does not hold that message (yet), and reports whether it did.
+func (rs *replay) waits(sub uint32, id uuid.UUID, body []byte) bool {
+	s := rs.subs[sub]
+	if s == nil || s.gone || s.msgs[id] != nil {
+		return false
+	}
+	k := dlKey{sub, id}
+	rs.early[k] = append(rs.early[k], bytes.Clone(body))
+	return true
+}
+
+// arrived applies the records that came before the put of (sub, id).
+func (rs *replay) arrived(sub uint32, id uuid.UUID) error {
+	k := dlKey{sub, id}
+	bodies := rs.early[k]
+	if bodies == nil {
+		return nil
+	}
+	delete(rs.early, k)
+	for _, b := range bodies {
+		if err := rs.applyOne(b, true); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
@@ -72,18 +156,31 @@ func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
 	return nil
 }
 
-// apply replays one record, with one small handler per record type.
-// Records may name messages or subscriptions that are gone (a call racing
-// an Unsubscribe): they are ignored.
+// apply replays one record of the journal.
 func (rs *replay) apply(body []byte) error {
+	rs.records++
+	if len(body) > 0 && (body[0] == recFormat) != (rs.records == 1) {
+		return fmt.Errorf("not a leasebus journal: record %d is of type %d", rs.records, body[0])
+	}
+	return rs.applyOne(body, false)
+}
+
+// applyOne replays one record, with one small handler per record type.
+// Records may name messages or subscriptions that are gone (a call racing
+// an Unsubscribe): they are ignored. inGroup: body is a part of a group,
+// which holds neither a format record nor another group.
+func (rs *replay) applyOne(body []byte, inGroup bool) error {
 	d := &dec{b: body}
 	typ := d.byte()
-	rs.records++
-	if (typ == recFormat) != (rs.records == 1) {
-		return fmt.Errorf("not a leasebus journal: record %d is of type %d", rs.records, typ)
+	if inGroup && (typ == recFormat || typ == recGroup) {
+		return fmt.Errorf("record of type %d inside a group", typ)
 	}
 	var err error
 	switch typ {
+	case recGroup:
+		err = rs.group(d)
+	case recPutRef:
+		err = rs.putRef(d)
 	case recFormat:
 		err = rs.format(d)
 	case recTopic:
@@ -99,19 +196,11 @@ func (rs *replay) apply(body []byte) error {
 	case recUnsub:
 		rs.unsub(d)
 	case recPut:
-		rs.put(d)
+		err = rs.put(d, nil)
 	case recDeliver:
 		rs.deliver(d)
-	case recRetry:
-		rs.retry(d)
-	case recRelease:
-		rs.release(d)
-	case recRemove:
-		rs.remove(d, false)
-	case recDead:
-		rs.dead(d)
-	case recForget:
-		rs.remove(d, true)
+	case recRetry, recRelease, recRemove, recDead, recForget:
+		rs.keyed(typ, body, d)
 	case recPurge:
 		rs.purge(d)
 	case recDiscard:
@@ -196,28 +285,57 @@ func (rs *replay) unsub(d *dec) {
 	}
 }
 
-func (rs *replay) put(d *dec) {
+// put replays a recPut, or, with env, a recPutRef whose envelope that is.
+func (rs *replay) put(d *dec, env []byte) error {
 	sub := d.sub()
 	m := &rmsg{place: d.uint(), attempts: int(d.uint())}
 	flags := d.byte()
 	m.inFlight, m.dead = flags&putInFlight != 0, flags&putDead != 0
 	m.visibleAt, m.ttl, m.expiresAt, m.lastErr = d.time(), d.dur(), d.time(), d.str()
 	m.reason, m.deadAt = queue.Reason(d.byte()), d.time()
-	m.env = d.rest()
+	if env == nil {
+		env = d.rest()
+	}
+	m.env = env
 	if d.err == nil && len(m.env) < 16 {
 		d.fail()
 	}
 	if d.err != nil {
-		return
+		return nil
 	}
-	rs.envs[uuid.UUID(m.env[:16])] = m.env // for a recDedupRef after it
+	id := uuid.UUID(m.env[:16])
+	rs.envs[id] = m.env // for a recDedupRef or recPutRef after it
 	if s := rs.subs[sub]; s != nil && (!s.gone || m.dead) {
 		if m.dead {
 			rs.deadSeq++
 			m.deadSeq = rs.deadSeq
 		}
-		s.msgs[uuid.UUID(m.env[:16])] = m
+		s.msgs[id] = m
+		return rs.arrived(sub, id)
 	}
+	return nil
+}
+
+// putRef replays a recPutRef: a put whose envelope is that of an earlier
+// put of the message, named by its ID at the end of the record.
+func (rs *replay) putRef(d *dec) error {
+	if len(d.b) < 16 {
+		d.fail()
+		return nil
+	}
+	id := uuid.UUID(d.b[len(d.b)-16:])
+	env := rs.envs[id]
+	if env == nil {
+		return fmt.Errorf("put of message %v, which no earlier record holds", id)
+	}
+	d.b = d.b[:len(d.b)-16]
+	if err := rs.put(d, env); err != nil {
+		return err
+	}
+	if d.err == nil && len(d.b) > 0 {
+		return fmt.Errorf("%d bytes after a put's fields", len(d.b))
+	}
+	return nil
 }
 
 func (rs *replay) deliver(d *dec) {
@@ -227,7 +345,15 @@ func (rs *replay) deliver(d *dec) {
 		return
 	}
 	for range n {
-		if m := rs.msg(sub, d.id()); m != nil && !m.dead {
+		id := d.id()
+		var one enc // this delivery alone, to wait for the put
+		one.start(recDeliver).sub(sub)
+		one.uint(1)
+		one.id(id)
+		if rs.waits(sub, id, one.b) {
+			continue
+		}
+		if m := rs.msg(sub, id); m != nil && !m.dead {
 			if m.inFlight { // delivered again unsettled: its lease expired in between
 				m.lastErr = expiredText
 			}
@@ -238,15 +364,15 @@ func (rs *replay) deliver(d *dec) {
 	}
 }
 
-func (rs *replay) retry(d *dec) {
-	sub, id, at, lastErr := d.sub(), d.id(), d.time(), d.str()
-	if m := rs.msg(sub, id); m != nil && !m.dead {
+func (rs *replay) retry(sub uint32, id uuid.UUID, d *dec) {
+	at, lastErr := d.time(), d.str()
+	if m := rs.msg(sub, id); m != nil && !m.dead && d.err == nil {
 		m.inFlight, m.visibleAt, m.lastErr = false, at, lastErr
 	}
 }
 
-func (rs *replay) release(d *dec) {
-	if m := rs.msg(d.sub(), d.id()); m != nil && !m.dead {
+func (rs *replay) release(sub uint32, id uuid.UUID) {
+	if m := rs.msg(sub, id); m != nil && !m.dead {
 		m.inFlight = false
 		m.attempts = max(m.attempts-1, 0)
 	}
@@ -254,8 +380,7 @@ func (rs *replay) release(d *dec) {
 
 // remove deletes a live message (recRemove: acked or dropped), or a dead
 // letter (recForget: it left the store).
-func (rs *replay) remove(d *dec, dead bool) {
-	sub, id := d.sub(), d.id()
+func (rs *replay) remove(sub uint32, id uuid.UUID, dead bool) {
 	if s := rs.subs[sub]; s != nil && s.msgs[id] != nil && s.msgs[id].dead == dead {
 		delete(s.msgs, id)
 	}
@@ -270,14 +395,17 @@ func (rs *replay) discard(d *dec) {
 	}
 	for range n {
 		sub, id := d.sub(), d.id()
-		if s := rs.subs[sub]; s != nil && d.err == nil && s.msgs[id] != nil && s.msgs[id].dead {
-			delete(s.msgs, id)
+		if d.err != nil {
+			return
+		}
+		var one enc // this letter alone, to wait for the put
+		if !rs.waits(sub, id, one.start(recForget).key(sub, id).b) {
+			rs.remove(sub, id, true)
 		}
 	}
 }
 
-func (rs *replay) dead(d *dec) {
-	sub, id := d.sub(), d.id()
+func (rs *replay) dead(sub uint32, id uuid.UUID, d *dec) {
 	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.time()
 	if m := rs.msg(sub, id); m != nil && d.err == nil {
 		rs.deadSeq++
