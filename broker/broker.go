@@ -44,6 +44,11 @@ var (
 	// does not decode, a payload the codec refuses, or a journal of another
 	// format or version. The error is a *CorruptError, which says where.
 	ErrCorrupt = errors.New("broker: journal cannot be read")
+	// ErrConfigMismatch: Subscribe declared a subscription that a durable
+	// broker recovered with options that differ from the stored ones, and
+	// did not ask to change them (WithUpdate). Nothing changed. The error
+	// is a *ConfigMismatchError, which says what differs.
+	ErrConfigMismatch = errors.New("broker: subscription exists with other options")
 )
 
 // Broker is an in-process publish/subscribe broker whose subscriptions are

@@ -201,10 +201,12 @@ type limboLetter[T any] struct {
 //     does not queue twice what it had published before;
 //   - subscriptions with their options, but without their filters (which
 //     are functions): a recovered subscription is bound again when the
-//     application calls Subscribe for it with its options, which returns it
-//     (not ErrAlreadySubscribed) and applies the options from then on.
-//     Declare subscriptions again before publishing: until then a
-//     recovered subscription takes every message of its topic.
+//     application calls Subscribe for it, which returns it (not
+//     ErrAlreadySubscribed) as stored; an explicit option that differs
+//     from the stored setting is a *ConfigMismatchError unless WithUpdate
+//     asks for the change (see Subscribe). Declare subscriptions again
+//     before publishing: until then a recovered subscription takes every
+//     message of its topic.
 //
 // What does not: leases (no lease ID survives) and counters (Stats start
 // from zero, and restored messages count as Published).

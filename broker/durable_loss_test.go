@@ -168,7 +168,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		r, err := broker.Open(image, broker.StringCodec{})
 		require.NoError(t, err)
 		defer r.Close()
-		s, err := r.Subscribe("t", "s")
+		s, err := r.Subscribe("t", "s", broker.WithFilter(func(queue.Message[string]) bool { return true }))
 		require.NoError(t, err)
 		require.Zero(t, s.Stats().Visible, "the crash came before the message was stored")
 		_, err = r.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
@@ -199,7 +199,8 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		b, err = broker.Open(dir, broker.StringCodec{})
 		require.NoError(t, err)
 		defer b.Close()
-		s, err := b.Subscribe("t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))
+		s, err := b.Subscribe("t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject),
+			broker.WithFilter(func(queue.Message[string]) bool { return true }))
 		require.NoError(t, err)
 		ds := s.TryPoll(1)
 		require.Len(t, ds, 1)

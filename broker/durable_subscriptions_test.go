@@ -17,7 +17,8 @@ import (
 )
 
 // TestDurableResubscribe: a recovered subscription is declared again with
-// Subscribe, which returns it and applies its options from then on; the
+// Subscribe, which returns it; options that change it need WithUpdate
+// (TestDurableResubscribeBindsAsStored), and then apply from then on; the
 // options persist, the filter does not.
 func TestDurableResubscribe(t *testing.T) {
 	keep := broker.WithFilter(func(m queue.Message[string]) bool { return strings.HasPrefix(m.Payload, "keep") })
@@ -40,9 +41,9 @@ func TestDurableResubscribe(t *testing.T) {
 	d.publish("t", "drop3")
 	require.Equal(t, []string{"keep1/1", "keep2/1", "drop2/1"}, peek(t, s))
 
-	// Other options: they apply from now on.
+	// Other options, asked for: they apply from now on.
 	d.restart()
-	s, err = d.Subscribe("t", "s", broker.WithMaxAttempts(2), broker.WithVisibilityTimeout(20*time.Second), fresh)
+	s, err = d.Subscribe("t", "s", broker.WithMaxAttempts(2), broker.WithVisibilityTimeout(20*time.Second), fresh, broker.WithUpdate())
 	require.NoError(t, err)
 	require.Equal(t, 2, s.Config().MaxAttempts)
 	require.Equal(t, 20*time.Second, s.Config().VisibilityTimeout)

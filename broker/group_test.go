@@ -78,7 +78,7 @@ func TestDurableGroupInterleavings(t *testing.T) {
 			}
 			d.restart()
 			first = d.subscribe("t", "first")
-			second = d.subscribe("t", "second")
+			second = d.subscribe("t", "second", broker.WithFilter(func(queue.Message[string]) bool { return true }))
 			check("after a restart")
 			m, err := d.Publish(context.Background(), "t", "again", broker.WithDedupID("id"))
 			require.NoError(t, err)

@@ -55,6 +55,7 @@ type subConfig struct {
 	queue       queue.Config
 	filter      any    // func(queue.Message[T]) bool, checked against T in Subscribe
 	deadLetters string // topic to publish dead letters to; "" for the broker's store
+	update      bool   // WithUpdate
 	err         error
 }
 
@@ -239,6 +240,15 @@ func WithMaxInFlight(n int) SubscribeOption {
 		c.queue.MaxInFlight = n
 	})
 }
+
+// WithUpdate lets Subscribe change a subscription that a durable broker
+// recovered with other settings: the explicit options replace the stored
+// ones (what they do not name stays), and the change is stored. Without
+// it, such a Subscribe fails with a *ConfigMismatchError and changes
+// nothing. Given to Open, it applies to every Subscribe. It changes
+// nothing else: on a new subscription, or one already bound in this
+// process (ErrAlreadySubscribed), it does nothing.
+func WithUpdate() SubscribeOption { return subOption(func(c *subConfig) { c.update = true }) }
 
 // WithFilter makes a subscription accept only the messages for which f
 // returns true; the others are not offered to it and leave no trace in its

@@ -3,7 +3,9 @@ package broker
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
@@ -16,6 +18,15 @@ import (
 // subscription (see Subscription). A second Subscribe with the same
 // (topic, name) returns ErrAlreadySubscribed; a missing topic,
 // ErrTopicNotFound.
+//
+// On a durable broker, the first Subscribe of a subscription that Open
+// recovered binds it as it was stored: the options it gives are compared
+// with the stored settings, not with the broker's defaults, and what they
+// do not name stays as stored. One that differs makes Subscribe fail with
+// a *ConfigMismatchError (matching ErrConfigMismatch) and change nothing,
+// unless WithUpdate asks for the change, which is then stored. A filter is
+// not stored, only that there was one: give it again (adding or dropping
+// one is an update).
 //
 // topic may be a wildcard pattern over dot-separated topic names (NATS
 // style): '*' matches one segment and '>' (or '#') one or more trailing
@@ -76,7 +87,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	}
 	if s := b.findLocked(topic, name); s != nil {
 		if s.recovered {
-			return b.claim(s, qc, spec, filter) // unlocks
+			return b.claim(s, opts, cfg.update || b.defs.update) // unlocks
 		}
 		b.mu.Unlock()
 		return nil, fmt.Errorf("subscribe %q to %q: %w", name, topic, ErrAlreadySubscribed)
@@ -122,9 +133,26 @@ func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.
 	return nil
 }
 
-// claim binds a subscription recovered by Open to the options of the
-// Subscribe that declares it again. Called with b.mu held; unlocks it.
-func (b *Broker[T]) claim(s *Subscription[T], qc queue.Config, spec subSpec, filter func(queue.Message[T]) bool) (*Subscription[T], error) {
+// claim binds a subscription recovered by Open to the Subscribe that
+// declares it again: as stored, with the explicit options opts on top. An
+// option that differs from the stored setting is a *ConfigMismatchError,
+// unless update. Called with b.mu held; unlocks it.
+func (b *Broker[T]) claim(s *Subscription[T], opts []SubscribeOption, update bool) (*Subscription[T], error) {
+	cfg := subConfig{queue: s.spec.config(), deadLetters: s.spec.deadLetters}
+	for _, o := range opts {
+		o.applySub(&cfg)
+	}
+	var filter func(queue.Message[T]) bool
+	if cfg.filter != nil {
+		filter, _ = cfg.filter.(func(queue.Message[T]) bool) // checked by Subscribe
+	}
+	qc := cfg.queue
+	qc.Name, qc.Clock = s.name, b.now
+	spec := specOf(qc, cfg.deadLetters, filter != nil)
+	if diffs := specDiffs(s.spec, spec); len(diffs) > 0 && !update {
+		b.mu.Unlock()
+		return nil, &ConfigMismatchError{Topic: s.topic, Subscription: s.name, Diffs: diffs}
+	}
 	s.recovered = false
 	changed := spec != s.spec
 	b.mu.Unlock()
@@ -153,6 +181,85 @@ func (b *Broker[T]) claim(s *Subscription[T], qc queue.Config, spec subSpec, fil
 		return nil, err
 	}
 	return s, nil
+}
+
+// ConfigMismatchError is the error Subscribe returns when it declares a
+// subscription that a durable broker recovered, with an explicit option
+// that differs from the stored setting, without WithUpdate. Nothing
+// changed: the subscription stays as stored, to be declared again. It
+// matches ErrConfigMismatch.
+type ConfigMismatchError struct {
+	Topic, Subscription string
+	Diffs               []Diff // the settings that differ, at least one
+}
+
+// Diff is one setting that differs between a stored subscription and the
+// options of the Subscribe that declares it.
+type Diff struct {
+	Setting   string // the queue.Config field, "DeadLetterTopic" or "Filter"
+	Option    string // the option that sets it, e.g. "WithMaxAttempts"
+	Stored    string // the stored value
+	Requested string // the value the options ask for
+}
+
+// Error says what differs and what to do.
+func (e *ConfigMismatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "subscribe %q to %q: %v:", e.Subscription, e.Topic, ErrConfigMismatch)
+	for i, d := range e.Diffs {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		fmt.Fprintf(&b, " %s is %s, %s asks for %s", d.Setting, d.Stored, d.Option, d.Requested)
+	}
+	b.WriteString(" (give the stored options, or none, or add WithUpdate to change them)")
+	return b.String()
+}
+
+// Is reports whether target is ErrConfigMismatch.
+func (e *ConfigMismatchError) Is(target error) bool { return target == ErrConfigMismatch }
+
+// specDiffs lists the settings in which want differs from stored.
+func specDiffs(stored, want subSpec) []Diff {
+	var diffs []Diff
+	add := func(setting, option string, s, w any) {
+		if s != w {
+			diffs = append(diffs, Diff{Setting: setting, Option: option, Stored: fmt.Sprint(s), Requested: fmt.Sprint(w)})
+		}
+	}
+	add("VisibilityTimeout", "WithVisibilityTimeout", stored.visibility, want.visibility)
+	add("MaxAttempts", "WithMaxAttempts", stored.maxAttempts, want.maxAttempts)
+	type retry struct {
+		initial, max time.Duration
+		mult, jitter float64
+		noBackoff    bool
+	}
+	rs := retry{stored.retryInitial, stored.retryMax, stored.retryMult, stored.retryJitter, stored.noBackoff}
+	rw := retry{want.retryInitial, want.retryMax, want.retryMult, want.retryJitter, want.noBackoff}
+	if rs != rw {
+		diffs = append(diffs, Diff{Setting: "Retry", Option: "WithRetry",
+			Stored: retryText(stored.config().Retry), Requested: retryText(want.config().Retry)})
+	}
+	add("MaxQueue", "WithMaxQueue", stored.maxQueue, want.maxQueue)
+	add("Overflow", "WithOverflow", stored.overflow, want.overflow)
+	add("MaxInFlight", "WithMaxInFlight", stored.maxInFlight, want.maxInFlight)
+	add("TTL", "WithMessageTTL", stored.ttl, want.ttl)
+	if stored.deadLetters != want.deadLetters {
+		diffs = append(diffs, Diff{Setting: "DeadLetterTopic", Option: "WithDeadLetterTopic",
+			Stored: strconv.Quote(stored.deadLetters), Requested: strconv.Quote(want.deadLetters)})
+	}
+	if stored.filtered != want.filtered {
+		have := map[bool]string{true: "a filter", false: "none"}
+		diffs = append(diffs, Diff{Setting: "Filter", Option: "WithFilter", Stored: have[stored.filtered], Requested: have[want.filtered]})
+	}
+	return diffs
+}
+
+func retryText(p queue.RetryPolicy) string {
+	if p.NoBackoff {
+		return "no backoff"
+	}
+	return fmt.Sprintf("initial %v, max %v, multiplier %v, jitter %v", p.Initial, p.Max, p.Multiplier, p.Jitter)
 }
 
 // rebuildLocked recomputes a topic's subscription snapshot: its own
