@@ -301,9 +301,9 @@ func (m *brokerModel) step(op string) {
 		if d, ok := t.dedup[id]; ok && id != "" {
 			if m.now.Before(d.at.Add(bmWindow)) {
 				m.cover["publish:duplicate"]++
-				if msg.ID != d.msg.ID || msg.Payload != d.msg.Payload || !msg.PublishedAt.Equal(d.msg.PublishedAt) {
-					rt.Fatalf("%s: a duplicate within the window returned %v (payload %d), want the original %v (payload %d, published at +%v)",
-						op, msg.ID, msg.Payload, d.msg.ID, d.msg.Payload, d.msg.PublishedAt.Sub(brokertest.Epoch))
+				if msg.ID != d.msg.ID || msg.Payload != p || !msg.PublishedAt.Equal(d.msg.PublishedAt) {
+					rt.Fatalf("%s: a duplicate within the window returned %v (payload %d), want the original's ID %v and time +%v, with payload %d",
+						op, msg.ID, msg.Payload, d.msg.ID, d.msg.PublishedAt.Sub(brokertest.Epoch), p)
 				}
 				return // no subscription gets a new delivery
 			}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -19,106 +21,103 @@ import (
 // forgotten if no subscription took it. A pending ID is never in a
 // snapshot, so a journal never holds an ID without its message; a second
 // publish of a pending ID waits for the first to end.
+//
+// A confirmed ID keeps only what a duplicate's answer needs: the message's
+// ID and when it was first published (see idTable), not the message.
 type dedup[T any] struct {
-	mu    sync.Mutex // guards everything below
-	byID  map[string]*dedupEntry[T]
-	order []*dedupEntry[T] // order[head:], by first publish
-	head  int
+	mu      sync.Mutex // guards everything below
+	ids     idTable    // confirmed IDs, oldest first
+	pending map[string]*dedupEntry
 	// settled is closed (and dropped) when a pending ID is confirmed or
 	// forgotten; nil while no publish waits for one.
 	settled chan struct{}
 }
 
-type dedupEntry[T any] struct {
-	id      string
-	msg     queue.Message[T]
-	at      time.Time
-	pending bool // while the publish that reserved the ID runs
+// dedupEntry is a pending ID: the publish that reserved it holds it until
+// it confirms or forgets it.
+type dedupEntry struct {
+	id  string
+	msg uuid.UUID
+	at  time.Time
 }
 
-// reserve returns the message already published with id inside the
-// window (dup), or reserves id for m, pending, and returns the entry to
-// confirm or forget. It waits while another publish of id is pending, and
-// returns ctx's error if ctx ends first.
-func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], window time.Duration, limit int) (e *dedupEntry[T], orig queue.Message[T], dup bool, err error) {
+// reserve returns the message already published with id inside the window
+// (dup: m with the original's ID and PublishedAt), or reserves id for m,
+// pending, and returns the entry to confirm or forget. It waits while
+// another publish of id is pending, and returns ctx's error if ctx ends
+// first.
+func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], window time.Duration, limit int) (e *dedupEntry, orig queue.Message[T], dup bool, err error) {
 	now := m.PublishedAt
 	d.mu.Lock()
 	for {
-		e, ok := d.byID[id]
-		if !ok || !now.Before(e.at.Add(window)) {
-			break
-		}
-		if !e.pending {
+		if p := d.pending[id]; p != nil && now.Before(p.at.Add(window)) {
+			if d.settled == nil {
+				d.settled = make(chan struct{})
+			}
+			ch := d.settled
 			d.mu.Unlock()
-			return nil, e.msg, true, nil
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, queue.Message[T]{}, false, ctx.Err()
+			}
+			d.mu.Lock()
+			continue
 		}
-		if d.settled == nil {
-			d.settled = make(chan struct{})
+		if s, ok := d.ids.get(id); ok && now.Before(time.Unix(0, s.at).Add(window)) {
+			d.mu.Unlock()
+			orig = m // the location of the clock that timed both
+			orig.ID, orig.PublishedAt = s.msg, time.Unix(0, s.at).In(m.PublishedAt.Location())
+			return nil, orig, true, nil
 		}
-		ch := d.settled
-		d.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, queue.Message[T]{}, false, ctx.Err()
-		}
-		d.mu.Lock()
+		break
 	}
 	defer d.mu.Unlock()
 	d.expireLocked(now, window)
-	if len(d.byID) >= limit { // every one inside its window: forgetting one would break its promise
-		return nil, queue.Message[T]{}, false, fmt.Errorf("%w: %d IDs inside the %v window (see WithDedupLimit)", ErrDedupFull, len(d.byID), window)
+	if n := d.ids.len() + len(d.pending); n >= limit { // every one inside its window: forgetting one would break its promise
+		return nil, queue.Message[T]{}, false, fmt.Errorf("%w: %d IDs inside the %v window (see WithDedupLimit)", ErrDedupFull, n, window)
 	}
-	if d.byID == nil {
-		d.byID = make(map[string]*dedupEntry[T])
+	if d.pending == nil {
+		d.pending = make(map[string]*dedupEntry)
 	}
-	e = &dedupEntry[T]{id: id, msg: m, at: now, pending: true}
-	d.byID[id] = e
-	d.order = append(d.order, e)
+	e = &dedupEntry{id: id, msg: m.ID, at: m.PublishedAt}
+	d.pending[id] = e
 	return e, queue.Message[T]{}, false, nil
 }
 
 // expireLocked forgets the IDs whose window has passed at now.
 func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
-	for d.head < len(d.order) {
-		e := d.order[d.head]
-		if e != nil && now.Before(e.at.Add(window)) {
-			break // and so are all after it: order is by first publish
-		}
-		if e != nil && d.byID[e.id] == e {
-			delete(d.byID, e.id)
-		}
-		d.order[d.head] = nil
-		d.head++
-	}
-	if d.head > 0 && d.head*2 >= len(d.order) {
-		n := copy(d.order, d.order[d.head:])
-		clear(d.order[n:])
-		d.order, d.head = d.order[:n], 0
-	}
+	d.ids.expire(func(at int64) bool { return !now.Before(time.Unix(0, at).Add(window)) })
 }
 
 // confirm ends e's pending state: its message is stored. (On a durable
 // broker the group that records the ID confirms it: see store.flush.)
-func (d *dedup[T]) confirm(e *dedupEntry[T]) {
+func (d *dedup[T]) confirm(e *dedupEntry) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.settleLocked(e)
+	d.confirmLocked(e)
 }
 
-// forget drops e, whose publish failed, if it is still the one recorded
-// for its ID, and wakes the publishes waiting for it.
-func (d *dedup[T]) forget(e *dedupEntry[T]) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.byID[e.id] == e {
-		delete(d.byID, e.id) // its order slot expires harmlessly
+func (d *dedup[T]) confirmLocked(e *dedupEntry) {
+	if d.pending[e.id] == e {
+		delete(d.pending, e.id)
+		d.ids.put(e.id, e.msg, e.at.UnixNano())
 	}
-	d.settleLocked(e)
+	d.wakeLocked()
 }
 
-func (d *dedup[T]) settleLocked(e *dedupEntry[T]) {
-	e.pending = false
+// forget drops e, whose publish stored its message nowhere, and wakes the
+// publishes waiting for it.
+func (d *dedup[T]) forget(e *dedupEntry) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pending[e.id] == e {
+		delete(d.pending, e.id)
+	}
+	d.wakeLocked()
+}
+
+func (d *dedup[T]) wakeLocked() {
 	if d.settled != nil {
 		close(d.settled)
 		d.settled = nil
@@ -130,32 +129,28 @@ func (d *dedup[T]) settleLocked(e *dedupEntry[T]) {
 func (d *dedup[T]) forgetMessage(id string, m queue.Message[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e, ok := d.byID[id]; ok && e.msg.ID == m.ID {
-		delete(d.byID, id)
+	if s, ok := d.ids.get(id); ok && s.msg == m.ID {
+		d.ids.remove(id)
 	}
 }
 
-// put restores an entry from a durable broker's journal, with its first
-// publish's time.
-func (d *dedup[T]) put(id string, m queue.Message[T]) {
+// put restores an ID from a durable broker's journal: the message it named
+// and its first publish's time.
+func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.byID == nil {
-		d.byID = make(map[string]*dedupEntry[T])
-	}
-	e := &dedupEntry[T]{id: id, msg: m, at: m.PublishedAt}
-	d.byID[id] = e
-	d.order = append(d.order, e)
+	d.ids.put(id, msg, at.UnixNano())
 }
 
-// liveLocked returns the confirmed entries still remembered at now, oldest
+// liveLocked returns the confirmed IDs still remembered at now, oldest
 // first.
-func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []*dedupEntry[T] {
-	var live []*dedupEntry[T]
-	for _, e := range d.order[d.head:] {
-		if e != nil && !e.pending && d.byID[e.id] == e && now.Before(e.at.Add(window)) {
-			live = append(live, e)
+func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []idSlot {
+	var live []idSlot
+	d.ids.each(func(_ uint32, s *idSlot) bool {
+		if now.Before(time.Unix(0, s.at).Add(window)) {
+			live = append(live, *s)
 		}
-	}
+		return true
+	})
 	return live
 }

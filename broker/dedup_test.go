@@ -26,7 +26,9 @@ func TestPublishDedup(t *testing.T) {
 	mock.Add(time.Minute - time.Nanosecond)
 	again, err := b.Publish(ctx, "t", "charge #1 (retry)", broker.WithDedupID("order-1"))
 	require.NoError(t, err)
-	assert.Equal(t, first, again, "a duplicate returns the original message")
+	assert.Equal(t, first.ID, again.ID, "a duplicate returns the original's ID")
+	assert.True(t, first.PublishedAt.Equal(again.PublishedAt), "and its time")
+	assert.Equal(t, "charge #1 (retry)", again.Payload, "the payload is the caller's")
 	assert.Equal(t, uint64(1), s.Stats().Published)
 
 	mock.Add(time.Nanosecond) // the window is fixed from the first publish
@@ -119,16 +121,18 @@ func TestPublishDedupConcurrentSameID(t *testing.T) {
 func TestPublishDedupFullRefusesNewIDs(t *testing.T) {
 	b, mock := brokertest.New[string](t, broker.WithDedupLimit(2), broker.WithDedupWindow(time.Minute))
 	s := brokertest.Subscribe(t, b, "t", "s")
+	var first []queue.Message[string]
 	for _, id := range []string{"a", "b"} {
-		_, err := b.Publish(ctx, "t", id, broker.WithDedupID(id))
+		m, err := b.Publish(ctx, "t", id, broker.WithDedupID(id))
 		require.NoError(t, err)
+		first = append(first, m)
 	}
 	_, err := b.Publish(ctx, "t", "c", broker.WithDedupID("c"))
 	require.ErrorIs(t, err, broker.ErrDedupFull)
 	require.Equal(t, 2, s.Stats().Visible, "the refused publish queued nothing")
 	m, err := b.Publish(ctx, "t", "a again", broker.WithDedupID("a"))
 	require.NoError(t, err)
-	require.Equal(t, "a", m.Payload, "a duplicate is still recognised")
+	require.Equal(t, first[0].ID, m.ID, "a duplicate is still recognised")
 	_, err = b.Publish(ctx, "t", "no id")
 	require.NoError(t, err, "a publish without an ID is not limited")
 
@@ -192,5 +196,24 @@ func drainAck[T any](t *testing.T, s *broker.Subscription[T]) {
 	t.Helper()
 	for _, d := range s.TryPoll(1 << 20) {
 		require.NoError(t, s.Ack(d.LeaseID))
+	}
+}
+
+// With default options, a service that puts an ID on 1,000 messages a
+// second for the whole default window (five minutes: 300,000 IDs) is
+// served; the old default refused the 100,001st.
+func TestPublishDedupDefaultsServeAThousandASecond(t *testing.T) {
+	if testing.Short() {
+		t.Skip("300,000 publishes")
+	}
+	b, mock := brokertest.New[int](t)
+	require.NoError(t, b.CreateTopic("t"))
+	const perSecond, window = 1000, 300
+	for s := range window {
+		for i := range perSecond {
+			_, err := b.Publish(ctx, "t", i, broker.WithDedupID(fmt.Sprintf("%d-%d", s, i)))
+			require.NoError(t, err, "second %d, ID %d", s, i)
+		}
+		mock.Add(time.Second)
 	}
 }

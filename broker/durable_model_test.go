@@ -131,7 +131,7 @@ func dedupView(b *Broker[string]) map[string]string {
 	for name, t := range b.topics {
 		t.dedup.mu.Lock()
 		for _, e := range t.dedup.liveLocked(b.clock.Now(), b.dedupWindow) {
-			out[name+"/"+e.id] = e.msg.ID.String()
+			out[name+"/"+e.id] = e.msg.String()
 		}
 		t.dedup.mu.Unlock()
 	}

@@ -60,9 +60,8 @@ type groupPut[T any] struct {
 // groupDedup is a dedup ID to record and then confirm.
 type groupDedup[T any] struct {
 	d     *dedup[T]
-	e     *dedupEntry[T]
+	e     *dedupEntry
 	topic string
-	msg   int
 }
 
 // maxGroup is the size past which a batch appends its group and starts
@@ -107,9 +106,9 @@ func (g *group[T]) addPut(r *subRec[T], body, env []byte, seg int) {
 	g.puts = append(g.puts, groupPut[T]{fields: fields, msg: m, rec: r, seg: seg, purges: r.purges.Load()})
 }
 
-// addDedup adds the dedup ID e of the message whose envelope is env.
-func (g *group[T]) addDedup(d *dedup[T], e *dedupEntry[T], topic string, env []byte) {
-	g.dedups = append(g.dedups, groupDedup[T]{d, e, topic, g.msgFor(env)})
+// addDedup adds the pending dedup ID e, of topic.
+func (g *group[T]) addDedup(d *dedup[T], e *dedupEntry, topic string) {
+	g.dedups = append(g.dedups, groupDedup[T]{d, e, topic})
 }
 
 func (g *group[T]) addForget(k dlKey) { g.forgets = append(g.forgets, k) }
@@ -152,14 +151,14 @@ func (st *store[T]) flush(g *group[T]) {
 	st.appendGroupLocked(g)
 	st.mu.Unlock()
 	for _, gd := range g.dedups {
-		d.settleLocked(gd.e)
+		d.confirmLocked(gd.e)
 	}
 }
 
 // appendGroupLocked appends g's records as they stand now (see group): the
 // puts no compaction or purge has overtaken, each message's envelope in
-// its first kept put; its dedup IDs, referring to a kept put where there
-// is one; its forgotten dead letters, out of limbo.
+// its first kept put; its dedup IDs; its forgotten dead letters, out of
+// limbo.
 func (st *store[T]) appendGroupLocked(g *group[T]) {
 	seg := st.j.Segment()
 	b := append(st.grp[:0], recGroup)
@@ -194,15 +193,9 @@ func (st *store[T]) appendGroupLocked(g *group[T]) {
 		part(func(b []byte) []byte { return append(append(b, fields...), env...) }, len(fields)+len(env))
 	}
 	for _, gd := range g.dedups {
-		m := &g.msgs[gd.msg]
-		e := &st.e
-		e.start(recDedup).strs(gd.topic, gd.e.id)
-		if m.kept {
-			e.b[0] = recDedupRef
-			e.b = append(e.b, m.id[:]...)
-		} else { // no put of it here: the envelope
-			e.b = append(e.b, g.buf[m.env.off:m.env.off+m.env.n]...)
-		}
+		e := st.e.start(recDedupID).strs(gd.topic, gd.e.id)
+		e.id(gd.e.msg)
+		e.time(gd.e.at)
 		part(func(b []byte) []byte { return append(b, e.b...) }, len(e.b))
 	}
 	for _, k := range g.forgets {

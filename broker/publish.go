@@ -96,7 +96,8 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 		if ids != nil {
 			pc.dedupID = ids[i]
 			if j, ok := inBatch[ids[i]]; ok { // its ID's group is not flushed yet
-				ms[i] = ms[j]
+				ms[i] = ms[j] // as a duplicate answers: the original's ID and time
+				ms[i].Payload = p
 				continue
 			}
 		}
@@ -227,7 +228,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
 		defer b.dur.release(env)
 	}
-	var reserved *dedupEntry[T]
+	var reserved *dedupEntry
 	if pc.dedupID != "" {
 		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
 		switch {
@@ -260,7 +261,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	case err != nil && accepted == 0:
 		t.dedup.forget(reserved) // stored nowhere: a retry must queue it
 	case g != nil: // recorded and confirmed with the message's puts
-		g.addDedup(&t.dedup, reserved, t.name, env.b)
+		g.addDedup(&t.dedup, reserved, t.name)
 	default:
 		// Stored (by every subscription, or by some while others refused
 		// it): the ID names this message from now on, and a retry

@@ -37,6 +37,7 @@ const (
 	recDiscard              // count, then (sub, id) each: dead letters discarded, all at once (version 3)
 	recGroup                // count, then each record with its length: one operation's records, all or none (version 3)
 	recPutRef               // recPut whose envelope is that of a put before it in its group: the message ID instead (version 3)
+	recDedupID              // topic, dedup ID, message ID, first publish: what a remembered ID keeps (version 3)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -44,7 +45,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 3 // 2 added recDedupRef, 3 recDiscard, recGroup and recPutRef; Open reads 1 and 2 too
+	formatVersion = 3 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; Open reads 1 and 2 too
 )
 
 // Flags of a recPut.
@@ -276,6 +277,18 @@ func envelope[T any](dst []byte, m *queue.Message[T], codec Codec[T]) ([]byte, e
 		e.str(v)
 	}
 	return codec.Encode(e.b, m.Payload)
+}
+
+// envelopeHead reads what a dedup ID needs of an envelope: the message's
+// ID and when it was published (no payload: no codec).
+func envelopeHead(data []byte) (uuid.UUID, time.Time, error) {
+	d := dec{b: data}
+	id := d.id()
+	d.str()  // topic
+	d.str()  // key
+	d.byte() // priority
+	at := d.time()
+	return id, at, d.err
 }
 
 func unenvelope[T any](data []byte, codec Codec[T]) (*queue.Message[T], error) {

@@ -32,7 +32,8 @@ type replay struct {
 
 type rdedup struct {
 	id  string
-	env []byte
+	msg uuid.UUID
+	at  time.Time
 }
 
 type rsub struct {
@@ -191,6 +192,8 @@ func (rs *replay) applyOne(body []byte, inGroup bool) error {
 		rs.dedupRec(d)
 	case recDedupRef:
 		err = rs.dedupRef(d)
+	case recDedupID:
+		rs.dedupID(d)
 	case recSub:
 		err = rs.sub(d)
 	case recUnsub:
@@ -239,16 +242,23 @@ func (rs *replay) delTopic(d *dec) {
 	delete(rs.dedup, name)
 }
 
+// dedupRec replays a recDedup (format 1 and 2): the ID with the envelope of
+// its message.
 func (rs *replay) dedupRec(d *dec) {
 	topic, id, env := d.str(), d.str(), d.rest()
-	if d.err == nil && len(env) < 16 {
-		d.fail()
+	if d.err != nil {
+		return
 	}
-	if d.err == nil {
-		rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, env})
+	msg, at, err := envelopeHead(env)
+	if err != nil {
+		d.err = err
+		return
 	}
+	rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, msg, at})
 }
 
+// dedupRef replays a recDedupRef (format 2): the ID with the ID of a
+// message whose put came before it.
 func (rs *replay) dedupRef(d *dec) error {
 	topic, id, mid := d.str(), d.str(), d.id()
 	if d.err != nil {
@@ -258,8 +268,20 @@ func (rs *replay) dedupRef(d *dec) error {
 	if env == nil {
 		return fmt.Errorf("dedup record of message %v, which no earlier record holds", mid)
 	}
-	rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, env})
+	_, at, err := envelopeHead(env)
+	if err != nil {
+		return err
+	}
+	rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, mid, at})
 	return nil
+}
+
+// dedupID replays a recDedupID.
+func (rs *replay) dedupID(d *dec) {
+	topic, id, mid, at := d.str(), d.str(), d.id(), d.time()
+	if d.err == nil {
+		rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, mid, at})
+	}
 }
 
 func (rs *replay) sub(d *dec) error {
@@ -494,12 +516,8 @@ func (r *restorer[T]) dedup() error {
 			continue
 		}
 		for _, dd := range ds {
-			m, err := r.decode(dd.env)
-			if err != nil {
-				return err
-			}
-			if now.Before(m.PublishedAt.Add(b.dedupWindow)) { // (a later entry of one ID wins)
-				t.dedup.put(dd.id, *m)
+			if now.Before(dd.at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
+				t.dedup.put(dd.id, dd.msg, dd.at)
 			}
 		}
 	}

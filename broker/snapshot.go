@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-
-	"github.com/google/uuid"
+	"time"
 
 	"github.com/leasebus/leasebus/internal/core"
 )
@@ -28,7 +27,7 @@ func (b *Broker[T]) compactLocked() error {
 	defer b.dead.mu.Unlock()
 	sn.topics = slices.Sorted(maps.Keys(b.topics))
 	now := b.now.Now()
-	sn.dedups = make([][]*dedupEntry[T], len(sn.topics))
+	sn.dedups = make([][]idSlot, len(sn.topics))
 	for i, name := range sn.topics {
 		d := &b.topics[name].dedup
 		d.mu.Lock()
@@ -66,7 +65,7 @@ type snapshot[T any] struct {
 	subs   []*Subscription[T] // by journal id
 	held   [][]core.Entry[T]  // what each of subs holds
 	dead   []letter[T]        // in the store's order
-	dedups [][]*dedupEntry[T] // each topic's live IDs, oldest first
+	dedups [][]idSlot         // each topic's live IDs, oldest first
 	e      enc                // the record being built
 	env    []byte             // an envelope being encoded
 }
@@ -134,40 +133,16 @@ func (sn *snapshot[T]) put(emit func([]byte), sub uint32, en core.Entry[T]) erro
 	return nil
 }
 
-// writeDedups emits the live dedup IDs: a reference to the message's put
-// where the snapshot has one, else the message's envelope.
+// writeDedups emits the live dedup IDs: each with its message's ID and
+// first publish.
 func (sn *snapshot[T]) writeDedups(emit func([]byte)) error {
-	var heldIDs map[uuid.UUID]bool // messages with a put in the snapshot, made on first need
 	for i, name := range sn.topics {
 		for _, dd := range sn.dedups[i] {
-			if heldIDs == nil {
-				heldIDs = sn.heldIDs()
-			}
-			e := sn.e.start(recDedup).strs(name, dd.id)
-			if heldIDs[dd.msg.ID] {
-				e.b[0] = recDedupRef
-				emit(append(e.b, dd.msg.ID[:]...))
-				continue
-			}
-			var err error
-			if sn.env, err = envelope(sn.env[:0], &dd.msg, sn.codec); err != nil {
-				return fmt.Errorf("encode message %v: %w", dd.msg.ID, err)
-			}
-			emit(append(e.b, sn.env...))
+			e := sn.e.start(recDedupID).strs(name, dd.id)
+			e.id(dd.msg)
+			e.time(time.Unix(0, dd.at))
+			emit(e.b)
 		}
 	}
 	return nil
-}
-
-func (sn *snapshot[T]) heldIDs() map[uuid.UUID]bool {
-	ids := map[uuid.UUID]bool{}
-	for _, d := range sn.dead {
-		ids[d.dl.Message.ID] = true
-	}
-	for _, es := range sn.held {
-		for _, en := range es {
-			ids[en.Message.ID] = true
-		}
-	}
-	return ids
 }
