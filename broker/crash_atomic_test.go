@@ -102,3 +102,34 @@ func TestDurableDeadLetterRoutingIsAtomic(t *testing.T) {
 		_ = queue.ReasonMaxAttempts
 	})
 }
+
+// A dead letter redriven onto a subscription of its name that was created
+// again (the one that made it is gone) is put there and leaves the store in
+// one record: never in both places, never in neither.
+func TestDurableRedriveElsewhereIsAtomic(t *testing.T) {
+	cutEvery(t, func(b *broker.Broker[string]) {
+		require.NoError(t, b.CreateTopic("t"))
+		s, err := b.Subscribe("t", "s", broker.WithMaxAttempts(1))
+		require.NoError(t, err)
+		_, err = b.Publish(context.Background(), "t", "poison")
+		require.NoError(t, err)
+		ds := s.TryPoll(1)
+		require.Len(t, ds, 1)
+		require.NoError(t, s.Reject(ds[0].LeaseID, errors.New("bad")))
+		require.NoError(t, b.Unsubscribe("t", "s")) // its dead letter stays
+		_, err = b.Subscribe("t", "s", broker.WithMaxAttempts(1))
+		require.NoError(t, err)
+	}, func(b *broker.Broker[string]) {
+		n, err := b.Redrive(func(queue.DeadLetter[string]) bool { return true })
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}, func(b *broker.Broker[string], whole bool) {
+		s, err := b.Subscribe("t", "s", broker.WithMaxAttempts(1))
+		require.NoError(t, err)
+		queued, dead := len(s.TryPoll(10)), len(b.DeadLetters())
+		require.Equal(t, 1, queued+dead, "one place: queued %d, dead %d", queued, dead)
+		if whole {
+			require.Equal(t, 1, queued)
+		}
+	})
+}

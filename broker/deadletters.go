@@ -365,19 +365,13 @@ func (b *Broker[T]) redrive(pick func(queue.DeadLetter[T]) (T, bool), replaced b
 		dl := it.dl
 		dl.Message.Payload = c.payload
 		s, err := b.Subscription(it.topic, dl.Subscription)
-		if err == nil && replaced {
-			err = b.encodes(&dl.Message)
-		}
 		if err == nil {
-			err = s.q.Redrive(dl)
+			err = b.redriveOne(s, it, dl, replaced)
 		}
 		if err != nil {
 			b.dead.putBack(it)
 			errs = append(errs, fmt.Errorf("redrive message %v: %w", it.dl.Message.ID, err))
 			continue
-		}
-		if s.jid != it.sub { // back on another subscription of that name
-			b.dur.forget(it.sub, it.dl.Message.ID)
 		}
 		b.dead.done(it.id)
 		n++
@@ -388,12 +382,34 @@ func (b *Broker[T]) redrive(pick func(queue.DeadLetter[T]) (T, bool), replaced b
 	return n, errors.Join(errs...)
 }
 
-// encodes checks that a durable broker can record m (its codec encodes it,
-// within the size limit); always nil in memory.
-func (b *Broker[T]) encodes(m *queue.Message[T]) error {
-	env, err := b.dur.prepare(m)
-	if env != nil {
-		b.dur.release(env)
+// redriveOne puts a taken letter it back on s as dl (its payload perhaps
+// replaced). On a durable broker, a letter going back on another
+// subscription of its name (the one that made it is gone) is put there and
+// recorded as gone from the old one in one group; a replaced payload is
+// encoded before anything changes.
+func (b *Broker[T]) redriveOne(s *Subscription[T], it storedLetter[T], dl core.Letter[T], replaced bool) error {
+	elsewhere := s.jid != it.sub
+	if !replaced && !elsewhere {
+		return s.q.Redrive(dl) // one record: the put, which the queue encodes
 	}
-	return err
+	env, err := b.dur.prepare(&dl.Message)
+	switch {
+	case err != nil: // refused before anything changed
+		return err
+	case env == nil: // in memory: nothing to record
+		return s.q.Redrive(dl)
+	}
+	defer b.dur.release(env)
+	if !elsewhere {
+		return s.q.Redrive(dl, core.WithNote(env))
+	}
+	g := b.dur.newGroup()
+	env.grp = g
+	if err := s.q.Redrive(dl, core.WithNote(env)); err != nil {
+		b.dur.flush(g) // empty: nothing changed
+		return err
+	}
+	g.addForget(dlKey{it.sub, it.dl.Message.ID})
+	b.dur.flush(g)
+	return nil
 }

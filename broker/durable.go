@@ -214,9 +214,11 @@ type limboLetter[T any] struct {
 // An operation that changes more than one thing is one journal record, so
 // that after a crash it is there whole or not at all: a publish that fans
 // out or carries a dedup ID (the message on every subscription that took
-// it, with its ID), a batch (up to 16 MiB of records; each message always
-// whole), a dead letter routed to its dead-letter topic (there, and gone
-// from its subscription), a discard of dead letters.
+// it, with its ID), a batch with dedup IDs or fan-out (up to 16 MiB of
+// records; each message always whole), a dead letter routed to its
+// dead-letter topic (there, and gone from its subscription) or redriven
+// onto a subscription of its name created again, a discard of dead
+// letters. A Redrive of many letters is atomic per letter.
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
 //

@@ -5,7 +5,6 @@ package broker_test
 // with no byte of the directory changed; Salvage sets such a file aside.
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,26 +32,6 @@ func snapshotDir(t *testing.T, dir string) map[string]string {
 	return files
 }
 
-// strayJournal returns a closed durable broker's directory holding three
-// queued messages in one segment, seg-00000001.log.
-func strayJournal(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec{})
-	require.NoError(t, err)
-	require.NoError(t, b.CreateTopic("t"))
-	_, err = b.Subscribe("t", "s")
-	require.NoError(t, err)
-	for _, p := range []string{"a", "b", "c"} {
-		_, err := b.Publish(context.Background(), "t", p)
-		require.NoError(t, err)
-	}
-	require.NoError(t, b.Close())
-	_, err = os.Stat(filepath.Join(dir, "seg-00000001.log"))
-	require.NoError(t, err)
-	return dir
-}
-
 func TestOpenRefusesStrayFiles(t *testing.T) {
 	seg1 := func(t *testing.T, dir string) []byte {
 		b, err := os.ReadFile(filepath.Join(dir, "seg-00000001.log"))
@@ -73,7 +52,7 @@ func TestOpenRefusesStrayFiles(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			dir := strayJournal(t)
+			dir := journalOf(t, 3) // m000, m001, m002 in seg-00000001.log
 			path := filepath.Join(dir, c.file)
 			require.NoError(t, os.WriteFile(path, c.bytes(t, dir), 0o644))
 			before := snapshotDir(t, dir)
@@ -93,7 +72,7 @@ func TestOpenRefusesStrayFiles(t *testing.T) {
 			defer b.Close()
 			s, err := b.Subscribe("t", "s")
 			require.NoError(t, err)
-			require.Equal(t, []string{"a", "b", "c"}, payloads(s.TryPoll(10)), "nothing lost")
+			require.Equal(t, []string{"m000", "m001", "m002"}, payloads(s.TryPoll(10)), "nothing lost")
 		})
 	}
 }

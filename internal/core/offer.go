@@ -192,7 +192,16 @@ func (q *Queue[T]) unlockOffer(deferred bool) error {
 // its place (priority and publish order); one from elsewhere queues as if
 // just published. It never blocks, drops or dead-letters: when the queue
 // is full it returns an error matching ErrQueueFull and changes nothing.
-func (q *Queue[T]) Redrive(dl Letter[T]) error {
+//
+// Of opts, only WithNote counts: the note the Recorder's Offered gets (nil
+// without it).
+func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
+	var note any
+	for _, o := range opts {
+		if o.kind == offerNote {
+			note = o.note
+		}
+	}
 	if !ValidPriority(dl.Message.Priority) {
 		return invalid("Redrive: priority %v, must be PriorityLow..PriorityCritical", dl.Message.Priority)
 	}
@@ -221,7 +230,7 @@ func (q *Queue[T]) Redrive(dl Letter[T]) error {
 	if q.rec != nil {
 		q.dirty = true
 		expires, ttl := q.expiresLocked(e)
-		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: ttl, ExpiresAt: expires}, nil)
+		q.rec.Offered(Entry[T]{Message: e.msg, Place: e.place, TTL: ttl, ExpiresAt: expires}, note)
 	}
 	q.placeLocked(now, e, false)
 	return q.unlock()
