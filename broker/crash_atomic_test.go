@@ -18,8 +18,10 @@ import (
 )
 
 // cutEvery runs setup and then op on a durable broker in a new directory,
-// and calls check with a broker reopened from the journal cut at every
-// byte of what op wrote.
+// and calls check with a broker reopened from the journal cut within what
+// op wrote: at every record boundary, and inside every record at its
+// header, its middle and its last byte (a cut anywhere inside a record
+// reads as the boundary before it, its rest a torn tail).
 func cutEvery(t *testing.T, setup, op func(b *broker.Broker[string]), check func(b *broker.Broker[string], whole bool)) {
 	t.Helper()
 	dir := t.TempDir()
@@ -34,7 +36,19 @@ func cutEvery(t *testing.T, setup, op func(b *broker.Broker[string]), check func
 	data, err := os.ReadFile(seg)
 	require.NoError(t, err)
 	require.Greater(t, int64(len(data)), before)
-	for cut := before; cut <= int64(len(data)); cut++ {
+	frames := erFrames(data)
+	var cuts []int64
+	for i, f := range frames {
+		if int64(f) < before {
+			continue
+		}
+		cuts = append(cuts, int64(f))
+		if i+1 < len(frames) {
+			cuts = append(cuts, int64(f+3), int64(f+8+(frames[i+1]-f-8)/2), int64(frames[i+1]-1))
+		}
+	}
+	require.Equal(t, before, cuts[0], "op's records start at a record boundary")
+	for _, cut := range cuts {
 		cdir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(cdir, "seg-00000001.log"), data[:cut], 0o644))
 		rb, err := broker.Open(cdir, broker.StringCodec{}, broker.WithSync(broker.SyncNone))
