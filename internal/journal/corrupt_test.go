@@ -64,10 +64,7 @@ const fixedSeed, fixedCount = 1, 19 // 20 records
 // and the bit counts from the first record.
 func checkBitFlip(t *testing.T, data []byte, recs [][]byte, starts []int, bit int) {
 	t.Helper()
-	data = headed(1, nil)
-	for _, r := range recs {
-		data = AppendFrame(data, r)
-	}
+	data = append(headed(1, nil), data...)
 	starts = slices.Clone(starts)
 	for i := range starts {
 		starts[i] += hsize
