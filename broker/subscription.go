@@ -100,6 +100,14 @@ func (s *Subscription[T]) Fail(id lease.ID, cause error) error { return s.q.Fail
 // reason queue.ReasonRejected and cause as LastError.
 func (s *Subscription[T]) Reject(id lease.ID, cause error) error { return s.q.Reject(id, cause) }
 
+// FailAfter is Fail with its own delay instead of the RetryPolicy's: the
+// message is visible again after delay (0: at once), and cause is kept for
+// the dead letter, which the last allowed attempt becomes at once. delay
+// must be >= 0. It is what poller.RetryAfter settles with.
+func (s *Subscription[T]) FailAfter(id lease.ID, delay time.Duration, cause error) error {
+	return s.q.FailAfter(id, delay, cause)
+}
+
 // Extend sets the lease's deadline to now + timeout (SQS
 // ChangeMessageVisibility). The lease must still be live.
 func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {

@@ -23,7 +23,8 @@
 // A handler's result settles its lease:
 //
 //   - nil: Ack.
-//   - an error made by RetryAfter(d, err): Nack(id, d), redelivered after d.
+//   - an error made by RetryAfter(d, err): FailAfter(id, d, err) (Nack(id, d)
+//     on a source without FailAfter), redelivered after d.
 //   - an error made by GiveUp(err): Reject(id, err) if the source
 //     implements Rejecter (dead-lettered at once), else Fail(id, err).
 //   - any other error: Fail(id, err): the source's retry policy picks the

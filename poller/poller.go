@@ -37,8 +37,18 @@ type Rejecter interface {
 	Reject(id lease.ID, cause error) error
 }
 
+// DelayFailer is implemented by a Source that can fail a lease with a
+// delay of the caller's and keep the cause (a *broker.Subscription can).
+// The poller uses it for RetryAfter, so that a message whose last attempt
+// asked to be retried is dead-lettered with the handler's error; without
+// it, RetryAfter nacks.
+type DelayFailer interface {
+	FailAfter(id lease.ID, delay time.Duration, cause error) error
+}
+
 // Handler processes one delivery. Its result settles the lease: nil acks
-// it; an error made by RetryAfter nacks it with that delay; one made by
+// it; an error made by RetryAfter fails it with that delay (FailAfter, or
+// Nack on a source without it); one made by
 // GiveUp rejects it; any other error fails it (the source's retry policy
 // picks the delay, and the error is kept for the dead letter); a panic is
 // recovered and fails it with a *PanicError. ctx carries the values of
@@ -71,7 +81,8 @@ const (
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter Rejecter // src as a Rejecter; nil if it is not one
+	rejecter Rejecter    // src as a Rejecter; nil if it is not one
+	failer   DelayFailer // src as a DelayFailer; nil if it is not one
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
@@ -131,6 +142,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
 	p.rejecter, _ = src.(Rejecter)
+	p.failer, _ = src.(DelayFailer)
 	var fs []func(Event[T])
 	for _, o := range cfg.observers {
 		f, ok := o.(func(Event[T]))

@@ -35,10 +35,12 @@ func (e *retryError) Unwrap() error { return e.err }
 
 // RetryAfter returns an error with which a handler asks for its message to
 // be delivered again after d, rather than after the source's retry
-// backoff: the poller settles the lease with Nack(id, d) (a negative d
-// counts as 0). The attempt is spent, so on the last allowed attempt the
-// source dead-letters the message instead. Nack cannot carry err to the
-// source; the poller logs it and hands it to the observer. Its Error is
+// backoff: the poller settles the lease with FailAfter(id, d, err) on a
+// source that has it (a DelayFailer: a *broker.Subscription is one), else
+// with Nack(id, d) (a negative d counts as 0). The attempt is spent, so on
+// the last allowed attempt the source dead-letters the message instead,
+// with err as its LastError where FailAfter carried it (Nack cannot; the
+// poller hands err to the observer either way). Its Error is
 // err's (or "retry after d" for a nil err), and it wraps err, so
 // RetryAfter(d, err) may itself be wrapped with %w.
 func RetryAfter(d time.Duration, err error) error {

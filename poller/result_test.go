@@ -344,3 +344,29 @@ func TestIdempotentWithNilArgumentsIsAnInvalidHandler(t *testing.T) {
 		}
 	}
 }
+
+// RetryAfter on the last attempt dead-letters the message with the
+// handler's error as its LastError (it used to be "nacked"); on an earlier
+// attempt the error is kept too, and the delay is RetryAfter's.
+func TestRetryAfterKeepsTheError(t *testing.T) {
+	_, b, sub := newBroker(t, broker.WithMaxAttempts(1))
+	ev := newEvents[string]()
+	p, err := poller.New(sub, func(context.Context, queue.Delivery[string]) error {
+		return poller.RetryAfter(5*time.Second, errors.New("webhook 1: 429 too many requests"))
+	}, ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, p)
+	publish(t, b, "x")
+	if e := ev.next(t, poller.OutcomeDeadLettered); e.SourceErr != nil {
+		t.Fatalf("dead-lettered with %v", e.SourceErr)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	dls := b.DeadLetters()
+	if len(dls) != 1 || dls[0].LastError != "webhook 1: 429 too many requests" || dls[0].Reason != queue.ReasonMaxAttempts {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}

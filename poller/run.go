@@ -251,7 +251,11 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	case isDir:
 		switch dir := dir.(type) {
 		case *retryError:
-			out, serr = OutcomeRetried, p.src.Nack(id, dir.delay)
+			if p.failer != nil { // the error is kept, for the dead letter the last attempt becomes
+				out, serr = OutcomeRetried, p.failer.FailAfter(id, dir.delay, herr)
+			} else {
+				out, serr = OutcomeRetried, p.src.Nack(id, dir.delay)
+			}
 		case *giveUpError:
 			if p.rejecter != nil {
 				out, serr = OutcomeDeadLettered, p.rejecter.Reject(id, herr)

@@ -51,6 +51,15 @@ func (s *slowSettle) Nack(id lease.ID, d time.Duration) error {
 	return s.Subscription.Nack(id, d)
 }
 
+// FailAfter is what RetryAfter settles with on a source that has it.
+func (s *slowSettle) FailAfter(id lease.ID, d time.Duration, cause error) error {
+	s.nacking.Store(true)
+	defer s.nacking.Store(false)
+	s.entered <- "fail-after"
+	<-s.proceed
+	return s.Subscription.FailAfter(id, d, cause)
+}
+
 // With the defaults (one worker, nothing prefetched), the poll for the next
 // message overlaps the Ack of the last: the message's slot is free once
 // its handler has returned nil. Before, the poller polled only after the
@@ -119,7 +128,7 @@ func TestRetrySettledBeforeNextPoll(t *testing.T) {
 	}
 	r := start(t, p)
 	t.Cleanup(func() { close(src.proceed) }) // before the run's own: a failed test lets the settles go
-	for _, want := range []string{"nack", "ack", "ack"} {
+	for _, want := range []string{"fail-after", "ack", "ack"} {
 		if got := recv(t, src.entered); got != want {
 			t.Fatalf("settle %q, want %q", got, want)
 		}

@@ -166,6 +166,23 @@ func (q *Queue[T]) Fail(id lease.ID, cause error) error {
 	})
 }
 
+// FailAfter is Fail with the delay named by the caller instead of the
+// RetryPolicy's: the message is visible again after delay (0: at once),
+// cause is kept as its LastError, and on the last allowed attempt it is
+// dead-lettered at once with it. delay must be >= 0; it needs a live lease,
+// as Nack does.
+func (q *Queue[T]) FailAfter(id lease.ID, delay time.Duration, cause error) error {
+	if delay < 0 {
+		return invalid("FailAfter: delay = %v, must be >= 0", delay)
+	}
+	text := errText(cause)
+	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
+		q.setLastErrLocked(e, text)
+		q.retryLocked(now, e, delay)
+		q.recordRetry(e)
+	})
+}
+
 // Reject settles a lease by giving up on its message: it is dead-lettered
 // at once (ReasonRejected) with cause as its LastError, whatever attempts
 // remain. It needs a live lease, as Nack does. The text kept is at most
