@@ -22,12 +22,14 @@ import (
 // snapshot, so a journal never holds an ID without its message; a second
 // publish of a pending ID waits for the first to end.
 //
-// A confirmed ID keeps only what a duplicate's answer needs: the message's
-// ID and when it was first published (see idTable), not the message.
+// A confirmed ID keeps the message's ID and when it was first published,
+// and the message itself only weakly (see idTable): a duplicate is answered
+// with the original message while a subscription holds it, and with its ID
+// and time (and the duplicate's own payload) once it is settled.
 type dedup[T any] struct {
 	mu      sync.Mutex // guards everything below
-	ids     idTable    // confirmed IDs, oldest first
-	pending map[string]*dedupEntry
+	ids     idTable[T] // confirmed IDs, oldest first
+	pending map[string]*dedupEntry[T]
 	// settled is closed (and dropped) when a pending ID is confirmed or
 	// forgotten; nil while no publish waits for one.
 	settled chan struct{}
@@ -35,18 +37,20 @@ type dedup[T any] struct {
 
 // dedupEntry is a pending ID: the publish that reserved it holds it until
 // it confirms or forgets it.
-type dedupEntry struct {
-	id  string
-	msg uuid.UUID
-	at  time.Time
+type dedupEntry[T any] struct {
+	id   string
+	msg  uuid.UUID
+	at   time.Time
+	orig *queue.Message[T] // the stored message
 }
 
 // reserve returns the message already published with id inside the window
-// (dup: m with the original's ID and PublishedAt), or reserves id for m,
-// pending, and returns the entry to confirm or forget. It waits while
-// another publish of id is pending, and returns ctx's error if ctx ends
-// first.
-func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], window time.Duration, limit int) (e *dedupEntry, orig queue.Message[T], dup bool, err error) {
+// (dup: the original, or, once it is settled and collected, *m with the
+// original's ID and PublishedAt), or reserves id for m, the message to
+// store, pending, and returns the entry to confirm or forget. It waits
+// while another publish of id is pending, and returns ctx's error if ctx
+// ends first.
+func (d *dedup[T]) reserve(ctx context.Context, id string, m *queue.Message[T], window time.Duration, limit int) (e *dedupEntry[T], orig queue.Message[T], dup bool, err error) {
 	now := m.PublishedAt
 	d.mu.Lock()
 	for {
@@ -66,7 +70,10 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 		}
 		if s, ok := d.ids.get(id); ok && now.Before(time.Unix(0, s.at).Add(window)) {
 			d.mu.Unlock()
-			orig = m // the location of the clock that timed both
+			if p := s.orig.Value(); p != nil {
+				return nil, *p, true, nil
+			}
+			orig = *m // the location of the clock that timed both
 			orig.ID, orig.PublishedAt = s.msg, time.Unix(0, s.at).In(m.PublishedAt.Location())
 			return nil, orig, true, nil
 		}
@@ -78,9 +85,9 @@ func (d *dedup[T]) reserve(ctx context.Context, id string, m queue.Message[T], w
 		return nil, queue.Message[T]{}, false, fmt.Errorf("%w: %d IDs inside the %v window (see WithDedupLimit)", ErrDedupFull, n, window)
 	}
 	if d.pending == nil {
-		d.pending = make(map[string]*dedupEntry)
+		d.pending = make(map[string]*dedupEntry[T])
 	}
-	e = &dedupEntry{id: id, msg: m.ID, at: m.PublishedAt}
+	e = &dedupEntry[T]{id: id, msg: m.ID, at: m.PublishedAt, orig: m}
 	d.pending[id] = e
 	return e, queue.Message[T]{}, false, nil
 }
@@ -92,23 +99,23 @@ func (d *dedup[T]) expireLocked(now time.Time, window time.Duration) {
 
 // confirm ends e's pending state: its message is stored. (On a durable
 // broker the group that records the ID confirms it: see store.flush.)
-func (d *dedup[T]) confirm(e *dedupEntry) {
+func (d *dedup[T]) confirm(e *dedupEntry[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.confirmLocked(e)
 }
 
-func (d *dedup[T]) confirmLocked(e *dedupEntry) {
+func (d *dedup[T]) confirmLocked(e *dedupEntry[T]) {
 	if d.pending[e.id] == e {
 		delete(d.pending, e.id)
-		d.ids.put(e.id, e.msg, e.at.UnixNano())
+		d.ids.put(e.id, e.msg, e.at.UnixNano(), e.orig)
 	}
 	d.wakeLocked()
 }
 
 // forget drops e, whose publish stored its message nowhere, and wakes the
 // publishes waiting for it.
-func (d *dedup[T]) forget(e *dedupEntry) {
+func (d *dedup[T]) forget(e *dedupEntry[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.pending[e.id] == e {
@@ -135,18 +142,19 @@ func (d *dedup[T]) forgetMessage(id string, m queue.Message[T]) {
 }
 
 // put restores an ID from a durable broker's journal: the message it named
-// and its first publish's time.
-func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time) {
+// (orig, if a subscription holds it again, else nil) and its first
+// publish's time.
+func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time, orig *queue.Message[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ids.put(id, msg, at.UnixNano())
+	d.ids.put(id, msg, at.UnixNano(), orig)
 }
 
 // liveLocked returns the confirmed IDs still remembered at now, oldest
 // first.
-func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []idSlot {
-	var live []idSlot
-	d.ids.each(func(_ uint32, s *idSlot) bool {
+func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []idSlot[T] {
+	var live []idSlot[T]
+	d.ids.each(func(_ uint32, s *idSlot[T]) bool {
 		if now.Before(time.Unix(0, s.at).Add(window)) {
 			live = append(live, *s)
 		}

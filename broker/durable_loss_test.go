@@ -394,6 +394,9 @@ func TestDurableDedupSurvivesAckAndCompaction(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want.ID, m.ID, "%s: dedup ID %s", when, id)
 			require.True(t, want.PublishedAt.Equal(m.PublishedAt), "%s: dedup ID %s", when, id)
+			if id == "h" { // still held: the original itself, restored with the queue
+				require.Equal(t, "held", m.Payload, "%s: dedup ID %s", when, id)
+			}
 		}
 		require.Equal(t, []string{"held/1"}, peek(t, d.sub("t", "s")), when)
 	}

@@ -60,7 +60,7 @@ type groupPut[T any] struct {
 // groupDedup is a dedup ID to record and then confirm.
 type groupDedup[T any] struct {
 	d     *dedup[T]
-	e     *dedupEntry
+	e     *dedupEntry[T]
 	topic string
 }
 
@@ -107,7 +107,7 @@ func (g *group[T]) addPut(r *subRec[T], body, env []byte, seg int) {
 }
 
 // addDedup adds the pending dedup ID e, of topic.
-func (g *group[T]) addDedup(d *dedup[T], e *dedupEntry, topic string) {
+func (g *group[T]) addDedup(d *dedup[T], e *dedupEntry[T], topic string) {
 	g.dedups = append(g.dedups, groupDedup[T]{d, e, topic})
 }
 

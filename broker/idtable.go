@@ -3,8 +3,11 @@ package broker
 import (
 	"hash/maphash"
 	"math"
+	"weak"
 
 	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // idTable is the set of a topic's remembered dedup IDs: each with the ID
@@ -12,44 +15,48 @@ import (
 // first. It is built to be cheap per ID, so that a service can keep a
 // window's worth of them: a 40-byte slot in a queue of fixed-size chunks
 // (FIFO: IDs expire in the order they came), and a 4-byte entry in an
-// open-addressing index from the ID's hash to its slot. No payload is
-// kept. Not safe for concurrent use: the dedup's lock guards it.
-type idTable struct {
-	chunks [][]idSlot // chunks[0][first:], then whole chunks, the last up to its length
-	first  int        // the oldest slot's offset in chunks[0]
-	base   uint32     // the sequence number of chunks[0][0]
-	next   uint32     // the sequence number of the next slot
-	live   int        // slots whose id is set
+// open-addressing index from the ID's hash to its slot. The message itself
+// is held only weakly: while a subscription still holds it, a duplicate can
+// be answered with it; once it is settled, the garbage collector takes it.
+// Not safe for concurrent use: the dedup's lock guards it.
+type idTable[T any] struct {
+	chunks [][]idSlot[T] // chunks[0][first:], then whole chunks, the last up to its length
+	first  int           // the oldest slot's offset in chunks[0]
+	base   uint32        // the sequence number of chunks[0][0]
+	next   uint32        // the sequence number of the next slot
+	live   int           // slots whose id is set
 	// index maps an ID's hash to its slot, by linear probing: 0 is empty,
 	// v is the slot numbered v-1 (mod 2^32: fewer than 2^32 slots are ever
 	// held). Its length is a power of two, at most 3/4 full.
 	index []uint32
 	seed  maphash.Seed
+	sweep uint32 // the next slot whose weak pointer put looks at
 }
 
 // idSlot is one remembered ID.
-type idSlot struct {
-	id  string // "" once removed
-	msg uuid.UUID
-	at  int64 // the first publish, Unix nanoseconds
+type idSlot[T any] struct {
+	id   string // "" once removed
+	msg  uuid.UUID
+	at   int64                          // the first publish, Unix nanoseconds
+	orig weak.Pointer[queue.Message[T]] // the stored message, while something holds it
 }
 
 const idChunk = 512
 
-func (t *idTable) len() int { return t.live }
+func (t *idTable[T]) len() int { return t.live }
 
 // slot returns the slot numbered seq.
-func (t *idTable) slot(seq uint32) *idSlot {
+func (t *idTable[T]) slot(seq uint32) *idSlot[T] {
 	off := int(seq - t.base)
 	return &t.chunks[off/idChunk][off%idChunk]
 }
 
-func (t *idTable) home(id string) int {
+func (t *idTable[T]) home(id string) int {
 	return int(maphash.String(t.seed, id) & uint64(len(t.index)-1))
 }
 
 // find returns id's position in the index, or -1.
-func (t *idTable) find(id string) int {
+func (t *idTable[T]) find(id string) int {
 	if len(t.index) == 0 {
 		return -1
 	}
@@ -66,41 +73,65 @@ func (t *idTable) find(id string) int {
 }
 
 // get returns id's slot.
-func (t *idTable) get(id string) (idSlot, bool) {
+func (t *idTable[T]) get(id string) (idSlot[T], bool) {
 	if i := t.find(id); i >= 0 {
 		return *t.slot(t.index[i] - 1), true
 	}
-	return idSlot{}, false
+	return idSlot[T]{}, false
 }
 
-// put remembers id, replacing an older entry of it, as the newest.
-func (t *idTable) put(id string, msg uuid.UUID, at int64) {
+// put remembers id, replacing an older entry of it, as the newest; orig
+// is the stored message, or nil.
+func (t *idTable[T]) put(id string, msg uuid.UUID, at int64, orig *queue.Message[T]) {
 	t.remove(id)
 	if t.next == math.MaxUint32 { // its v would be 0: leave the number unused
-		t.push(idSlot{})
+		t.push(idSlot[T]{})
 	}
 	if (t.live+1)*4 > len(t.index)*3 { // before the new slot, which insert indexes
 		t.rehash(max(2*len(t.index), 64))
 	}
 	seq := t.next
-	t.push(idSlot{id: id, msg: msg, at: at})
+	s := idSlot[T]{id: id, msg: msg, at: at}
+	if orig != nil {
+		s.orig = weak.Make(orig)
+	}
+	t.push(s)
 	t.live++
 	t.insert(id, seq)
+	t.sweepSome(16)
 }
 
-func (t *idTable) push(s idSlot) {
+// sweepSome looks at the weak pointers of the n slots after the sweep
+// cursor and drops those whose message is gone, so that a settled
+// message's ID does not keep the weak pointer's handle: with 16 a put
+// (a few nanoseconds each), the cursor passes every slot again within a
+// sixteenth as many puts as there are slots.
+func (t *idTable[T]) sweepSome(n int) {
+	oldest := t.base + uint32(t.first)
+	for ; n > 0; n-- {
+		if t.sweep-oldest >= t.next-oldest { // expired, or past the newest: start over
+			t.sweep = oldest
+		}
+		if s := t.slot(t.sweep); s.orig != (weak.Pointer[queue.Message[T]]{}) && s.orig.Value() == nil {
+			s.orig = weak.Pointer[queue.Message[T]]{}
+		}
+		t.sweep++
+	}
+}
+
+func (t *idTable[T]) push(s idSlot[T]) {
 	if n := len(t.chunks); n == 0 || len(t.chunks[n-1]) == idChunk {
 		if n == 0 {
 			t.base = t.next
 		}
-		t.chunks = append(t.chunks, make([]idSlot, 0, idChunk))
+		t.chunks = append(t.chunks, make([]idSlot[T], 0, idChunk))
 	}
 	last := &t.chunks[len(t.chunks)-1]
 	*last = append(*last, s)
 	t.next++
 }
 
-func (t *idTable) insert(id string, seq uint32) {
+func (t *idTable[T]) insert(id string, seq uint32) {
 	mask := len(t.index) - 1
 	i := t.home(id)
 	for t.index[i] != 0 {
@@ -110,25 +141,25 @@ func (t *idTable) insert(id string, seq uint32) {
 }
 
 // rehash makes the index n long (a power of two) and fills it again.
-func (t *idTable) rehash(n int) {
+func (t *idTable[T]) rehash(n int) {
 	t.index = make([]uint32, n)
 	if t.seed == (maphash.Seed{}) {
 		t.seed = maphash.MakeSeed()
 	}
-	t.each(func(seq uint32, s *idSlot) bool {
+	t.each(func(seq uint32, s *idSlot[T]) bool {
 		t.insert(s.id, seq)
 		return true
 	})
 }
 
 // remove forgets id, wherever its slot is; it reports whether it was there.
-func (t *idTable) remove(id string) bool {
+func (t *idTable[T]) remove(id string) bool {
 	i := t.find(id)
 	if i < 0 {
 		return false
 	}
 	s := t.slot(t.index[i] - 1)
-	*s = idSlot{}
+	*s = idSlot[T]{}
 	t.live--
 	// Backward-shift deletion: move up each entry after i, up to the next
 	// empty one, that may not sit after the hole its removal leaves.
@@ -150,7 +181,7 @@ func (t *idTable) remove(id string) bool {
 // expire forgets the oldest IDs while expired says so, stopping at the
 // first one it does not (the slots are in arrival order, which is the
 // order of their times but for publishes that raced).
-func (t *idTable) expire(expired func(at int64) bool) {
+func (t *idTable[T]) expire(expired func(at int64) bool) {
 	for len(t.chunks) > 0 {
 		c := t.chunks[0]
 		if t.first == len(c) {
@@ -177,7 +208,7 @@ func (t *idTable) expire(expired func(at int64) bool) {
 
 // each calls f with every remembered slot, oldest first, while f returns
 // true.
-func (t *idTable) each(f func(seq uint32, s *idSlot) bool) {
+func (t *idTable[T]) each(f func(seq uint32, s *idSlot[T]) bool) {
 	seq := t.base + uint32(t.first)
 	for ci, c := range t.chunks {
 		from := 0

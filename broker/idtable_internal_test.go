@@ -18,7 +18,7 @@ func TestIDTableModel(t *testing.T) {
 	for _, start := range []uint32{0, math.MaxUint32 - 700} {
 		t.Run(fmt.Sprint("seq from ", start), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(start), 11))
-			tab := &idTable{next: start}
+			tab := &idTable[int]{next: start}
 			type entry struct {
 				msg uuid.UUID
 				at  int64
@@ -40,7 +40,7 @@ func TestIDTableModel(t *testing.T) {
 						want = append(want, id)
 					}
 				}
-				tab.each(func(_ uint32, s *idSlot) bool { got = append(got, s.id); return true })
+				tab.each(func(_ uint32, s *idSlot[int]) bool { got = append(got, s.id); return true })
 				require.Equal(t, want, got)
 			}
 			for step := range 20000 {
@@ -49,7 +49,7 @@ func TestIDTableModel(t *testing.T) {
 				case k < 6:
 					now++
 					e := entry{uuid.New(), now}
-					tab.put(id, e.msg, e.at)
+					tab.put(id, e.msg, e.at, nil)
 					model[id] = e
 					order = append(order, id)
 				case k < 8:

@@ -123,8 +123,8 @@ func WithDedupWindow(d time.Duration) Option {
 // forgotten inside its window: when n IDs are, a publish with a new one
 // fails with ErrDedupFull and publishes nothing (duplicates of remembered
 // IDs are still recognised). A remembered ID holds its message's ID and
-// time, not the message: about 50 bytes plus the ID's own (see
-// BenchmarkDedupMemory). n must be >= 1.
+// time, and the message only weakly: about 65 bytes plus the ID's own
+// once its message is settled (see BenchmarkDedupMemory). n must be >= 1.
 func WithDedupLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
@@ -412,9 +412,10 @@ const MaxDedupID = 1024
 // WithDedupID makes the publish idempotent (SQS FIFO deduplication ID,
 // JetStream Nats-Msg-Id): a second publish with the same id on the same
 // topic within the dedup window (WithDedupWindow, from the first publish)
-// is accepted and dropped, and returns the original message's ID and
-// PublishedAt (the rest of the returned message is this call's: its payload,
-// key, priority and headers; the original's payload is not kept). A publish
+// is accepted and dropped, and returns the original message while a
+// subscription still holds it; once it is settled, the ID keeps only the
+// original's ID and PublishedAt, and the returned message is this call's
+// with those two (the original's payload is not kept). A publish
 // that stored its message nowhere (no subscription took it, or it could not
 // be committed) records nothing, so it can be retried. One that some
 // subscriptions took while others refused it (a queue.ErrQueueFull error

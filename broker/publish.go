@@ -96,8 +96,7 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 		if ids != nil {
 			pc.dedupID = ids[i]
 			if j, ok := inBatch[ids[i]]; ok { // its ID's group is not flushed yet
-				ms[i] = ms[j] // as a duplicate answers: the original's ID and time
-				ms[i].Payload = p
+				ms[i] = ms[j] // the original, stored a moment ago
 				continue
 			}
 		}
@@ -228,9 +227,9 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		offer = append(offer, core.WithNote(env), core.WithDeferredCommit())
 		defer b.dur.release(env)
 	}
-	var reserved *dedupEntry
+	var reserved *dedupEntry[T]
 	if pc.dedupID != "" {
-		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, *m, b.dedupWindow, b.dedupLimit)
+		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, m, b.dedupWindow, b.dedupLimit)
 		switch {
 		case err != nil:
 			return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)

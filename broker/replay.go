@@ -451,15 +451,21 @@ func (b *Broker[T]) restore(rs *replay) error {
 	if len(rs.subs) > 1 {
 		r.msgs = map[uuid.UUID]*queue.Message[T]{}
 	}
-	r.topics()
-	if err := r.dedup(); err != nil {
-		return err
+	// The messages that dedup IDs name: a restored ID holds its message
+	// (weakly) while a subscription holds it again.
+	r.named = map[uuid.UUID]*queue.Message[T]{}
+	for _, ds := range rs.dedup {
+		for _, dd := range ds {
+			r.named[dd.msg] = nil
+		}
 	}
+	r.topics()
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		if err := r.sub(rs.subs[id]); err != nil {
 			return err
 		}
 	}
+	r.dedup()
 	return r.finish()
 }
 
@@ -469,6 +475,7 @@ type restorer[T any] struct {
 	st      *store[T]
 	rs      *replay
 	msgs    map[uuid.UUID]*queue.Message[T] // decoded envelopes, shared by subscriptions (fan-out only)
+	named   map[uuid.UUID]*queue.Message[T] // the messages dedup IDs name, as decoded for a queue (nil: none)
 	letters []letter[T]                     // recovered dead letters, to order by seq
 	fresh   []restored[T]                   // queues with dead letters the restore itself made
 	live    int64                           // about what a snapshot would take
@@ -491,6 +498,9 @@ func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
 	if r.msgs != nil {
 		r.msgs[m.ID] = m
 	}
+	if p, ok := r.named[m.ID]; ok && p == nil {
+		r.named[m.ID] = m
+	}
 	return m, nil
 }
 
@@ -506,8 +516,9 @@ func (r *restorer[T]) topics() {
 	r.st.info.Topics = len(r.rs.topics)
 }
 
-// dedup restores the dedup IDs still inside their window.
-func (r *restorer[T]) dedup() error {
+// dedup restores the dedup IDs still inside their window, each with its
+// message where a restored queue holds it.
+func (r *restorer[T]) dedup() {
 	b := r.b
 	now := b.now.Now()
 	for topic, ds := range r.rs.dedup {
@@ -517,11 +528,10 @@ func (r *restorer[T]) dedup() error {
 		}
 		for _, dd := range ds {
 			if now.Before(dd.at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
-				t.dedup.put(dd.id, dd.msg, dd.at)
+				t.dedup.put(dd.id, dd.msg, dd.at, r.named[dd.msg])
 			}
 		}
 	}
-	return nil
 }
 
 // sub restores one subscription: its queue, or, if it is gone, its dead

@@ -27,7 +27,7 @@ func (b *Broker[T]) compactLocked() error {
 	defer b.dead.mu.Unlock()
 	sn.topics = slices.Sorted(maps.Keys(b.topics))
 	now := b.now.Now()
-	sn.dedups = make([][]idSlot, len(sn.topics))
+	sn.dedups = make([][]idSlot[T], len(sn.topics))
 	for i, name := range sn.topics {
 		d := &b.topics[name].dedup
 		d.mu.Lock()
@@ -65,7 +65,7 @@ type snapshot[T any] struct {
 	subs   []*Subscription[T] // by journal id
 	held   [][]core.Entry[T]  // what each of subs holds
 	dead   []letter[T]        // in the store's order
-	dedups [][]idSlot         // each topic's live IDs, oldest first
+	dedups [][]idSlot[T]      // each topic's live IDs, oldest first
 	e      enc                // the record being built
 	env    []byte             // an envelope being encoded
 }
