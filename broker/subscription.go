@@ -127,7 +127,9 @@ func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }
 
 // AwaitParked blocks until at least n Polls on the subscription are
 // parked with their wake-up timers armed. Call it before moving a mock
-// clock, so the pollers the move should wake are asleep on it.
+// clock, so the pollers the move should wake are asleep on it. It counts
+// Poll calls, not consumers: a poller.Poller keeps one Poll parked for all
+// its idle workers, so n is 1 for a pool, whatever its worker count.
 func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
 	return s.q.AwaitParked(ctx, n)
 }

@@ -1,7 +1,6 @@
 package poller
 
 import (
-	"context"
 	"log/slog"
 	"time"
 
@@ -20,12 +19,10 @@ type item[T any] struct {
 	limit  time.Time     // no extension past it
 
 	// guarded by run.mu
-	tracked   bool      // held: not yet settled or released
-	deadline  time.Time // the lease's deadline as last set
-	extendAt  time.Time // when to extend next; zero: never again
-	timeoutAt time.Time // when the handler's context times out; zero: no timeout pending
-	cancel    context.CancelCauseFunc
-	index     int // in run.due; -1 when not there
+	tracked  bool      // held: not yet settled or released
+	deadline time.Time // the lease's deadline as last set
+	extendAt time.Time // when to extend next; zero: never again
+	index    int       // in run.due; -1 when not there
 }
 
 // newItem returns the item of d, received at now, with its extension
@@ -49,16 +46,8 @@ func (r *run[T]) newItem(d queue.Delivery[T], now time.Time) *item[T] {
 	return it
 }
 
-// next is when something is due for it: an extension or a timeout.
-func (it *item[T]) next() time.Time {
-	switch {
-	case it.timeoutAt.IsZero():
-		return it.extendAt
-	case it.extendAt.IsZero() || it.timeoutAt.Before(it.extendAt):
-		return it.timeoutAt
-	}
-	return it.extendAt
-}
+// next is when its next extension is due; zero: none.
+func (it *item[T]) next() time.Time { return it.extendAt }
 
 // track starts holding it.
 func (r *run[T]) track(it *item[T]) {
@@ -69,20 +58,12 @@ func (r *run[T]) track(it *item[T]) {
 	r.mu.Unlock()
 }
 
-// setTimeout arranges for cancel(context.DeadlineExceeded) at deadline.
-func (r *run[T]) setTimeout(it *item[T], deadline time.Time, cancel context.CancelCauseFunc) {
-	r.mu.Lock()
-	it.timeoutAt, it.cancel = deadline, cancel
-	r.scheduleLocked(it)
-	r.mu.Unlock()
-}
-
-// untrack stops holding it: no more extensions or timeouts. It returns the
-// lease's deadline as last set.
+// untrack stops holding it: no more extensions. It returns the lease's
+// deadline as last set.
 func (r *run[T]) untrack(it *item[T]) time.Time {
 	r.mu.Lock()
 	it.tracked = false
-	it.extendAt, it.timeoutAt, it.cancel = time.Time{}, time.Time{}, nil
+	it.extendAt = time.Time{}
 	r.scheduleLocked(it)
 	deadline := it.deadline
 	r.mu.Unlock()
@@ -114,8 +95,9 @@ func (r *run[T]) scheduleLocked(it *item[T]) {
 	}
 }
 
-// extendLoop extends leases and times out handlers as they come due, with
-// one timer for the earliest, until stop is closed.
+// extendLoop extends leases as they come due, with one timer for the
+// earliest, until stop is closed. (A handler's timeout has its own timer,
+// armed before the handler starts: see process.)
 func (r *run[T]) extendLoop(stop <-chan struct{}) {
 	clk := r.p.cfg.clock
 	for {
@@ -148,29 +130,18 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 	}
 }
 
-// runDue cancels the handlers whose time is up and extends the leases due
-// for it.
+// runDue extends the leases due for it.
 func (r *run[T]) runDue() {
 	now := r.p.cfg.clock.Now()
-	var timeouts []context.CancelCauseFunc
 	var extend []*item[T]
 	r.mu.Lock()
 	for r.due.Len() > 0 && !r.due.S[0].next().After(now) {
 		it := r.due.S[0]
-		if !it.timeoutAt.IsZero() && !it.timeoutAt.After(now) {
-			timeouts = append(timeouts, it.cancel)
-			it.timeoutAt, it.cancel = time.Time{}, nil
-		}
-		if !it.extendAt.IsZero() && !it.extendAt.After(now) {
-			extend = append(extend, it)
-			it.extendAt = time.Time{}
-		}
+		extend = append(extend, it)
+		it.extendAt = time.Time{}
 		r.scheduleLocked(it)
 	}
 	r.mu.Unlock()
-	for _, cancel := range timeouts {
-		cancel(context.DeadlineExceeded)
-	}
 	for _, it := range extend {
 		r.extend(it)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
@@ -181,17 +183,28 @@ func (r *run[T]) worker() {
 func (r *run[T]) process(it *item[T]) {
 	p := r.p
 	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
+	var timeout *clock.Timer
 	if p.cfg.handlerTimeout > 0 {
 		var inner context.Context
 		inner, cancel = context.WithCancelCause(r.hctx)
 		deadline := p.cfg.clock.Now().Add(p.cfg.handlerTimeout)
 		ctx = &timeoutCtx{Context: inner, deadline: deadline}
-		r.setTimeout(it, deadline, cancel)
+		// Armed here, before the handler starts, so before anything the
+		// handler lets a test do: a mock's Add that reaches the deadline
+		// finds it armed. (Armed by another goroutine, it could land after
+		// an Add had looked for due timers and before it moved its time,
+		// and then fire only at the next move.) Cancelling never blocks,
+		// and a second tick of a mock timer is harmless.
+		cancelTimeout := cancel
+		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() { cancelTimeout(context.DeadlineExceeded) })
 	}
 	p.running.Add(1)
 	err, returned := errGoexit, false
 	defer func() {
 		p.running.Add(-1)
+		if timeout != nil {
+			timeout.Stop()
+		}
 		if cancel != nil {
 			cancel(nil)
 		}
@@ -328,8 +341,8 @@ func (r *run[T]) emit(out Outcome, it *item[T], deadline time.Time, err, serr er
 }
 
 // timeoutCtx is a handler context with a deadline kept on the poller's
-// clock: extendLoop cancels it, with cause context.DeadlineExceeded, when
-// the clock reaches deadline. Its Err is then context.DeadlineExceeded, as
+// clock: a timer armed before the handler starts cancels it, with cause
+// context.DeadlineExceeded, when the clock reaches deadline. Its Err is then context.DeadlineExceeded, as
 // a context.WithDeadline's would be (contexts derived from it see
 // context.Canceled, with that cause).
 type timeoutCtx struct {

@@ -162,7 +162,7 @@ func TestStuckHandlerLosesItsLease(t *testing.T) {
 
 	brokertest.Publish(t, b, "signups", "linus@example.com")
 	<-started
-	brokertest.AwaitParked(t, sub, 1) // the second worker waits in Poll
+	brokertest.AwaitParked(t, sub, 1) // the pool's one Poll, for its idle worker, is parked
 	mock.Add(time.Minute)             // the first worker's lease expires
 	<-started                         // and the message is delivered again
 	if st := sub.Stats(); st.Redelivered != 1 {
