@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -44,4 +47,41 @@ func TestAwaitIdleWaitsForTheDeadLetterOnItsWay(t *testing.T) {
 	ops, err := b.Subscription("dlq", "ops")
 	require.NoError(t, err)
 	assert.Len(t, ops.TryPoll(1), 1, "the letter arrived")
+}
+
+// AwaitIdle returns when the subscription empties by the passage of time
+// alone: a message past its TTL, a lease abandoned on its last attempt.
+// It arms a wake-up for the next due event; it used to wait for a signal
+// from another call and sleep until its context ended. Inside a synctest
+// bubble on the real clock, time moves only when every goroutine waits.
+func TestAwaitIdleWakesWhenTimeEmptiesIt(t *testing.T) {
+	for name, setup := range map[string]func(t *testing.T, b *broker.Broker[string], s *broker.Subscription[string]){
+		"TTL": func(t *testing.T, b *broker.Broker[string], _ *broker.Subscription[string]) {
+			_, err := b.Publish(ctx, "t", "x", broker.WithTTL(50*time.Millisecond))
+			require.NoError(t, err)
+		},
+		"abandoned lease on its last attempt": func(t *testing.T, b *broker.Broker[string], s *broker.Subscription[string]) {
+			_, err := b.Publish(ctx, "t", "x")
+			require.NoError(t, err)
+			require.Len(t, s.TryPoll(1), 1) // never settled
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := broker.New[string](broker.WithClock(clock.New()))
+				require.NoError(t, err)
+				defer b.Close()
+				require.NoError(t, b.CreateTopic("t"))
+				s, err := b.Subscribe("t", "s", broker.WithMaxAttempts(1), broker.WithVisibilityTimeout(time.Second))
+				require.NoError(t, err)
+				setup(t, b, s)
+				c, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				start := time.Now()
+				require.NoError(t, s.AwaitIdle(c))
+				require.Less(t, time.Since(start), time.Minute, "woken by the event, not by the context")
+				require.Len(t, b.DeadLetters(), 1)
+			})
+		})
+	}
 }

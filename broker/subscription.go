@@ -137,8 +137,9 @@ func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
 // AwaitIdle blocks until the subscription holds nothing: no message
 // visible, delayed, held back or in flight. It returns nil then, ctx's
 // error if ctx ends first, or an error matching queue.ErrClosed if the
-// subscription closes. It does not move time: a delayed message (or a
-// retry waiting out its backoff) keeps the subscription busy until the
-// clock reaches it. A batch program runs its pool until the work is done
-// with poller's RunUntilIdle, which relies on this.
+// subscription closes. It wakes when the clock reaches the next thing that
+// falls due (a delay, a TTL, a lease's deadline), so a subscription that
+// time alone empties ends the wait; a delayed message (or a retry waiting
+// out its backoff) keeps it busy until then. A batch program runs its pool
+// until the work is done with poller's RunUntilIdle, which relies on this.
 func (s *Subscription[T]) AwaitIdle(ctx context.Context) error { return s.q.AwaitIdle(ctx) }

@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/internal/core"
@@ -419,3 +422,41 @@ func (*refusingSource) Nack(lease.ID, time.Duration) error   { return queue.ErrL
 func (*refusingSource) Fail(lease.ID, error) error           { return queue.ErrLeaseExpired }
 func (*refusingSource) Extend(lease.ID, time.Duration) error { return queue.ErrLeaseExpired }
 func (*refusingSource) Release(lease.ID) error               { return queue.ErrLeaseExpired }
+
+// RunUntilIdle ends when a delayed message's TTL dead-letters it, not when
+// its delay would have passed: a parked Poll wakes for the earliest of
+// both (it woke for the delay only). On the real clock in a synctest
+// bubble, where time moves only when every goroutine waits.
+func TestRunUntilIdleWakesForTheTTLOfADelayedMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := broker.New[string](broker.WithClock(clock.New()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if err := b.CreateTopic("jobs"); err != nil {
+			t.Fatal(err)
+		}
+		sub, err := b.Subscribe("jobs", "workers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Publish(context.Background(), "jobs", "x", broker.WithDelay(4*time.Second), broker.WithTTL(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		p, err := poller.New(sub, func(context.Context, queue.Delivery[string]) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := p.RunUntilIdle(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took >= 4*time.Second {
+			t.Fatalf("RunUntilIdle took %v: it waited out the delay of a message its TTL had dead-lettered at 50ms", took)
+		}
+		if dls := b.DeadLetters(); len(dls) != 1 || dls[0].Reason != queue.ReasonExpired {
+			t.Fatalf("dead letters %+v", dls)
+		}
+	})
+}

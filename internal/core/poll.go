@@ -213,9 +213,11 @@ func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
 // settles what is due at the clock's now first, as every call does, so an
 // expired lease on its last attempt counts as dead-lettered, and it is
 // woken by every change that can empty the queue (an ack, a dead letter, a
-// purge, an expiry settled by another call). It does not wait on the clock
-// itself: a delayed message keeps the queue busy until whoever moves the
-// clock, or a Poll waiting on it, makes it due.
+// purge, an expiry settled by another call) and, on the injected clock, by
+// the next time something falls due (a delay, a TTL, a lease's deadline),
+// so a queue that time alone empties (a TTL passing, a lease abandoned on
+// its last attempt) ends the wait. On a mock clock that is when the clock
+// is moved there; a delayed message keeps the queue busy until then.
 //
 // Idle is a moment, not a promise: a publish right after it returns makes
 // the queue busy again. A worker pool that stops at idle (poller's
@@ -241,14 +243,24 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 			q.idle = make(chan struct{})
 		}
 		ch := q.idle
+		// What time alone can settle (a delay, a TTL, a lease's deadline)
+		// may empty the queue with no other call: wake for the earliest.
+		due := q.nextDueLocked()
 		if err := q.unlock(); err != nil {
 			return err
 		}
+		var t wake.Timer
+		if due != farTick {
+			t = wake.At(q.clock, q.timeOf(due)) // armed outside the lock, as Poll's
+		}
 		select {
 		case <-ch:
+		case <-t.C: // nil, so never, when nothing is due
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		}
+		t.Stop()
 	}
 }
 
