@@ -96,7 +96,25 @@
 // is when such a call noticed it. A blocked Poll sleeps on one timer for the earliest
 // future event (a lease deadline or a delayed message) and on a broadcast
 // for publishes, nacks and close. Subscription.AwaitParked waits until n
-// Polls are asleep on the clock, so a test can move the mock knowing whom
-// it will wake. The broker also runs unchanged inside testing/synctest
-// with the real clock.
+// Polls are asleep on the clock (a poller's pool parks one Poll for all its
+// idle workers), so a test can move the mock knowing whom it will wake;
+// AwaitIdle also wakes for the next event that falls due. The broker also
+// runs unchanged inside testing/synctest with the real clock.
+//
+// What is deterministic on a mock clock: the outcome of a sequence of calls
+// on a subscription, whatever the goroutines do, because every outcome
+// there is decided from the clock's reading by the call that reads it
+// (expiry, delays, TTLs, backoff), and the result of each call is exact
+// right after an Add. A timer's func runs in a goroutine the mock starts,
+// after a real millisecond's sleep, so nothing may depend on when it runs:
+// it only wakes someone who reads Now and decides. A timer must also be
+// armed before the Add that should fire it: armed by another goroutine
+// during an Add, after the mock has looked for due timers and before it
+// moves its time, it fires only at the next move. So a poller's handler
+// timeout is armed before the handler starts. Not deterministic: two
+// goroutines moving the same mock at once (the mock's own behaviour: steps
+// are lost), and a worker pool's lease extensions, which its own loop arms
+// as leases come due; a test that moves the clock past an extension point
+// in one Add should wait for the extension (the observer's
+// OutcomeExtended) first.
 package leasebus
