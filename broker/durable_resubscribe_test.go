@@ -82,3 +82,17 @@ func TestDurableResubscribeFilter(t *testing.T) {
 	d.publish("t", "take")
 	assert.Equal(t, []string{"take"}, payloads(f.TryPoll(10)))
 }
+
+// A filter given to Open as every subscription's default is a filter the
+// recovered subscription is declared with (filters are not stored).
+func TestDurableResubscribeDefaultFilter(t *testing.T) {
+	keep := broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" })
+	d := openDur[string](t, broker.StringCodec{}, keep)
+	d.subscribe("t", "s")
+	d.restart()
+	s, err := d.Subscribe("t", "s")
+	require.NoError(t, err)
+	d.publish("t", "skip")
+	d.publish("t", "take")
+	assert.Equal(t, []string{"take"}, payloads(s.TryPoll(10)))
+}

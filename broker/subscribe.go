@@ -138,7 +138,9 @@ func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.
 // option that differs from the stored setting is a *ConfigMismatchError,
 // unless update. Called with b.mu held; unlocks it.
 func (b *Broker[T]) claim(s *Subscription[T], opts []SubscribeOption, update bool) (*Subscription[T], error) {
-	cfg := subConfig{queue: s.spec.config(), deadLetters: s.spec.deadLetters}
+	// Filters are not stored: the broker's default one, if any, applies as
+	// it would to a new subscription.
+	cfg := subConfig{queue: s.spec.config(), deadLetters: s.spec.deadLetters, filter: b.defs.filter}
 	for _, o := range opts {
 		o.applySub(&cfg)
 	}
