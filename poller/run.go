@@ -195,8 +195,7 @@ func (r *run[T]) process(it *item[T]) {
 		// an Add had looked for due timers and before it moved its time,
 		// and then fire only at the next move.) Cancelling never blocks,
 		// and a second tick of a mock timer is harmless.
-		cancelTimeout := cancel
-		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() { cancelTimeout(context.DeadlineExceeded) })
+		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() { cancel(context.DeadlineExceeded) })
 	}
 	p.running.Add(1)
 	err, returned := errGoexit, false

@@ -157,14 +157,7 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 // for this attempt; on the last allowed attempt it is dead-lettered at
 // once. It needs a live lease, as Nack does. A nil cause is recorded as
 // "failed"; the text kept is at most 4 KiB, cut with an ellipsis.
-func (q *Queue[T]) Fail(id lease.ID, cause error) error {
-	text := errText(cause) // cause.Error() is user code: not under the lock
-	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
-		q.setLastErrLocked(e, text)
-		q.retryLocked(now, e, q.cfg.Retry.Delay(int(e.attempt)))
-		q.recordRetry(e)
-	})
-}
+func (q *Queue[T]) Fail(id lease.ID, cause error) error { return q.fail(id, cause, -1) }
 
 // FailAfter is Fail with the delay named by the caller instead of the
 // RetryPolicy's: the message is visible again after delay (0: at once),
@@ -175,10 +168,19 @@ func (q *Queue[T]) FailAfter(id lease.ID, delay time.Duration, cause error) erro
 	if delay < 0 {
 		return invalid("FailAfter: delay = %v, must be >= 0", delay)
 	}
-	text := errText(cause)
+	return q.fail(id, cause, delay)
+}
+
+// fail is Fail (delay < 0: the RetryPolicy's) and FailAfter.
+func (q *Queue[T]) fail(id lease.ID, cause error, delay time.Duration) error {
+	text := errText(cause) // cause.Error() is user code: not under the lock
 	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
 		q.setLastErrLocked(e, text)
-		q.retryLocked(now, e, delay)
+		d := delay
+		if d < 0 {
+			d = q.cfg.Retry.Delay(int(e.attempt))
+		}
+		q.retryLocked(now, e, d)
 		q.recordRetry(e)
 	})
 }
