@@ -103,7 +103,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 		m, accepted, err := b.publishTo(ctx, t, subs, p, &pc, now, g)
 		if m != nil {
 			ms[i] = *m
-			if ids != nil && g != nil && accepted > 0 {
+			// Its ID is in the group, pending until the flush (see
+			// publishTo), unless no subscription took it and one refused it.
+			if ids != nil && g != nil && (err == nil || accepted > 0) {
 				if inBatch == nil {
 					inBatch = make(map[string]int, len(payloads)-i)
 				}

@@ -139,3 +139,16 @@ func TestPublishBatchDedupIDs(t *testing.T) {
 	_, err = b.Publish(ctx, "t", "p", broker.WithDedupIDs([]string{"x"}))
 	require.ErrorIs(t, err, queue.ErrInvalidArgument)
 }
+
+// A batch whose message no subscription takes (its filter drops it) still
+// remembers the message's ID, and a second use of the ID in the same batch
+// is a duplicate of it: it must not wait for the batch's own pending ID.
+func TestDurablePublishBatchRepeatedIDOfAFilteredMessage(t *testing.T) {
+	d := openDur[string](t, broker.StringCodec{})
+	d.subscribe("t", "s", broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" }))
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang guard, not a wait
+	defer cancel()
+	ms, err := d.PublishBatch(c, "t", []string{"skip", "skip again"}, broker.WithDedupIDs([]string{"a", "a"}))
+	require.NoError(t, err)
+	require.Equal(t, ms[0].ID, ms[1].ID, "the second is a duplicate of the first")
+}
