@@ -224,6 +224,7 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 			return Info{}, err
 		}
 		off = c.start + n
+		j.segCRC = crc32.Checksum(c.data[:off], castagnoli) // what stays once a torn tail is cut
 	}
 	// The chain is proven and the live segment replays: only now change
 	// the directory.
@@ -255,9 +256,6 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 			j.f.Close()
 			return Info{}, err
 		}
-	}
-	if c.seg != 0 {
-		j.segCRC = crc32.Checksum(c.data[:off], castagnoli)
 	}
 	info.Bytes = int64(off)
 	j.segLen = info.Bytes

@@ -111,3 +111,33 @@ func TestOpenRefusesWhatDoesNotBelong(t *testing.T) {
 		})
 	}
 }
+
+// The size and checksum a Rewrite records for the segment it supersedes
+// are those of the file as it stands, also when the journal was reopened
+// (and a torn tail cut) since the segment was made: a crash before the old
+// segment's removal leaves a chain that proves.
+func TestChainAcrossReopenAndTornTail(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, SyncAlways, bodies(0, 3))
+	seg := segName(dir, 1)
+	f, err := os.OpenFile(seg, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write(AppendFrame(nil, body(3))[:7]) // a torn tail
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	j, info, got := open(t, dir, SyncAlways, 0)
+	require.Equal(t, bodies(0, 3), got)
+	require.Positive(t, info.TruncatedBytes)
+	j.Append(body(4))
+	require.NoError(t, j.Commit())
+	old := readFile(t, seg)
+	require.NoError(t, j.Rewrite(func(emit func([]byte)) error { emit(body(9)); return nil }))
+	require.NoError(t, j.Close())
+	require.NoError(t, os.WriteFile(seg, old, 0o644)) // its removal did not happen
+
+	got, info = replayAll(t, dir)
+	require.Equal(t, [][]byte{body(9)}, got)
+	require.Equal(t, 2, info.Segment)
+	require.NoFileExists(t, seg)
+}
