@@ -108,30 +108,26 @@ func (s *deadLetters[T]) take(id uint64) bool {
 }
 
 // remove takes the letters with the given ids (ascending) out of the store
-// for good, those still there, and returns them; a durable broker records
-// their removal in one record, under the store's lock, so that a snapshot
-// sees them either in the store or gone.
-func (s *deadLetters[T]) remove(ids []uint64) []storedLetter[T] {
+// for good, those still there, and returns how many; a durable broker
+// records their removal in one record, under the store's lock, so that a
+// snapshot sees them either in the store or gone.
+func (s *deadLetters[T]) remove(ids []uint64) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var gone []storedLetter[T]
+	var gone []dlKey
 	live := slices.DeleteFunc(s.items[s.head:], func(it storedLetter[T]) bool {
-		if _, ok := slices.BinarySearch(ids, it.id); ok {
-			gone = append(gone, it)
-			return true
+		_, ok := slices.BinarySearch(ids, it.id)
+		if ok {
+			gone = append(gone, dlKey{it.sub, it.dl.Message.ID})
 		}
-		return false
+		return ok
 	})
 	s.items = s.items[:s.head+len(live)]
 	if len(gone) > 0 && s.discard != nil {
-		keys := make([]dlKey, len(gone))
-		for i, it := range gone {
-			keys[i] = dlKey{it.sub, it.dl.Message.ID}
-		}
-		s.discard(keys)
+		s.discard(gone)
 	}
 	s.discarded += uint64(len(gone))
-	return gone
+	return len(gone)
 }
 
 // done forgets a taken letter: it is back on a subscription.
@@ -300,11 +296,8 @@ func (b *Broker[T]) DiscardDeadLetters(match func(queue.DeadLetter[T]) bool) (in
 			ids = append(ids, it.id) // ascending: the store's order
 		}
 	}
-	n := len(b.dead.remove(ids))
-	if err := b.commit(); err != nil {
-		return n, err
-	}
-	return n, nil
+	n := b.dead.remove(ids)
+	return n, b.commit()
 }
 
 // Redrive puts the dead letters for which match returns true back on the

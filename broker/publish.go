@@ -120,7 +120,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 			g, inBatch = b.dur.newGroup(), nil
 		}
 	}
-	b.dur.flush(g)
+	if g != nil {
+		b.dur.flush(g)
+	}
 	if len(subs) > 0 {
 		if err := b.commit(); err != nil {
 			for i, id := range ids { // not stored after all
@@ -188,7 +190,9 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 		g = b.dur.newGroup() // more than one record: one commit
 	}
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now(), g)
-	b.dur.flush(g)
+	if g != nil {
+		b.dur.flush(g)
+	}
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
 			if pc.dedupID != "" && m != nil {

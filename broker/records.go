@@ -32,8 +32,8 @@ const (
 	recDead                 // sub, id, reason, attempts, lastErr, at
 	recForget               // sub, id: a dead letter left the store (dropped, routed, redriven elsewhere)
 	recPurge                // sub: every message it holds goes
-	recDedup                // topic, dedup ID, envelope: a publish with WithDedupID that stored its message
-	recDedupRef             // topic, dedup ID, message ID: recDedup whose envelope is that of a put of the message before it (version 2)
+	recDedup                // topic, dedup ID, envelope: a remembered ID (formats 1 and 2; read, no longer written)
+	recDedupRef             // topic, dedup ID, message ID: recDedup whose envelope is that of a put before it (format 2; read, no longer written)
 	recDiscard              // count, then (sub, id) each: dead letters discarded, all at once (version 3)
 	recGroup                // count, then each record with its length: one operation's records, all or none (version 3)
 	recPutRef               // recPut whose envelope is that of a put before it in its group: the message ID instead (version 3)
