@@ -113,7 +113,6 @@ func TestDurableDeadLetterRoutingIsAtomic(t *testing.T) {
 		if whole {
 			require.Empty(t, b.DeadLetters())
 		}
-		_ = queue.ReasonMaxAttempts
 	})
 }
 

@@ -241,10 +241,9 @@ func erCheckCut(t *testing.T, ops []erOp, seg string, data []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, seg), data, 0o644))
-	segOrder := func(s string) string { return s } // seg-NNNNNNNN.log sorts by number
 	returned, next := 0, -1
 	for i, op := range ops {
-		if segOrder(op.seg) < seg || (op.seg == seg && op.size <= int64(len(data))) {
+		if op.seg < seg || (op.seg == seg && op.size <= int64(len(data))) { // seg-NNNNNNNN.log sorts by number
 			returned = i + 1
 		} else {
 			next = i
@@ -297,7 +296,7 @@ func erCheckCut(t *testing.T, ops []erOp, seg string, data []byte) {
 	// What settled each lineage on each subscription, for good: an ack, a
 	// triage ack, a discard (returned, or under way).
 	settled := map[string]bool{}
-	for i, op := range ops[:returned+min(1, len(ops)-returned)] {
+	for _, op := range ops[:returned+min(1, len(ops)-returned)] {
 		switch op.kind {
 		case "ack", "discard":
 			for _, p := range op.ps {
@@ -306,7 +305,6 @@ func erCheckCut(t *testing.T, ops []erOp, seg string, data []byte) {
 		case "triage":
 			settled["work:"+op.ps[0]] = true
 		}
-		_ = i
 	}
 	published := map[string]bool{}
 	for _, op := range ops[:returned] {

@@ -21,10 +21,10 @@ func stressRounds() int {
 }
 
 // The Add that reaches a handler's timeout cancels the handler's context:
-// the timeout is armed before the handler starts (issue 26, item 2: it was
-// armed by the extension loop's goroutine, which could arm it after the
-// Add, and then nothing fired until the clock moved again; 1 run in
-// 900-2,700 under -race).
+// the timeout is armed before the handler starts, so before the test can
+// move the clock. (A timer armed by another goroutine can land after an
+// Add has looked for due timers and before it moves its time; it then
+// fires only at the next move.)
 func TestStressHandlerTimeoutFiresOnTheAddThatReachesIt(t *testing.T) {
 	for round := range stressRounds() {
 		mock, b, sub := newBroker(t, broker.WithVisibilityTimeout(time.Minute)) // outlives the Add

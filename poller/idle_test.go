@@ -429,18 +429,7 @@ func (*refusingSource) Release(lease.ID) error               { return queue.ErrL
 // bubble, where time moves only when every goroutine waits.
 func TestRunUntilIdleWakesForTheTTLOfADelayedMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := broker.New[string](broker.WithClock(clock.New()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		if err := b.CreateTopic("jobs"); err != nil {
-			t.Fatal(err)
-		}
-		sub, err := b.Subscribe("jobs", "workers")
-		if err != nil {
-			t.Fatal(err)
-		}
+		b, sub := newBrokerOn(t, clock.New())
 		if _, err := b.Publish(context.Background(), "jobs", "x", broker.WithDelay(4*time.Second), broker.WithTTL(50*time.Millisecond)); err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,15 @@ const hangGuard = 10 * time.Second
 func newBroker(t *testing.T, opts ...broker.SubscribeOption) (*clock.Mock, *broker.Broker[string], *broker.Subscription[string]) {
 	t.Helper()
 	mock := clock.NewMock()
-	b, err := broker.New[string](broker.WithClock(mock), broker.WithVisibilityTimeout(10*time.Second))
+	b, sub := newBrokerOn(t, mock, opts...)
+	return mock, b, sub
+}
+
+// newBrokerOn is newBroker on the clock clk (clock.New() in a synctest
+// bubble). The broker is closed when the test ends.
+func newBrokerOn(t *testing.T, clk clock.Clock, opts ...broker.SubscribeOption) (*broker.Broker[string], *broker.Subscription[string]) {
+	t.Helper()
+	b, err := broker.New[string](broker.WithClock(clk), broker.WithVisibilityTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +45,7 @@ func newBroker(t *testing.T, opts ...broker.SubscribeOption) (*clock.Mock, *brok
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mock, b, sub
+	return b, sub
 }
 
 func publish(t *testing.T, b *broker.Broker[string], payloads ...string) {
