@@ -131,7 +131,7 @@ func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time
 		q.mu.Unlock()
 		return nil
 	}
-	q.setParkedLocked(+1)
+	pk := q.parkLocked(ctx, timed, next)
 	q.mu.Unlock()
 
 	select {
@@ -143,7 +143,7 @@ func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time
 	select {
 	case <-woken: // wakeLocked uncounted every parked poller when it closed it
 	default:
-		q.setParkedLocked(-1)
+		q.unparkLocked(pk)
 	}
 	q.mu.Unlock()
 	return ctx.Err()

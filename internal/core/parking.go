@@ -1,0 +1,82 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Parking tells whoever made a Poll whether that Poll is parked: waiting
+// with nothing it could lease, its wake-up armed. The poller passes one in
+// its Polls' context (WithParking) to know when its pool is at rest
+// (poller's AwaitQuiet). Its state changes under the queue's lock, so it
+// is never behind the queue: a publish that wakes the Poll clears it
+// before Offer returns, and a Poll whose wake-up time the clock has
+// reached no longer counts as parked, though its goroutine has yet to run.
+type Parking struct {
+	mu     sync.Mutex
+	parked bool
+	timed  bool      // the wake-up is for next; otherwise only a change wakes it
+	next   time.Time // when it wakes, if timed
+	notify func()    // called, outside mu, after every change; nil: none
+}
+
+// NewParking returns a Parking that calls notify (if not nil) after every
+// change of its state. notify must not call into the queue.
+func NewParking(notify func()) *Parking { return &Parking{notify: notify} }
+
+// Parked reports whether the Poll is parked and will stay so until
+// something changes the queue or the clock reaches its wake-up: now must
+// be the queue's clock's time.
+func (pk *Parking) Parked(now time.Time) bool {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	return pk.parked && (!pk.timed || now.Before(pk.next))
+}
+
+func (pk *Parking) set(parked, timed bool, next time.Time) {
+	pk.mu.Lock()
+	pk.parked, pk.timed, pk.next = parked, timed, next
+	pk.mu.Unlock()
+	if pk.notify != nil {
+		pk.notify()
+	}
+}
+
+type parkingKey struct{}
+
+// WithParking returns ctx carrying pk: a Poll made with it keeps pk's
+// state.
+func WithParking(ctx context.Context, pk *Parking) context.Context {
+	return context.WithValue(ctx, parkingKey{}, pk)
+}
+
+// parkLocked counts one more parked Poll, whose context is ctx, and marks
+// its Parking, if it has one, until unparkLocked or wakeLocked.
+func (q *Queue[T]) parkLocked(ctx context.Context, timed bool, next time.Time) *Parking {
+	q.setParkedLocked(+1)
+	pk, _ := ctx.Value(parkingKey{}).(*Parking)
+	if pk != nil {
+		pk.set(true, timed, next)
+		q.parkings = append(q.parkings, pk)
+	}
+	return pk
+}
+
+// unparkLocked counts one parked Poll fewer: it woke by itself (its timer
+// or its context), not by wakeLocked, which unparks them all.
+func (q *Queue[T]) unparkLocked(pk *Parking) {
+	q.setParkedLocked(-1)
+	if pk == nil {
+		return
+	}
+	for i, p := range q.parkings {
+		if p == pk {
+			last := len(q.parkings) - 1
+			q.parkings[i], q.parkings[last] = q.parkings[last], nil
+			q.parkings = q.parkings[:last]
+			break
+		}
+	}
+	pk.set(false, false, time.Time{})
+}

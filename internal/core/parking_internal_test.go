@@ -1,0 +1,73 @@
+package core
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// A Poll made with a Parking marks it while parked, with its wake-up: the
+// mark is exact at every instant, with no wait for the Poll's goroutine.
+// A publish clears it before Offer returns; a clock at the wake-up reads
+// it as not parked; the Poll's own return clears it.
+func TestParkingFollowsThePoll(t *testing.T) {
+	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	notified := make(chan struct{}, 16)
+	pk := NewParking(func() { notified <- struct{}{} })
+	ctx, cancel := context.WithCancel(WithParking(context.Background(), pk))
+	defer cancel()
+
+	poll := func() <-chan []Delivery[string] {
+		got := make(chan []Delivery[string], 1)
+		go func() {
+			ds, _ := q.Poll(ctx, 1)
+			got <- ds
+		}()
+		if err := q.AwaitParked(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+
+	// Untimed: nothing in the queue, so only a change wakes it.
+	got := poll()
+	now := mock.Now()
+	if !pk.Parked(now) || !pk.Parked(now.Add(time.Hour)) {
+		t.Fatal("an untimed parked Poll does not read as parked")
+	}
+	offer(t, q, "a", 0)
+	if pk.Parked(now) {
+		t.Fatal("still parked after the Offer that woke it returned")
+	}
+	if ds := <-got; len(ds) != 1 {
+		t.Fatalf("woken Poll: %v", ds)
+	}
+
+	// Timed: a delayed message wakes it at its time.
+	offer(t, q, "b", 5*time.Second)
+	got = poll()
+	if !pk.Parked(now) {
+		t.Fatal("a timed parked Poll does not read as parked")
+	}
+	if pk.Parked(now.Add(5 * time.Second)) {
+		t.Fatal("parked at its wake-up time: its goroutine is on its way")
+	}
+	mock.Add(5 * time.Second)
+	if ds := <-got; len(ds) != 1 || ds[0].Payload != "b" {
+		t.Fatalf("timed Poll: %v", ds)
+	}
+	if pk.Parked(mock.Now()) {
+		t.Fatal("parked after the Poll returned")
+	}
+
+	// Its context ends: no longer parked.
+	got = poll()
+	cancel()
+	<-got
+	if pk.Parked(mock.Now()) {
+		t.Fatal("parked after its context ended")
+	}
+	if len(notified) == 0 {
+		t.Fatal("no change was notified")
+	}
+}
