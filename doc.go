@@ -97,7 +97,8 @@
 // future event (a lease deadline or a delayed message) and on a broadcast
 // for publishes, nacks and close. Subscription.AwaitParked waits until n
 // Polls are asleep on the clock (a poller's pool parks one Poll for all its
-// idle workers), so a test can move the mock knowing whom it will wake;
+// idle workers: Poller.AwaitQuiet waits for the pool), so a test can move
+// the mock knowing whom it will wake;
 // AwaitIdle also wakes for the next event that falls due. The broker also
 // runs unchanged inside testing/synctest with the real clock.
 //
@@ -111,10 +112,17 @@
 // armed before the Add that should fire it: armed by another goroutine
 // during an Add, after the mock has looked for due timers and before it
 // moves its time, it fires only at the next move. So a poller's handler
-// timeout is armed before the handler starts. Not deterministic: two
-// goroutines moving the same mock at once (the mock's own behaviour: steps
-// are lost), and a worker pool's lease extensions, which its own loop arms
-// as leases come due; a test that moves the clock past an extension point
-// in one Add should wait for the extension (the observer's
-// OutcomeExtended) first.
+// timeout is armed before the handler starts, and a pool over a
+// subscription holds each lease for its whole extension allowance
+// (poller.LocalSource) instead of extending it on a timer: one Add may jump
+// any distance short of the limit and the lease stays with its handler.
+// Poller.AwaitQuiet waits until a pool is at rest (every worker waiting for
+// work or in a handler, the pool's one Poll parked, no timer of its own due
+// and unserved), so that what the next Add does depends only on what the
+// test did before. Not deterministic: two goroutines moving the same mock
+// at once (the mock's own behaviour: steps are lost); a handler's own
+// timing (it is the test's code: wait for its outcome, not for time); and
+// the lease extensions of a pool over a remote source, whose timer races
+// an Add that passes an extension point unless the test waits with
+// AwaitQuiet first.
 package leasebus

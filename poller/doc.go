@@ -66,22 +66,33 @@
 //
 // # Lease extension
 //
-// While the poller holds a lease, waiting or running, it extends it
-// before it lapses: when the clock reaches the deadline less a margin (a
-// fifth of the lease by default), by the lease's original length. One
-// goroutine with one timer, set for the earliest lease due, does all the
-// extending (and the handler timeouts). Extension stops at a limit
-// (WithExtension; one hour after receipt by default, as Cloud Pub/Sub's
-// MaxExtension): the lease then lapses, so that a handler stuck for good
-// lets its message go, to be redelivered with its attempt count raised.
-// A late Ack from that handler still succeeds if the message has not been
-// delivered again, and otherwise changes nothing.
+// While the poller holds a lease, waiting or running, it keeps it from
+// lapsing, up to a limit (WithExtension; one hour after receipt by
+// default, as Cloud Pub/Sub's MaxExtension). Past the limit the lease
+// lapses, so that a handler stuck for good lets its message go, to be
+// redelivered with its attempt count raised. A late Ack from that handler
+// still succeeds if the message has not been delivered again, and
+// otherwise changes nothing. How the lease is kept depends on the source:
+//
+//   - A LocalSource (a *broker.Subscription) is leased for the whole
+//     limit at once, by PollWithVisibility. Nothing is extended and no
+//     timer keeps the lease: it holds, however far a mock clock jumps in
+//     one Add, until the handler settles it or the limit passes. Such a
+//     lease lives in the poller's own process, so a process that dies
+//     takes its queue (or, for a durable broker, the lease, which no
+//     reopen keeps) with it.
+//   - Any other source, a remote one, is leased for its visibility
+//     timeout, and the poller extends the lease before it lapses: when
+//     the clock reaches the deadline less a margin (a fifth of the lease
+//     by default), by the lease's original length. One goroutine with one
+//     timer, set for the earliest lease due, does all the extending. A
+//     pool that dies lets its messages go after one visibility timeout.
 //
 // # Drain
 //
 // When Run's context is done the poller stops polling, releases every
 // message leased but not started (Release: visible again at once, no
-// attempt spent), and lets the running handlers finish, still extending
+// attempt spent), and lets the running handlers finish, still keeping
 // their leases. Their contexts are not cancelled until the drain timeout
 // (WithDrainTimeout, 30s by default) passes; then they are, with cause
 // ErrDrainTimeout. Run returns once every handler has returned and every
@@ -111,10 +122,22 @@
 // read on it. By default the poller takes the source's clock when the
 // source reports one (a *broker.Subscription does), else the real clock.
 //
+// On a mock clock, what a pool over a subscription does depends only on
+// the order of the test's calls, never on when a goroutine runs: a lease
+// is held to the limit without a timer (see Lease extension); a handler's
+// timeout is armed before the handler starts, so the Add that reaches it
+// cancels its context before Add returns; a worker waiting in Poll is
+// woken by the subscription itself. Two things still run after a timer's
+// function, on the mock's own goroutine: the drain timeout's cancel and
+// the retry after a failed Poll. A test that needs to know that the pool
+// has come to rest before its next Add waits with AwaitQuiet. Timers of a
+// remote source's lease extension race the mock as any AfterFunc does.
+//
 // # Observing
 //
 // Stats counts what the poller did. WithObserver receives every outcome
-// (acked, retried, dead-lettered, released, extended, extension stopped)
+// (acked, retried, dead-lettered, released, extended, extension stopped:
+// a held lease is never extended, and its extension stops when it lapses)
 // with its delivery and errors, outside any lock; WithLogger logs source
 // errors and panics.
 package poller

@@ -17,6 +17,7 @@ type item[T any] struct {
 	length time.Duration // the lease's original length: each extension's
 	margin time.Duration // how long before the deadline to extend
 	limit  time.Time     // no extension past it
+	held   bool          // taken for the whole allowance (see LocalSource): never extended; extendAt is its deadline
 
 	// guarded by run.mu
 	tracked  bool      // held: not yet settled or released
@@ -31,8 +32,14 @@ func (r *run[T]) newItem(d queue.Delivery[T], now time.Time) *item[T] {
 	it := &item[T]{d: d, deadline: d.Deadline, index: -1}
 	cfg := &r.p.cfg
 	length := d.Deadline.Sub(now)
-	if cfg.maxExtension == NoExtension || length <= 0 {
+	switch {
+	case cfg.maxExtension == NoExtension || length <= 0:
 		return it // no extension: off, or a deadline unknown or past
+	case r.p.local != nil:
+		// Held to the limit by the Poll: the one thing left to do is to
+		// say so when the limit comes.
+		it.held, it.extendAt = true, d.Deadline
+		return it
 	}
 	margin := cfg.margin
 	if margin == 0 {
@@ -46,7 +53,8 @@ func (r *run[T]) newItem(d queue.Delivery[T], now time.Time) *item[T] {
 	return it
 }
 
-// next is when its next extension is due; zero: none.
+// next is when its next extension is due (for a held lease, its deadline,
+// when the observer hears that it lapses); zero: none.
 func (it *item[T]) next() time.Time { return it.extendAt }
 
 // track starts holding it.
@@ -108,6 +116,7 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		}
 		r.armed = next
 		r.mu.Unlock()
+		r.change() // AwaitQuiet reads armed
 
 		var t wake.Timer
 		if !next.IsZero() {
@@ -156,6 +165,10 @@ func (r *run[T]) extend(it *item[T]) {
 	tracked, deadline := it.tracked, it.deadline
 	r.mu.Unlock()
 	if !tracked {
+		return
+	}
+	if it.held {
+		r.emit(OutcomeExtensionStopped, it, deadline, ErrExtensionLimit, nil)
 		return
 	}
 	to := now.Add(it.length)

@@ -1,7 +1,8 @@
 package poller_test
 
 // Automatic lease extension: a slow handler's lease, and prefetched ones,
-// are extended before they expire.
+// are extended before they expire on a remote source, and held for the
+// whole allowance on a local one.
 
 import (
 	"errors"
@@ -13,12 +14,17 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
+// remote shows the poller nothing of a subscription but its Source
+// methods, as a remote backend would: the poller extends its leases on
+// timers instead of holding them (see poller.LocalSource).
+type remote struct{ poller.Source[string] }
+
 func TestExtensionKeepsSlowHandlerLeaseAlive(t *testing.T) {
 	mock, b, sub := newBroker(t) // visibility timeout 10s
 	ev := newEvents[string]()
 	calls := make(chan handlerCall)
 	// The default margin for a 10s lease is 2s; extend for at most 60s.
-	p, err := poller.New(sub, blockingHandler(calls), poller.WithExtension(0, time.Minute), ev.option())
+	p, err := poller.New(remote{sub}, blockingHandler(calls), poller.WithClock(mock), poller.WithExtension(0, time.Minute), ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +92,7 @@ func TestPrefetchedLeasesAreExtended(t *testing.T) {
 	mock, b, sub := newBroker(t)
 	ev := newEvents[string]()
 	calls := make(chan handlerCall)
-	p, err := poller.New(sub, blockingHandler(calls), poller.WithMaxOutstanding(2), poller.WithBatch(2), ev.option())
+	p, err := poller.New(remote{sub}, blockingHandler(calls), poller.WithClock(mock), poller.WithMaxOutstanding(2), poller.WithBatch(2), ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,5 +125,89 @@ func TestPrefetchedLeasesAreExtended(t *testing.T) {
 	}
 	if st := sub.Stats(); st.Acked != 2 || st.Redelivered != 0 {
 		t.Fatalf("sub stats %+v", st)
+	}
+}
+
+// A local source's lease is taken for the whole allowance: the handler
+// sees that deadline, nothing is extended, and the lease holds through any
+// jump of the clock short of the limit. At the limit the observer hears
+// that it lapses, and the message goes to another consumer.
+func TestLocalLeaseIsHeldToTheLimit(t *testing.T) {
+	mock, b, sub := newBroker(t) // visibility timeout 10s
+	ev := newEvents[string]()
+	calls := make(chan handlerCall)
+	p, err := poller.New(sub, blockingHandler(calls), poller.WithExtension(0, time.Minute), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, p)
+	awaitParked(t, sub, 1)
+	publish(t, b, "slow")
+	c := recv(t, calls)
+	if want := epoch.Add(time.Minute); !c.d.Deadline.Equal(want) {
+		t.Fatalf("the handler's lease ends at %v, want %v (the limit)", c.d.Deadline.Sub(epoch), want.Sub(epoch))
+	}
+	mock.Add(time.Minute - time.Nanosecond) // one jump, six visibility timeouts
+	if st := sub.Stats(); st.InFlight != 1 || st.Visible != 0 || st.Redelivered != 0 {
+		t.Fatalf("just before the limit: %+v, want the message in flight, not redelivered", st)
+	}
+	ev.none(t)
+
+	mock.Add(time.Nanosecond) // the limit: the lease lapses
+	e := ev.next(t, poller.OutcomeExtensionStopped)
+	if !errors.Is(e.Err, poller.ErrExtensionLimit) || e.SourceErr != nil || !e.Delivery.Deadline.Equal(epoch.Add(time.Minute)) {
+		t.Fatalf("extension stopped: %v / %v at %v, want ErrExtensionLimit at the limit", e.Err, e.SourceErr, e.Delivery.Deadline.Sub(epoch))
+	}
+	ds := sub.TryPoll(1)
+	if len(ds) != 1 || ds[0].Attempt != 2 || ds[0].ID != c.d.ID {
+		t.Fatalf("redelivery: %+v, want the message with Attempt 2", ds)
+	}
+	c.done <- nil
+	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
+		t.Fatalf("late Ack: %v, want ErrLeaseExpired", e.SourceErr)
+	}
+	if err := sub.Ack(ds[0].LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if st := p.Stats(); st.Extended != 0 || st.Errors != 1 || st.InFlight != 0 {
+		t.Fatalf("poller stats %+v, want no extension and the late Ack's error", st)
+	}
+}
+
+// A prefetched lease on a local source is held as a running one is, and
+// a drain releases it unspent.
+func TestLocalPrefetchedLeaseIsHeld(t *testing.T) {
+	mock, b, sub := newBroker(t)
+	ev := newEvents[string]()
+	calls := make(chan handlerCall)
+	p, err := poller.New(sub, blockingHandler(calls), poller.WithMaxOutstanding(2), poller.WithBatch(2), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "a", "b")
+	r := start(t, p)
+	c := recv(t, calls)
+	eventually(t, func() bool { return p.Stats().InFlight == 2 })
+	mock.Add(30 * time.Minute) // many visibility timeouts; half the default limit
+	if st := sub.Stats(); st.InFlight != 2 || st.Redelivered != 0 {
+		t.Fatalf("sub stats %+v, want both held", st)
+	}
+	r.cancel() // drain: "b" is released unspent, "a" finishes
+	if e := ev.next(t, poller.OutcomeReleased); e.Delivery.Payload != "b" || e.SourceErr != nil {
+		t.Fatalf("released %q (%v), want b", e.Delivery.Payload, e.SourceErr)
+	}
+	c.done <- nil
+	if e := ev.next(t, poller.OutcomeAcked); e.SourceErr != nil {
+		t.Fatal(e.SourceErr)
+	}
+	if err := r.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	ds := sub.TryPoll(2)
+	if len(ds) != 1 || ds[0].Payload != "b" || ds[0].Attempt != 1 {
+		t.Fatalf("after the drain: %+v, want b, attempt 1", ds)
 	}
 }

@@ -53,3 +53,39 @@ func TestStressHandlerTimeoutFiresOnTheAddThatReachesIt(t *testing.T) {
 		b.Close()
 	}
 }
+
+// A lease held by a running handler stays held, up to the extension limit,
+// however far one Add jumps: here from 0 to the lease's deadline, past the
+// point (24s) where a timer would have extended it. The handler's Ack then
+// succeeds and the message was never delivered twice.
+func TestStressHeldLeaseSurvivesOneJump(t *testing.T) {
+	for round := range stressRounds() {
+		mock, b, sub := newBroker(t, broker.WithVisibilityTimeout(30*time.Second))
+		ev := newEvents[string]()
+		calls := make(chan handlerCall, 2)
+		p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2), poller.WithBatch(1), ev.option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := start(t, p)
+		publish(t, b, "x")
+		c := recv(t, calls)    // the first worker runs the handler
+		awaitParked(t, sub, 1) // the second waits in Poll
+		mock.Add(30 * time.Second)
+		c.done <- nil
+		e := recv(t, ev.ch)
+		for e.Outcome == poller.OutcomeExtended || e.Outcome == poller.OutcomeExtensionStopped {
+			e = recv(t, ev.ch)
+		}
+		if e.Outcome != poller.OutcomeAcked || e.SourceErr != nil {
+			t.Fatalf("round %d: %v, source error %v, want acked (the lease lapsed under the handler)", round, e.Outcome, e.SourceErr)
+		}
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		if st := sub.Stats(); st.Acked != 1 || st.Redelivered != 0 {
+			t.Fatalf("round %d: subscription %+v, want one ack and no redelivery", round, st)
+		}
+		b.Close()
+	}
+}

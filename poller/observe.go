@@ -33,11 +33,14 @@ const (
 	// drain); the poller released the lease, so no attempt was spent.
 	OutcomeReleased
 	// OutcomeExtended: the poller extended the lease; the event's
-	// Delivery.Deadline is the new deadline.
+	// Delivery.Deadline is the new deadline. (A LocalSource's leases are
+	// held, never extended.)
 	OutcomeExtended
 	// OutcomeExtensionStopped: the poller will not extend the lease again
 	// (the extension limit was reached, or Extend failed); it lapses at
-	// Delivery.Deadline unless settled before.
+	// Delivery.Deadline unless settled before. A LocalSource's lease,
+	// held to the limit, reports it when the limit comes and the lease
+	// lapses.
 	OutcomeExtensionStopped
 )
 

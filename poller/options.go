@@ -49,7 +49,7 @@ func (c *config) fail(err error) {
 }
 
 // WithWorkers sets how many handlers may run at once (default 1). n must
-// be >= 0; 0 means the default.
+// be >= 0 and at most 524,288 (1<<19); 0 means the default.
 func WithWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {
@@ -81,7 +81,7 @@ func WithBatch(n int) Option {
 // n prefetches: up to n - workers messages wait in a local buffer, their
 // leases extended like those of running handlers, and a drain releases
 // them unspent. n must be 0 (the default) or at least the number of
-// workers.
+// workers, and at most 524,288 (1<<19).
 func WithMaxOutstanding(n int) Option {
 	return func(c *config) {
 		if n < 0 {
@@ -106,11 +106,13 @@ func WithHandlerTimeout(d time.Duration) Option {
 	}
 }
 
-// WithExtension tunes automatic lease extension. A held lease is extended
-// when the clock reaches its deadline less margin, each time by the lease's
+// WithExtension tunes how long the poller keeps the leases it holds. A
+// LocalSource's lease is taken for limit at once (see LocalSource) and
+// margin does not apply. Another source's lease is extended when the
+// clock reaches its deadline less margin, each time by the lease's
 // original length (its Deadline less the time it was received), but never
-// past limit after its receipt; after that it is left to lapse, so that a
-// stuck handler lets its message go to another consumer.
+// past limit after its receipt. Past the limit a lease is left to lapse,
+// so that a stuck handler lets its message go to another consumer.
 //
 // margin 0 means a fifth of the lease length, but at least the lesser of
 // one second and half the lease; a margin not shorter than the lease

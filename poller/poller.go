@@ -46,6 +46,29 @@ type DelayFailer interface {
 	FailAfter(id lease.ID, delay time.Duration, cause error) error
 }
 
+// LocalSource is implemented by a Source that is a queue in the poller's
+// own process, as a *broker.Subscription is: Config reports its settings,
+// its clock among them, and PollWithVisibility leases for a length of the
+// caller's. Such a lease cannot outlive the process holding it, and it
+// lapses only when the queue next reads its clock, never by a timer.
+//
+// So the poller does not extend a LocalSource's leases as they near their
+// deadlines: it takes each for the whole extension allowance at once
+// (PollWithVisibility with the limit set by WithExtension, one hour by
+// default, when that is longer than the subscription's visibility
+// timeout). A lease then stays held while the pool holds it, up to that
+// limit, however far a mock clock moves in one Add: the outcome does not
+// depend on when a timer's goroutine runs. A handler that finishes
+// settles it at once, and a drain releases what no handler started, as
+// with any source. Other sources, remote ones, get a short lease that the
+// poller extends on timers, so that a pool that dies lets its messages go
+// after one visibility timeout.
+type LocalSource[T any] interface {
+	Source[T]
+	Config() queue.Config
+	PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error)
+}
+
 // Handler processes one delivery. Its result settles the lease: nil acks
 // it; an error made by RetryAfter fails it with that delay (FailAfter, or
 // Nack on a source without it); one made by
@@ -76,17 +99,23 @@ const (
 )
 
 // Poller is a pool of workers that pulls deliveries from a Source, runs a
-// Handler on each and settles its lease by the result, extending the
-// leases it holds as they near their deadlines. Create one with New and
+// Handler on each and settles its lease by the result, keeping the leases
+// it holds from lapsing (see WithExtension). Create one with New and
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter Rejecter    // src as a Rejecter; nil if it is not one
-	failer   DelayFailer // src as a DelayFailer; nil if it is not one
+	rejecter Rejecter       // src as a Rejecter; nil if it is not one
+	failer   DelayFailer    // src as a DelayFailer; nil if it is not one
+	local    LocalSource[T] // src as a LocalSource whose leases the poller takes for hold; nil otherwise
+	hold     time.Duration  // the lease length it polls local with
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
 	active   atomic.Bool    // a Run is active
+
+	runMu   sync.Mutex
+	cur     *run[T]       // the active run; nil when none
+	started chan struct{} // closed when a run starts; nil when none wait
 
 	polled, acked, retried, deadLettered atomic.Uint64
 	extended, released, panics, errs     atomic.Uint64
@@ -123,6 +152,9 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	if cfg.maxOutstanding == 0 {
 		cfg.maxOutstanding = cfg.workers
 	}
+	if cfg.workers > maxPool || cfg.maxOutstanding > maxPool {
+		return nil, core.Invalid("WithWorkers %d, WithMaxOutstanding %d: must be at most %d", cfg.workers, cfg.maxOutstanding, maxPool)
+	}
 	if cfg.maxOutstanding < cfg.workers {
 		return nil, core.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
 	}
@@ -132,15 +164,26 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	if cfg.maxExtension == 0 {
 		cfg.maxExtension = defaultMaxExtension
 	}
+	var qcfg queue.Config // the source's settings, if it reports them
+	if s, ok := src.(interface{ Config() queue.Config }); ok {
+		qcfg = s.Config()
+	}
 	if cfg.clock == nil {
-		if s, ok := src.(interface{ Config() queue.Config }); ok {
-			cfg.clock = s.Config().Clock
-		}
+		cfg.clock = qcfg.Clock
 		if cfg.clock == nil {
 			cfg.clock = clock.New()
 		}
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
+	if local, ok := src.(LocalSource[T]); ok && cfg.maxExtension != NoExtension {
+		visibility := qcfg.VisibilityTimeout
+		if visibility == 0 {
+			visibility = queue.DefaultVisibilityTimeout
+		}
+		if cfg.maxExtension > visibility {
+			p.local, p.hold = local, cfg.maxExtension
+		}
+	}
 	p.rejecter, _ = src.(Rejecter)
 	p.failer, _ = src.(DelayFailer)
 	var fs []func(Event[T])
@@ -188,7 +231,7 @@ func (p *Poller[T]) Stats() Stats {
 //
 // When ctx is done Run drains: it stops polling, releases every message
 // leased but not started (its attempt not spent), lets running handlers
-// finish and settles their leases, still extending them. Handler contexts
+// finish and settles their leases, still keeping them. Handler contexts
 // are not cancelled until the drain timeout (WithDrainTimeout) passes;
 // then they are, with cause ErrDrainTimeout, and Run waits for the
 // handlers to return. Run then returns nil.
@@ -274,9 +317,32 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 		slots:  make(chan struct{}, p.cfg.maxOutstanding),
 		kick:   make(chan struct{}, 1),
 		due:    newDue[T](),
+		ended:  make(chan struct{}),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
+	r.pollCtx = pollCtx
+	if p.local != nil {
+		r.rest.parking = core.NewParking(r.change)
+		r.pollCtx = core.WithParking(pollCtx, r.rest.parking)
+	}
+	if p.cfg.handlerTimeout > 0 {
+		r.rest.timeouts = make(map[*timeoutCtx]struct{})
+	}
+	r.motion.w.Store(uint64(p.cfg.workers) + 1) // each worker and the poll loop start busy
+	p.runMu.Lock()
+	p.cur = r
+	if p.started != nil {
+		close(p.started)
+		p.started = nil
+	}
+	p.runMu.Unlock()
+	defer func() {
+		p.runMu.Lock()
+		p.cur = nil
+		p.runMu.Unlock()
+		close(r.ended)
+	}()
 
 	// The idle watcher: once it has an answer it stops the polling, so
 	// that the run drains.

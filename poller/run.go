@@ -31,10 +31,13 @@ func (r *run[T]) drain(err error) {
 	if err != nil { // the source closed: nothing a handler finishes can be settled
 		r.cancelHandlers(err)
 	} else {
-		drain = wake.After(p.cfg.clock, p.cfg.drainTimeout)
+		at := p.cfg.clock.Now().Add(p.cfg.drainTimeout)
+		drain = wake.At(p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
+		r.rest.drainAt.Store(at.UnixNano())
 	}
 	close(r.work)
 	for it := range r.work { // the workers release what they take, too
+		r.move(-queuedOne)
 		r.release(it)
 	}
 	done := make(chan struct{})
@@ -42,12 +45,16 @@ func (r *run[T]) drain(err error) {
 		r.workers.Wait()
 		close(done)
 	}()
+	r.loopTo(loopMoving, loopDone)
 	if drain.C != nil {
 		select {
 		case <-done:
 		case <-drain.C:
+			r.loopTo(loopDone, loopMoving)
 			p.logf(slog.LevelWarn, "poller: drain timed out; cancelling running handlers", "running", p.running.Load())
 			r.cancelHandlers(ErrDrainTimeout)
+			r.rest.drainAt.Store(0)
+			r.loopTo(loopMoving, loopDone)
 			<-done
 		}
 		drain.Stop()
@@ -61,6 +68,7 @@ type run[T any] struct {
 	p              *Poller[T]
 	runCtx         context.Context         // the ctx given to Run
 	ctx            context.Context         // Run's, or an earlier stop (idle): when it is done, the drain starts
+	pollCtx        context.Context         // ctx, carrying rest.parking for a LocalSource's Polls
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
@@ -70,6 +78,10 @@ type run[T any] struct {
 	closed         atomic.Bool // the source is closed
 
 	kick chan struct{} // wakes extendLoop to look at the heap again
+
+	motion motion        // what the goroutines are doing, for AwaitQuiet
+	rest   rest          // what else AwaitQuiet reads
+	ended  chan struct{} // closed when the run has ended
 
 	mu    sync.Mutex // guards everything below, and the guarded fields of every item
 	due   minheap.Heap[*item[T]]
@@ -89,7 +101,17 @@ func (r *run[T]) pollLoop() error {
 		if !ok {
 			return nil
 		}
-		ds, err := p.src.Poll(r.ctx, n)
+		var (
+			ds  []queue.Delivery[T]
+			err error
+		)
+		r.loopTo(loopMoving, loopPolling)
+		if p.local != nil {
+			ds, err = p.local.PollWithVisibility(r.pollCtx, n, p.hold) // held for the whole allowance: see LocalSource
+		} else {
+			ds, err = p.src.Poll(r.ctx, n)
+		}
+		r.loopTo(loopPolling, loopMoving)
 		if len(ds) > n { // a misbehaving source: hand back what there is no room for
 			for _, d := range ds[n:] {
 				r.releaseID(d)
@@ -101,6 +123,7 @@ func (r *run[T]) pollLoop() error {
 		}
 		if len(ds) > 0 {
 			p.polled.Add(uint64(len(ds)))
+			r.move(int64(len(ds)) * queuedOne) // before the sends: a worker takes them off
 			now := p.cfg.clock.Now()
 			for _, d := range ds {
 				it := r.newItem(d, now)
@@ -138,8 +161,15 @@ func (r *run[T]) pollLoop() error {
 func (r *run[T]) acquire() (int, bool) {
 	select {
 	case r.slots <- struct{}{}:
-	case <-r.ctx.Done():
-		return 0, false
+	default:
+		r.loopTo(loopMoving, loopRoom)
+		select {
+		case r.slots <- struct{}{}:
+		case <-r.ctx.Done():
+			r.loopTo(loopRoom, loopMoving)
+			return 0, false
+		}
+		r.loopTo(loopRoom, loopMoving)
 	}
 	n := 1
 	for n < r.p.cfg.batch {
@@ -155,8 +185,12 @@ func (r *run[T]) acquire() (int, bool) {
 
 // wait waits d on the clock; it reports false if r.ctx ends first.
 func (r *run[T]) wait(d time.Duration) bool {
-	t := wake.After(r.p.cfg.clock, d)
+	at := r.p.cfg.clock.Now().Add(d)
+	t := wake.At(r.p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
 	defer t.Stop()
+	r.rest.backoffUntil.Store(at.UnixNano())
+	r.loopTo(loopMoving, loopBackoff)
+	defer r.loopTo(loopBackoff, loopMoving)
 	select {
 	case <-t.C:
 		return true
@@ -168,7 +202,14 @@ func (r *run[T]) wait(d time.Duration) bool {
 // worker runs handlers on what it takes from the work channel until it is
 // closed; once the run is stopping it releases what it takes instead.
 func (r *run[T]) worker() {
-	for it := range r.work {
+	for {
+		r.move(idleOne - busyOne)
+		it, ok := <-r.work
+		if !ok {
+			r.move(-idleOne)
+			return
+		}
+		r.move(busyOne - idleOne - queuedOne)
 		// runCtx too: a handler that returned because Run's ctx is done
 		// may see it done before its child, r.ctx, is cancelled.
 		if r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil {
@@ -195,14 +236,24 @@ func (r *run[T]) process(it *item[T]) {
 		// an Add had looked for due timers and before it moved its time,
 		// and then fire only at the next move.) Cancelling never blocks,
 		// and a second tick of a mock timer is harmless.
-		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() { cancel(context.DeadlineExceeded) })
+		tc := ctx.(*timeoutCtx)
+		r.rest.mu.Lock()
+		r.rest.timeouts[tc] = struct{}{}
+		r.rest.mu.Unlock()
+		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() {
+			cancel(context.DeadlineExceeded)
+			r.timedOut(tc)
+		})
 	}
 	p.running.Add(1)
+	r.move(-busyOne) // at rest while the handler runs (see AwaitQuiet)
 	err, returned := errGoexit, false
 	defer func() {
+		r.move(busyOne) // and, if the handler ended this goroutine, its replacement's (below)
 		p.running.Add(-1)
 		if timeout != nil {
 			timeout.Stop()
+			r.timedOut(ctx.(*timeoutCtx))
 		}
 		if cancel != nil {
 			cancel(nil)

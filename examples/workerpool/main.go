@@ -47,8 +47,10 @@ type config struct {
 
 // summary is what a run did.
 type summary struct {
-	Published, Delivered, Retried, DeadLettered, Redriven, Extended, Audited int
-	Elapsed                                                                  time.Duration
+	Published, Delivered, Retried, DeadLettered, Redriven, Audited int
+	Slow                                                           int // deliveries that outlived the visibility timeout, their leases held by the pool
+	Lost                                                           int // settles the broker refused: a lease lapsed under its handler
+	Elapsed                                                        time.Duration
 }
 
 func main() {
@@ -71,7 +73,8 @@ func main() {
 // attempt, one is broken until it is fixed, and some are slow.
 type endpoint struct {
 	cfg   config
-	fixed atomic.Bool // the poison webhook's endpoint has been repaired
+	fixed atomic.Bool  // the poison webhook's endpoint has been repaired
+	slow  atomic.Int64 // slow deliveries that completed
 }
 
 var errBadGateway = errors.New("502 Bad Gateway")
@@ -87,10 +90,13 @@ func (e *endpoint) deliver(ctx context.Context, d queue.Delivery[webhook]) error
 	}
 	work := e.cfg.Work
 	if w.N%100 == 50 {
-		work = e.cfg.Slow // longer than the lease: the pool extends it
+		work = e.cfg.Slow // longer than the visibility timeout: the pool holds the lease
 	}
 	select {
 	case <-time.After(work):
+		if work == e.cfg.Slow {
+			e.slow.Add(1)
+		}
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -169,7 +175,7 @@ wait:
 
 	s.Audited = audit.Stats().Visible
 	s.Delivered, s.Retried = int(c.delivered.Load()), int(c.retried.Load())
-	s.DeadLettered, s.Extended = int(c.dead.Load()), int(c.extended.Load())
+	s.DeadLettered, s.Lost, s.Slow = int(c.dead.Load()), int(c.lost.Load()), int(ep.slow.Load())
 	s.Elapsed = time.Since(start)
 	return s, ctx.Err()
 }
@@ -219,20 +225,20 @@ func publishAll(ctx context.Context, b *broker.Broker[webhook], n int) (int, err
 
 // counts are the pool's outcomes so far, as its observer sees them.
 type counts struct {
-	delivered, retried, dead, extended atomic.Int64
-	settled                            chan struct{} // a signal after each outcome
+	delivered, retried, dead, lost atomic.Int64
+	settled                        chan struct{} // a signal after each outcome
 }
 
 func (c *counts) observe(ev poller.Event[webhook]) {
-	switch ev.Outcome {
-	case poller.OutcomeAcked:
+	switch {
+	case ev.SourceErr != nil && ev.Outcome != poller.OutcomeReleased:
+		c.lost.Add(1) // the broker refused the settle: the message comes back
+	case ev.Outcome == poller.OutcomeAcked:
 		c.delivered.Add(1)
-	case poller.OutcomeRetried:
+	case ev.Outcome == poller.OutcomeRetried:
 		c.retried.Add(1)
-	case poller.OutcomeDeadLettered:
+	case ev.Outcome == poller.OutcomeDeadLettered:
 		c.dead.Add(1)
-	case poller.OutcomeExtended:
-		c.extended.Add(1)
 	}
 	select {
 	case c.settled <- struct{}{}:
@@ -246,8 +252,8 @@ func (c *counts) observe(ev poller.Event[webhook]) {
 func reporter(progress io.Writer, total int, c *counts, pool *poller.Poller[webhook]) (report, end func()) {
 	redraw := isTerminal(progress)
 	report = func() {
-		line := fmt.Sprintf("delivered %4d/%d  retried %3d  dead-lettered %d  extended %2d  in flight %2d",
-			c.delivered.Load(), total, c.retried.Load(), c.dead.Load(), c.extended.Load(), pool.Stats().InFlight)
+		line := fmt.Sprintf("delivered %4d/%d  retried %3d  dead-lettered %d  in flight %2d",
+			c.delivered.Load(), total, c.retried.Load(), c.dead.Load(), pool.Stats().InFlight)
 		if redraw {
 			fmt.Fprintf(progress, "\r%s ", line)
 		} else {
@@ -265,9 +271,9 @@ func reporter(progress io.Writer, total int, c *counts, pool *poller.Poller[webh
 
 func printSummary(w io.Writer, s summary) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "published\tdelivered\tretried\tdead-lettered\tredriven\textended\taudited\tthroughput\t")
-	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f/s\t\n", s.Published, s.Delivered, s.Retried, s.DeadLettered,
-		s.Redriven, s.Extended, s.Audited, float64(s.Delivered)/s.Elapsed.Seconds())
+	fmt.Fprintln(tw, "published\tdelivered\tretried\tdead-lettered\tredriven\tslow\tlost leases\taudited\tthroughput\t")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f/s\t\n", s.Published, s.Delivered, s.Retried, s.DeadLettered,
+		s.Redriven, s.Slow, s.Lost, s.Audited, float64(s.Delivered)/s.Elapsed.Seconds())
 	tw.Flush()
 }
 

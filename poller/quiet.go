@@ -1,0 +1,237 @@
+package poller
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasebus/leasebus/internal/core"
+)
+
+// maxPool bounds WithWorkers and WithMaxOutstanding, so that the counts of
+// a run's motion fit their fields of one word (see motion).
+const maxPool = 1 << 19
+
+// motion is what a run's goroutines are doing, packed in one word so that
+// AwaitQuiet reads all of it at one instant and every change is a single
+// atomic add. The fields, low bits first:
+//
+//	busy    20 bits  goroutines in motion: between one wait and the next
+//	idle    20 bits  workers waiting for work
+//	queued  20 bits  leases sent to the work channel, not yet taken
+//	loop     4 bits  where the poll loop is (loopMoving, loopRoom, ...)
+//
+// A goroutine counts as busy from the moment it stops waiting until it
+// waits again, and a wait that another goroutine ends is seen from the
+// word before the waiter runs: a lease sent to an idle worker is queued;
+// a slot freed for the poll loop is one fewer running handler (see
+// quiet). So no reader sees the run at rest while something of its own is
+// on its way.
+type motion struct{ w atomic.Uint64 }
+
+const (
+	busyOne   = 1
+	idleOne   = 1 << 20
+	queuedOne = 1 << 40
+	loopShift = 60
+	fieldMask = 1<<20 - 1
+)
+
+// The poll loop's places. Every place but loopMoving is a wait.
+const (
+	loopMoving  = iota // busy (counted in busy)
+	loopRoom           // waiting for a slot
+	loopPolling        // in the source's Poll
+	loopBackoff        // waiting out the backoff after a failed Poll
+	loopDone           // ended: the run drains, or waits for its workers
+)
+
+// move adds delta (a sum of the fields' ones, each signed) to the motion,
+// and wakes AwaitQuiet to look again.
+func (r *run[T]) move(delta int64) {
+	r.motion.w.Add(uint64(delta))
+	r.change()
+}
+
+// loopTo moves the poll loop from place from to place to: a wait counts
+// one busy goroutine fewer, a return from one one more.
+func (r *run[T]) loopTo(from, to int64) {
+	d := (to - from) << loopShift
+	switch {
+	case from == loopMoving && to != loopMoving:
+		d -= busyOne
+	case from != loopMoving && to == loopMoving:
+		d += busyOne
+	}
+	r.move(d)
+}
+
+// rest is what of a run AwaitQuiet reads beside its motion, and the
+// channel it waits on.
+type rest struct {
+	backoffUntil atomic.Int64 // the poll loop's backoff ends (Unix nanoseconds), in loopBackoff
+	drainAt      atomic.Int64 // the drain timeout (Unix nanoseconds); 0: none
+
+	parking *core.Parking // the Polls' parking, for a LocalSource; nil otherwise
+
+	mu       sync.Mutex
+	timeouts map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
+	changed  chan struct{}            // closed and dropped at a change; nil when none wait
+	waiters  atomic.Int32
+}
+
+// change wakes whoever waits in AwaitQuiet to look again.
+func (r *run[T]) change() {
+	if r.rest.waiters.Load() == 0 {
+		return
+	}
+	r.rest.mu.Lock()
+	if r.rest.changed != nil {
+		close(r.rest.changed)
+		r.rest.changed = nil
+	}
+	r.rest.mu.Unlock()
+}
+
+// quiet reports whether the run is at rest at the clock's now: every
+// goroutine waits for something only the test (or the source, or a
+// handler) can bring, and no timer of its own is due and not yet fired.
+func (r *run[T]) quiet() bool {
+	w := r.motion.w.Load()
+	running := r.p.running.Load() // after w: a handler that returned since is busy in w, or one fewer here
+	busy, idle, queued := w&fieldMask, w>>20&fieldMask, w>>40&fieldMask
+	if busy > 0 || idle > 0 && queued > 0 {
+		return false
+	}
+	now := r.p.cfg.clock.Now()
+	loop := w >> loopShift
+	if loop != loopDone && r.ctx.Err() != nil {
+		return false // the poll loop is on its way to the drain
+	}
+	switch loop {
+	case loopRoom:
+		// Every slot is a running handler or a lease queued for one;
+		// otherwise one was freed for the loop, which has yet to run.
+		if running+int64(queued) < int64(r.p.cfg.maxOutstanding) {
+			return false
+		}
+	case loopPolling:
+		if r.rest.parking != nil && !r.rest.parking.Parked(now) {
+			return false
+		}
+	case loopBackoff:
+		if !now.Before(time.Unix(0, r.rest.backoffUntil.Load())) {
+			return false
+		}
+	case loopDone:
+		if at := r.rest.drainAt.Load(); at != 0 && !now.Before(time.Unix(0, at)) {
+			return false
+		}
+	default:
+		return false
+	}
+	r.rest.mu.Lock()
+	for tc := range r.rest.timeouts {
+		if !now.Before(tc.deadline) {
+			r.rest.mu.Unlock()
+			return false // its cancel is on its way
+		}
+	}
+	r.rest.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var next time.Time
+	if r.due.Len() > 0 {
+		next = r.due.S[0].next()
+	}
+	return r.armed.Equal(next) && (next.IsZero() || now.Before(next))
+}
+
+// AwaitQuiet blocks until the pool is running and at rest: every worker
+// either waits for work or runs a handler, the poll loop waits in the
+// source's Poll (parked there, on a LocalSource such as a
+// *broker.Subscription: nothing it could lease), for room or out a
+// backoff, and none of the pool's own timers (a handler timeout, a lease
+// extension, the backoff, the drain timeout) has come due without its
+// work being done. A test on a mock clock calls it before Add, so that
+// what the Add does depends only on what the test did before: the pool
+// is not still on its way to a Poll or a handler, nor settling a lease.
+//
+// Where Subscription.AwaitParked counts Polls (a pool polls from one
+// goroutine, however many workers wait), AwaitQuiet is about the pool:
+// after it, a message published or made visible by an Add goes to a
+// worker, and a handler whose timeout the Add reaches has its context
+// cancelled.
+//
+// A handler is the test's own code: one the test lets return, or whose
+// context is cancelled, still counts as running until it has returned,
+// so to see a handler's result settled wait for its outcome (WithObserver,
+// or the source's state), then for quiet. On a source other than a
+// LocalSource, a Poll counts as parked as soon as it is called.
+//
+// Quiet is a moment: anything that can wake the pool (a publish, an Add,
+// a handler's return) ends it. AwaitQuiet returns nil when the pool is
+// quiet or when the run it waited on has ended (RunUntilIdle ends its run
+// at idle), and ctx's error if ctx ends first. Called while no Run or
+// RunUntilIdle is active, it waits for one to start. A nil ctx is an
+// invalid argument.
+func (p *Poller[T]) AwaitQuiet(ctx context.Context) error {
+	if ctx == nil {
+		return core.Invalid("AwaitQuiet: nil context")
+	}
+	for {
+		p.runMu.Lock()
+		r := p.cur
+		started := p.started
+		if started == nil {
+			started = make(chan struct{})
+			p.started = started
+		}
+		p.runMu.Unlock()
+		if r == nil {
+			select {
+			case <-started:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		r.rest.mu.Lock()
+		ch := r.rest.changed
+		if ch == nil {
+			ch = make(chan struct{})
+			r.rest.changed = ch
+		}
+		r.rest.mu.Unlock()
+		r.rest.waiters.Add(1)
+		quiet := r.quiet()
+		if quiet {
+			r.rest.waiters.Add(-1)
+			return nil
+		}
+		var ended bool
+		select {
+		case <-ch:
+		case <-r.ended:
+			ended = true
+		case <-ctx.Done():
+		}
+		r.rest.waiters.Add(-1)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if ended {
+			return nil // nothing of that run moves any more
+		}
+	}
+}
+
+// timedOut forgets a handler's timeout: it fired (its context is
+// cancelled), or the handler returned first.
+func (r *run[T]) timedOut(tc *timeoutCtx) {
+	r.rest.mu.Lock()
+	delete(r.rest.timeouts, tc)
+	r.rest.mu.Unlock()
+	r.change()
+}
