@@ -449,3 +449,48 @@ func TestRunUntilIdleWakesForTheTTLOfADelayedMessage(t *testing.T) {
 		}
 	})
 }
+
+// A handler that outlives its lease (extension off) still runs when the
+// message, delivered again to another worker and acked there, leaves the
+// subscription idle. The run is not done: the slow handler publishes a
+// follow-up before it returns, and RunUntilIdle handles that too before it
+// returns nil. (It used to stop at the subscription's idle moment, drain,
+// and return nil with the follow-up visible.)
+func TestRunUntilIdleWaitsForAHandlerThatOutlivedItsLease(t *testing.T) {
+	mock, b, sub := newBroker(t) // visibility 10s
+	ev := newEvents[string]()
+	calls := make(chan handlerCall, 2)
+	p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2),
+		poller.WithExtension(0, poller.NoExtension), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "first")
+	r := startUntilIdle(t, context.Background(), p)
+	slow := recv(t, calls)
+	awaitQuiet(t, p)
+	mock.Add(10 * time.Second) // the slow handler's lease lapses
+	again := recv(t, calls)
+	if again.d.Attempt != 2 {
+		t.Fatalf("redelivery: attempt %d, want 2", again.d.Attempt)
+	}
+	again.done <- nil
+	ev.next(t, poller.OutcomeAcked) // the subscription is idle; the slow handler runs on
+	awaitQuiet(t, p)                // RunUntilIdle's watcher has seen the idle subscription
+	publish(t, b, "follow-up")      // as the slow handler's last act
+	slow.done <- nil
+	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseNotFound) {
+		t.Fatalf("the slow handler's Ack: %v, want ErrLeaseNotFound (the message was acked)", e.SourceErr)
+	}
+	follow := recv(t, calls)
+	if follow.d.Payload != "follow-up" {
+		t.Fatalf("handled %q, want the follow-up", follow.d.Payload)
+	}
+	follow.done <- nil
+	if err := r.wait(t); err != nil {
+		t.Fatalf("RunUntilIdle: %v", err)
+	}
+	if st := sub.Stats(); st.Visible != 0 || st.InFlight != 0 || st.Acked != 2 {
+		t.Fatalf("after RunUntilIdle: %+v, want both messages acked", st)
+	}
+}

@@ -49,7 +49,7 @@ func (c *config) fail(err error) {
 }
 
 // WithWorkers sets how many handlers may run at once (default 1). n must
-// be >= 0 and at most 524,288 (1<<19); 0 means the default.
+// be >= 0 and at most 262,144 (1<<18); 0 means the default.
 func WithWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {
@@ -81,7 +81,7 @@ func WithBatch(n int) Option {
 // n prefetches: up to n - workers messages wait in a local buffer, their
 // leases extended like those of running handlers, and a drain releases
 // them unspent. n must be 0 (the default) or at least the number of
-// workers, and at most 524,288 (1<<19).
+// workers, and at most 262,144 (1<<18).
 func WithMaxOutstanding(n int) Option {
 	return func(c *config) {
 		if n < 0 {

@@ -266,20 +266,24 @@ type IdleAwaiter interface {
 }
 
 // RunUntilIdle is Run for a batch: it runs the pool until the source is
-// idle — nothing visible, delayed, in flight or held back — then drains as
-// Run does when its context ends (there is nothing left to release or
-// finish, unless something was published meanwhile) and returns nil. Every
-// message has then been acked or dead-lettered (or dropped by the source).
+// idle — nothing visible, delayed, in flight or held back — while the pool
+// holds no lease and runs no handler, then drains as Run does when its
+// context ends (there is nothing left to release or finish, unless
+// something was published meanwhile) and returns nil. Every message has
+// then been acked or dead-lettered (or dropped by the source).
 //
 // The source must implement IdleAwaiter; if it does not, RunUntilIdle
 // returns an error matching queue.ErrInvalidArgument at once.
 //
 // The source is never idle while the pool holds a lease, so a handler may
 // publish follow-up work to the same source: the new message is held
-// before the handler's own lease is settled, and the run goes on. Work
-// published by anyone else after the idle moment is left for another run.
-// A delayed message (a publish delay, a retry's backoff) keeps the source
-// busy: the pool waits for it on the source's clock.
+// before the handler's own lease is settled, and the run goes on. A
+// handler that outlived its lease (its message settled by another
+// delivery) keeps the run going too, until it returns, so what it
+// publishes meanwhile is handled in this run. Work published by anyone
+// else after the idle moment is left for another run. A delayed message
+// (a publish delay, a retry's backoff) keeps the source busy: the pool
+// waits for it on the source's clock.
 //
 // If ctx ends first, RunUntilIdle drains as Run does and returns ctx's
 // error (not nil, so that a nil error always means the work is done). If
@@ -325,6 +329,7 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	if p.local != nil {
 		r.rest.parking = core.NewParking(r.change)
 		r.pollCtx = core.WithParking(pollCtx, r.rest.parking)
+		r.rest.idleParking = core.NewParking(r.change)
 	}
 	if p.cfg.handlerTimeout > 0 {
 		r.rest.timeouts = make(map[*timeoutCtx]struct{})
@@ -349,8 +354,10 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	var watcher sync.WaitGroup
 	idleErr := make(chan error, 1) // AwaitIdle's result, sent before polling stops
 	if idle != nil {
+		r.motion.w.Add(busyOne + watchMoving<<watchShift)
 		watcher.Go(func() {
-			idleErr <- idle.AwaitIdle(pollCtx)
+			idleErr <- r.watchIdle(idle)
+			r.watchTo(watchMoving, watchOff)
 			stopPolling()
 		})
 	}

@@ -11,16 +11,17 @@ import (
 
 // maxPool bounds WithWorkers and WithMaxOutstanding, so that the counts of
 // a run's motion fit their fields of one word (see motion).
-const maxPool = 1 << 19
+const maxPool = 1 << 18
 
 // motion is what a run's goroutines are doing, packed in one word so that
 // AwaitQuiet reads all of it at one instant and every change is a single
 // atomic add. The fields, low bits first:
 //
-//	busy    20 bits  goroutines in motion: between one wait and the next
-//	idle    20 bits  workers waiting for work
-//	queued  20 bits  leases sent to the work channel, not yet taken
-//	loop     4 bits  where the poll loop is (loopMoving, loopRoom, ...)
+//	busy    19 bits  goroutines in motion: between one wait and the next
+//	idle    19 bits  workers waiting for work
+//	queued  19 bits  leases sent to the work channel, not yet taken
+//	loop     3 bits  where the poll loop is (loopMoving, loopRoom, ...)
+//	watch    2 bits  where RunUntilIdle's watcher is (watchOff, ...)
 //
 // A goroutine counts as busy from the moment it stops waiting until it
 // waits again, and a wait that another goroutine ends is seen from the
@@ -31,11 +32,12 @@ const maxPool = 1 << 19
 type motion struct{ w atomic.Uint64 }
 
 const (
-	busyOne   = 1
-	idleOne   = 1 << 20
-	queuedOne = 1 << 40
-	loopShift = 60
-	fieldMask = 1<<20 - 1
+	busyOne    = 1
+	idleOne    = 1 << 19
+	queuedOne  = 1 << 38
+	loopShift  = 57
+	watchShift = 60
+	fieldMask  = 1<<19 - 1
 )
 
 // The poll loop's places. Every place but loopMoving is a wait.
@@ -47,6 +49,15 @@ const (
 	loopDone           // ended: the run drains, or waits for its workers
 )
 
+// The idle watcher's places (RunUntilIdle). Every place but watchMoving
+// is a wait, or the end.
+const (
+	watchOff    = iota // none, or it has ended
+	watchMoving        // busy (counted in busy)
+	watchSource        // in the source's AwaitIdle
+	watchPool          // the source is idle; waiting for the pool's leases to end
+)
+
 // move adds delta (a sum of the fields' ones, each signed) to the motion,
 // and wakes AwaitQuiet to look again.
 func (r *run[T]) move(delta int64) {
@@ -56,15 +67,20 @@ func (r *run[T]) move(delta int64) {
 
 // loopTo moves the poll loop from place from to place to: a wait counts
 // one busy goroutine fewer, a return from one one more.
-func (r *run[T]) loopTo(from, to int64) {
-	d := (to - from) << loopShift
+func (r *run[T]) loopTo(from, to int64) { r.move(placeDelta(from, to, loopMoving, loopShift)) }
+
+// watchTo moves the idle watcher from place from to place to.
+func (r *run[T]) watchTo(from, to int64) { r.move(placeDelta(from, to, watchMoving, watchShift)) }
+
+func placeDelta(from, to, moving int64, shift uint) int64 {
+	d := (to - from) << shift
 	switch {
-	case from == loopMoving && to != loopMoving:
+	case from == moving && to != moving:
 		d -= busyOne
-	case from != loopMoving && to == loopMoving:
+	case from != moving && to == moving:
 		d += busyOne
 	}
-	r.move(d)
+	return d
 }
 
 // rest is what of a run AwaitQuiet reads beside its motion, and the
@@ -73,7 +89,8 @@ type rest struct {
 	backoffUntil atomic.Int64 // the poll loop's backoff ends (Unix nanoseconds), in loopBackoff
 	drainAt      atomic.Int64 // the drain timeout (Unix nanoseconds); 0: none
 
-	parking *core.Parking // the Polls' parking, for a LocalSource; nil otherwise
+	parking     *core.Parking // the Polls' parking, for a LocalSource; nil otherwise
+	idleParking *core.Parking // the idle watcher's, for a LocalSource; nil otherwise
 
 	mu       sync.Mutex
 	timeouts map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
@@ -100,12 +117,22 @@ func (r *run[T]) change() {
 func (r *run[T]) quiet() bool {
 	w := r.motion.w.Load()
 	running := r.p.running.Load() // after w: a handler that returned since is busy in w, or one fewer here
-	busy, idle, queued := w&fieldMask, w>>20&fieldMask, w>>40&fieldMask
+	busy, idle, queued := w&fieldMask, w>>19&fieldMask, w>>38&fieldMask
 	if busy > 0 || idle > 0 && queued > 0 {
 		return false
 	}
 	now := r.p.cfg.clock.Now()
-	loop := w >> loopShift
+	switch w >> watchShift & 3 {
+	case watchSource:
+		if r.rest.idleParking != nil && !r.rest.idleParking.Parked(now) {
+			return false // the source is idle, or due to be: the watcher is on its way
+		}
+	case watchPool:
+		if r.p.inFlight.Load() == 0 {
+			return false // the pool's last lease ended: the watcher is on its way
+		}
+	}
+	loop := w >> loopShift & 7
 	if loop != loopDone && r.ctx.Err() != nil {
 		return false // the poll loop is on its way to the drain
 	}
@@ -234,4 +261,60 @@ func (r *run[T]) timedOut(tc *timeoutCtx) {
 	delete(r.rest.timeouts, tc)
 	r.rest.mu.Unlock()
 	r.change()
+}
+
+// watchIdle is RunUntilIdle's watcher: it returns nil once the source is
+// idle and the pool holds no lease, both at once, so that no handler is
+// running when the run stops; or the error of the source's AwaitIdle.
+// The source alone can be idle while a handler runs: one whose lease
+// lapsed and whose message was settled by another delivery. What that
+// handler does before it returns (a follow-up publish) keeps the run
+// going.
+func (r *run[T]) watchIdle(idle IdleAwaiter) error {
+	ctx := r.ctx
+	if r.rest.idleParking != nil {
+		ctx = core.WithParking(ctx, r.rest.idleParking)
+	}
+	for {
+		r.watchTo(watchMoving, watchSource)
+		err := idle.AwaitIdle(ctx)
+		r.watchTo(watchSource, watchMoving)
+		if err != nil {
+			return err
+		}
+		if r.p.inFlight.Load() == 0 {
+			return nil
+		}
+		if err := r.awaitPool(); err != nil {
+			return err
+		}
+	}
+}
+
+// awaitPool waits until the pool holds no lease, or r.ctx ends.
+func (r *run[T]) awaitPool() error {
+	r.rest.waiters.Add(1)
+	defer r.rest.waiters.Add(-1)
+	for {
+		r.watchTo(watchMoving, watchPool) // before the channel: the move closes the one there is
+		r.rest.mu.Lock()
+		ch := r.rest.changed
+		if ch == nil {
+			ch = make(chan struct{})
+			r.rest.changed = ch
+		}
+		r.rest.mu.Unlock()
+		if r.p.inFlight.Load() == 0 {
+			r.watchTo(watchPool, watchMoving)
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+		}
+		r.watchTo(watchPool, watchMoving)
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+	}
 }

@@ -251,7 +251,7 @@ func TestAwaitQuietEdges(t *testing.T) {
 func TestPoolSizeLimit(t *testing.T) {
 	_, _, sub := newBroker(t)
 	h := func(context.Context, queue.Delivery[string]) error { return nil }
-	for _, opt := range []poller.Option{poller.WithWorkers(1<<19 + 1), poller.WithMaxOutstanding(1<<19 + 1)} {
+	for _, opt := range []poller.Option{poller.WithWorkers(1<<18 + 1), poller.WithMaxOutstanding(1<<18 + 1)} {
 		if _, err := poller.New(sub, h, opt); !errors.Is(err, queue.ErrInvalidArgument) {
 			t.Fatalf("New: %v, want ErrInvalidArgument", err)
 		}

@@ -7,12 +7,14 @@ import (
 )
 
 // Parking tells whoever made a Poll whether that Poll is parked: waiting
-// with nothing it could lease, its wake-up armed. The poller passes one in
-// its Polls' context (WithParking) to know when its pool is at rest
-// (poller's AwaitQuiet). Its state changes under the queue's lock, so it
-// is never behind the queue: a publish that wakes the Poll clears it
-// before Offer returns, and a Poll whose wake-up time the clock has
-// reached no longer counts as parked, though its goroutine has yet to run.
+// with nothing it could lease, its wake-up armed (or an AwaitIdle waiting
+// for the queue to empty). The poller passes one in the context of its
+// Polls and of its AwaitIdle (WithParking) to know when its pool is at
+// rest (poller's AwaitQuiet). Its state changes under the queue's lock,
+// so it is never behind the queue: a publish that wakes the Poll (an ack
+// that empties the queue) clears it before the call returns, and a wait
+// whose wake-up time the clock has reached no longer counts as parked,
+// though its goroutine has yet to run.
 type Parking struct {
 	mu     sync.Mutex
 	parked bool
@@ -79,4 +81,43 @@ func (q *Queue[T]) unparkLocked(pk *Parking) {
 		}
 	}
 	pk.set(false, false, time.Time{})
+}
+
+// parkIdle marks the Parking of an AwaitIdle's ctx, if it has one, until
+// the queue signals idle (ch closed) or unparkIdle; due is its wake-up
+// (farTick: none).
+func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Parking {
+	pk, _ := ctx.Value(parkingKey{}).(*Parking)
+	if pk == nil {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	select {
+	case <-ch: // signalled meanwhile: not waiting
+		return nil
+	default:
+	}
+	pk.set(true, due != farTick, q.timeOf(due))
+	q.idleParkings = append(q.idleParkings, pk)
+	return pk
+}
+
+// unparkIdle ends an AwaitIdle's wait: its Parking, if signalIdleLocked
+// has not cleared it.
+func (q *Queue[T]) unparkIdle(pk *Parking) {
+	if pk == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, p := range q.idleParkings {
+		if p == pk {
+			last := len(q.idleParkings) - 1
+			q.idleParkings[i], q.idleParkings[last] = q.idleParkings[last], nil
+			q.idleParkings = q.idleParkings[:last]
+			pk.set(false, false, time.Time{})
+			return
+		}
+	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -69,5 +70,38 @@ func TestParkingFollowsThePoll(t *testing.T) {
 	}
 	if len(notified) == 0 {
 		t.Fatal("no change was notified")
+	}
+}
+
+// An AwaitIdle made with a Parking marks it while it waits: the ack that
+// empties the queue clears it before Ack returns; a clock at the next due
+// event reads it as not parked.
+func TestParkingFollowsAwaitIdle(t *testing.T) {
+	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	pk := NewParking(nil)
+	ctx := WithParking(context.Background(), pk)
+	offer(t, q, "a", 0)
+	d := pollNow(t, q)
+	done := make(chan error, 1)
+	go func() { done <- q.AwaitIdle(ctx) }()
+	now := mock.Now()
+	guard := time.Now().Add(idleGuard)
+	for !pk.Parked(now) { // no channel announces that it waits
+		if time.Now().After(guard) {
+			t.Fatal("AwaitIdle never parked")
+		}
+		runtime.Gosched()
+	}
+	if pk.Parked(now.Add(10 * time.Second)) {
+		t.Fatal("parked at the lease's deadline, when time alone can empty the queue")
+	}
+	if err := q.Ack(d.LeaseID); err != nil {
+		t.Fatal(err)
+	}
+	if pk.Parked(now) {
+		t.Fatal("still parked after the Ack that emptied the queue returned")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

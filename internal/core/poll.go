@@ -253,14 +253,17 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 		if due != farTick {
 			t = wake.At(q.clock, q.timeOf(due)) // armed outside the lock, as Poll's
 		}
+		pk := q.parkIdle(ctx, ch, due)
 		select {
 		case <-ch:
 		case <-t.C: // nil, so never, when nothing is due
 		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
 		}
 		t.Stop()
+		q.unparkIdle(pk)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
 }
 
@@ -274,6 +277,11 @@ func (q *Queue[T]) signalIdleLocked() {
 	if q.idle != nil && (q.idleLocked() || q.closed) {
 		close(q.idle)
 		q.idle = nil
+		for i, pk := range q.idleParkings {
+			pk.set(false, false, time.Time{})
+			q.idleParkings[i] = nil
+		}
+		q.idleParkings = q.idleParkings[:0]
 	}
 }
 

@@ -68,12 +68,13 @@ type Queue[T any] struct {
 	swept        chan struct{}           // closed and dropped when it is done (or the queue closes); nil when none wait
 	sweepWaiters int                     // calls waiting for it
 
-	wake     chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
-	parked   int           // Polls waiting with their timer armed
-	parkCh   chan struct{} // closed and dropped when parked changes
-	parkings []*Parking    // those of the parked Polls that have one (WithParking)
-	room     chan struct{} // closed and dropped when room appears (OverflowBlock)
-	idle     chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait
+	wake         chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
+	parked       int           // Polls waiting with their timer armed
+	parkCh       chan struct{} // closed and dropped when parked changes
+	parkings     []*Parking    // those of the parked Polls that have one (WithParking)
+	idleParkings []*Parking    // those of the waiting AwaitIdle calls that have one
+	room         chan struct{} // closed and dropped when room appears (OverflowBlock)
+	idle         chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait
 	// handing counts unlocks handing dead letters to onDead: until they
 	// are done the queue is not idle, so that AwaitIdle never returns
 	// before the broker holds the letters (DeadLetters shows them).
