@@ -89,3 +89,87 @@ func TestStressHeldLeaseSurvivesOneJump(t *testing.T) {
 		b.Close()
 	}
 }
+
+// The pool at rest (AwaitQuiet) before an Add: the delayed message the Add
+// makes visible is running in a handler by the time the pool is at rest
+// again, every round, with nothing waited for in between.
+func TestStressAwaitQuietBeforeAndAfterAnAdd(t *testing.T) {
+	for round := range stressRounds() {
+		mock, b, sub := newBroker(t)
+		calls := make(chan handlerCall, 1)
+		p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2), poller.WithHandlerTimeout(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := start(t, p)
+		if _, err := b.Publish(context.Background(), "jobs", "later", broker.WithDelay(10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		awaitQuiet(t, p)
+		mock.Add(10 * time.Second)
+		awaitQuiet(t, p)
+		if st := p.Stats(); st.Running != 1 {
+			t.Fatalf("round %d: %+v, want the message running", round, st)
+		}
+		c := <-calls
+		mock.Add(time.Minute) // its timeout
+		awaitQuiet(t, p)
+		if c.ctx.Err() == nil {
+			t.Fatalf("round %d: the handler's context is live after the Add that reached its timeout", round)
+		}
+		c.done <- nil
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		b.Close()
+	}
+}
+
+// Idle is exact: a subscription that time alone empties (a TTL) ends the
+// wait of AwaitIdle on the Add that reaches it; and RunUntilIdle waits for
+// a handler that outlived its lease, and handles what it published.
+func TestStressIdleIsExact(t *testing.T) {
+	for round := range stressRounds() {
+		mock, b, sub := newBroker(t)
+		if _, err := b.Publish(context.Background(), "jobs", "short-lived", broker.WithTTL(50*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		idle := make(chan error, 1)
+		go func() { idle <- sub.AwaitIdle(context.Background()) }()
+		// Before AwaitIdle parks or after, the Add ends its wait: it reads
+		// the clock when it starts and arms its wake-up for the TTL.
+		mock.Add(50 * time.Millisecond)
+		if err := recv(t, idle); err != nil {
+			t.Fatalf("round %d: AwaitIdle: %v", round, err)
+		}
+
+		ev := newEvents[string]()
+		calls := make(chan handlerCall, 2)
+		p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2),
+			poller.WithExtension(0, poller.NoExtension), ev.option())
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish(t, b, "first")
+		r := startUntilIdle(t, context.Background(), p)
+		slow := recv(t, calls)
+		awaitQuiet(t, p)
+		mock.Add(10 * time.Second) // the slow handler's lease lapses
+		again := recv(t, calls)
+		again.done <- nil
+		ev.next(t, poller.OutcomeAcked)
+		awaitQuiet(t, p)
+		publish(t, b, "follow-up")
+		slow.done <- nil
+		ev.next(t, poller.OutcomeAcked)
+		follow := recv(t, calls)
+		follow.done <- nil
+		if err := r.wait(t); err != nil {
+			t.Fatalf("round %d: RunUntilIdle: %v", round, err)
+		}
+		if st := sub.Stats(); st.Visible != 0 || st.Acked != 2 {
+			t.Fatalf("round %d: after RunUntilIdle: %+v, want both messages acked", round, st)
+		}
+		b.Close()
+	}
+}

@@ -172,7 +172,11 @@ func (r *run[T]) quiet() bool {
 	if r.due.Len() > 0 {
 		next = r.due.S[0].next()
 	}
-	return r.armed.Equal(next) && (next.IsZero() || now.Before(next))
+	// extendLoop's timer: not due, and not later than the earliest lease
+	// due (then a kick is on its way). A timer set for a lease settled
+	// since is harmless until it comes due: it then finds nothing to do.
+	armed := r.armed
+	return (next.IsZero() || !armed.IsZero() && !next.Before(armed)) && (armed.IsZero() || now.Before(armed))
 }
 
 // AwaitQuiet blocks until the pool is running and at rest: every worker

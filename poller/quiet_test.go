@@ -257,3 +257,27 @@ func TestPoolSizeLimit(t *testing.T) {
 		}
 	}
 }
+
+// A settled lease leaves the extension timer set for it: the pool is
+// still quiet (the timer finds nothing to do when it comes).
+func TestAwaitQuietAfterASettle(t *testing.T) {
+	_, b, sub := newBroker(t)
+	ev := newEvents[string]()
+	calls := make(chan handlerCall, 1)
+	p, err := poller.New(sub, blockingHandler(calls), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "x")
+	r := start(t, p)
+	awaitQuiet(t, p) // the lease is held, its timer set
+	(<-calls).done <- errFlaky
+	ev.next(t, poller.OutcomeRetried)
+	awaitQuiet(t, p)
+	if st := p.Stats(); st.InFlight != 0 || st.Running != 0 || st.Retried != 1 {
+		t.Fatalf("%+v, want nothing held after the retry", st)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}

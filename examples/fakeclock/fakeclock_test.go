@@ -6,10 +6,11 @@
 //
 // The recipe: build the broker on a mock clock (brokertest.New does it and
 // closes the broker when the test ends), run your handler in a
-// poller.Poller on the same clock, and between steps wait for two things
-// before moving the clock: the outcome you expect (an observer event), and
-// the poller parked in Poll (Subscription.AwaitParked), so the move is sure
-// to wake it.
+// poller.Poller (it takes the subscription's clock), and between steps
+// wait for two things before moving the clock: the outcome you expect (an
+// observer event), and the pool at rest (Poller.AwaitQuiet: every worker
+// waiting for work or in your handler, its Poll parked, none of its timers
+// due), so that what the move does depends only on what the test did.
 package fakeclock
 
 import (
@@ -50,14 +51,14 @@ func sendWelcome(c *smtpClient) poller.Handler[string] {
 	}
 }
 
-// harness runs h in a one-worker pool on b's mock clock and reports each
-// outcome on the returned channel.
-func harness(t *testing.T, b *broker.Broker[string], sub *broker.Subscription[string], h poller.Handler[string]) <-chan poller.Event[string] {
+// harness runs h in a pool over sub (one worker unless opts say
+// otherwise), on sub's clock, and reports each outcome on the returned
+// channel.
+func harness(t *testing.T, sub *broker.Subscription[string], h poller.Handler[string], opts ...poller.Option) (*poller.Poller[string], <-chan poller.Event[string]) {
 	t.Helper()
 	events := make(chan poller.Event[string], 16)
-	pool, err := poller.New(sub, h,
-		poller.WithClock(b.Clock()),
-		poller.WithObserver(func(ev poller.Event[string]) { events <- ev }))
+	opts = append(opts, poller.WithObserver(func(ev poller.Event[string]) { events <- ev }))
+	pool, err := poller.New(sub, h, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,15 @@ func harness(t *testing.T, b *broker.Broker[string], sub *broker.Subscription[st
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return events
+	return pool, events
+}
+
+// quiet waits until pool is at rest, before the test moves the clock.
+func quiet(t *testing.T, pool *poller.Poller[string]) {
+	t.Helper()
+	if err := pool.AwaitQuiet(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func next(t *testing.T, events <-chan poller.Event[string], want poller.Outcome) poller.Event[string] {
@@ -86,7 +95,7 @@ func TestWelcomeEmailRetriedWithBackoffThenDelivered(t *testing.T) {
 	b, mock := brokertest.New[string](t, broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second}))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	smtp := &smtpClient{down: true}
-	events := harness(t, b, sub, sendWelcome(smtp))
+	pool, events := harness(t, sub, sendWelcome(smtp))
 
 	brokertest.Publish(t, b, "signups", "ada@example.com")
 	ev := next(t, events, poller.OutcomeRetried) // attempt 1 fails at once
@@ -94,7 +103,7 @@ func TestWelcomeEmailRetriedWithBackoffThenDelivered(t *testing.T) {
 		t.Fatalf("attempt %d", ev.Delivery.Attempt)
 	}
 
-	brokertest.AwaitParked(t, sub, 1)
+	quiet(t, pool)
 	mock.Add(10*time.Second - time.Nanosecond) // backoff not over: nothing happens
 	if st := sub.Stats(); st.Delayed != 1 {
 		t.Fatalf("stats %+v", st)
@@ -114,13 +123,13 @@ func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
 	b, mock := brokertest.New[string](t,
 		broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second, Multiplier: 2}))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
-	events := harness(t, b, sub, sendWelcome(&smtpClient{down: true}))
+	pool, events := harness(t, sub, sendWelcome(&smtpClient{down: true}))
 	brokertest.Publish(t, b, "signups", "grace@example.com")
 
 	// Backoff doubles: 10s after attempt 1, 20s after attempt 2.
 	for _, backoff := range []time.Duration{10 * time.Second, 20 * time.Second} {
 		next(t, events, poller.OutcomeRetried)
-		brokertest.AwaitParked(t, sub, 1)
+		quiet(t, pool)
 		mock.Add(backoff)
 	}
 	next(t, events, poller.OutcomeDeadLettered) // attempt 3, the last: the pool sees it die
@@ -138,6 +147,45 @@ func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
 	}
 }
 
+// A slow send keeps its lease however far the clock jumps, up to the
+// pool's extension limit: the pool holds a subscription's lease for that
+// whole allowance, so no other worker gets the message. Its handler
+// timeout (WithHandlerTimeout) is armed before it starts: the Add that
+// reaches it cancels the handler's context, and the failure is retried.
+func TestSlowSendHoldsItsLeaseUntilItsTimeout(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Minute))
+	sub := brokertest.Subscribe(t, b, "signups", "welcome")
+	slowSMTP := func(ctx context.Context, d queue.Delivery[string]) error {
+		if d.Attempt == 1 {
+			<-ctx.Done() // the server never answers the first time
+			return ctx.Err()
+		}
+		return nil
+	}
+	pool, events := harness(t, sub, slowSMTP, poller.WithWorkers(2), poller.WithHandlerTimeout(10*time.Minute))
+
+	brokertest.Publish(t, b, "signups", "barbara@example.com")
+	quiet(t, pool)                         // the handler runs; the other worker waits
+	mock.Add(10*time.Minute - time.Second) // ten visibility timeouts, in one jump
+	quiet(t, pool)
+	if st := sub.Stats(); st.InFlight != 1 || st.Redelivered != 0 {
+		t.Fatalf("stats %+v: the lease left its handler", st)
+	}
+
+	mock.Add(time.Second) // the handler's timeout
+	ev := next(t, events, poller.OutcomeRetried)
+	if !errors.Is(ev.Err, context.DeadlineExceeded) || ev.Delivery.Attempt != 1 {
+		t.Fatalf("attempt %d failed with %v, want its timeout", ev.Delivery.Attempt, ev.Err)
+	}
+	quiet(t, pool)
+	mock.Add(time.Second) // the subscription's retry backoff (1s by default)
+	if ev := next(t, events, poller.OutcomeAcked); ev.Delivery.Attempt != 2 {
+		t.Fatalf("acked attempt %d, want 2", ev.Delivery.Attempt)
+	}
+}
+
+// With extension off (poller.NoExtension) a lease lasts the visibility
+// timeout: a handler stuck past it loses its message to another worker.
 func TestStuckHandlerLosesItsLease(t *testing.T) {
 	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Minute))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
@@ -150,8 +198,8 @@ func TestStuckHandlerLosesItsLease(t *testing.T) {
 		}
 		return nil
 	}
-	b2, err := poller.New(sub, stuck, poller.WithClock(mock), poller.WithWorkers(2),
-		poller.WithExtension(0, poller.NoExtension)) // no automatic extension: the lease lapses
+	b2, err := poller.New(sub, stuck, poller.WithWorkers(2),
+		poller.WithExtension(0, poller.NoExtension)) // the lease is not kept: it lapses
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,9 +210,11 @@ func TestStuckHandlerLosesItsLease(t *testing.T) {
 
 	brokertest.Publish(t, b, "signups", "linus@example.com")
 	<-started
-	brokertest.AwaitParked(t, sub, 1) // the pool's one Poll, for its idle worker, is parked
-	mock.Add(time.Minute)             // the first worker's lease expires
-	<-started                         // and the message is delivered again
+	if err := b2.AwaitQuiet(ctx); err != nil { // the stuck handler runs; the other worker waits
+		t.Fatal(err)
+	}
+	mock.Add(time.Minute) // the first worker's lease expires
+	<-started             // and the message is delivered again
 	if st := sub.Stats(); st.Redelivered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
