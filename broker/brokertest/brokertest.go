@@ -1,5 +1,20 @@
 // Package brokertest builds brokers for tests: on a mock clock, closed when
 // the test ends, with helpers that wait on conditions rather than sleep.
+//
+// For a test of your own handler run by a worker pool, a Recorder records
+// what the pool did with each message, and the Require helpers check it
+// the way a test reads: RequireAcked (waits for the ack; says which
+// attempt), RequireHandled (waits until n deliveries are over, before the
+// next move of the clock), RequireDeadLettered (with its reason and last
+// error), RequireQueued and RequireNothingDelivered.
+//
+//	rec := brokertest.NewRecorder[string]()
+//	pool, _ := poller.New(sub, sendWelcome, rec.Option())
+//	m := brokertest.Publish(t, b, "signups", "ada@example.com")[0]
+//	brokertest.RequireHandled(t, rec, m.ID, 1) // attempt 1 failed
+//	pool.AwaitQuiet(ctx)
+//	mock.Add(10 * time.Second)                 // its backoff
+//	brokertest.RequireAcked(t, rec, m.ID)
 package brokertest
 
 import (

@@ -119,32 +119,32 @@ func TestWelcomeEmailRetriedWithBackoffThenDelivered(t *testing.T) {
 	}
 }
 
+// The same, written with brokertest's Recorder and Require helpers: they
+// say what happened to one message, and wait for the pool where it has
+// work to finish.
 func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
 	b, mock := brokertest.New[string](t,
 		broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second, Multiplier: 2}))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
-	pool, events := harness(t, sub, sendWelcome(&smtpClient{down: true}))
-	brokertest.Publish(t, b, "signups", "grace@example.com")
+	rec := brokertest.NewRecorder[string]()
+	pool, _ := harness(t, sub, sendWelcome(&smtpClient{down: true}), rec.Option())
+	m := brokertest.Publish(t, b, "signups", "grace@example.com")[0]
 
 	// Backoff doubles: 10s after attempt 1, 20s after attempt 2.
-	for _, backoff := range []time.Duration{10 * time.Second, 20 * time.Second} {
-		next(t, events, poller.OutcomeRetried)
+	for i, backoff := range []time.Duration{10 * time.Second, 20 * time.Second} {
+		brokertest.RequireHandled(t, rec, m.ID, i+1) // attempt i+1 failed
 		quiet(t, pool)
 		mock.Add(backoff)
 	}
-	next(t, events, poller.OutcomeDeadLettered) // attempt 3, the last: the pool sees it die
-
-	dls := b.DeadLetters()
-	if len(dls) != 1 {
-		t.Fatalf("dead letters: %+v", dls)
+	evs := brokertest.RequireHandled(t, rec, m.ID, 3)
+	if evs[2].Outcome != poller.OutcomeDeadLettered { // attempt 3, the last: the pool sees it die
+		t.Fatalf("attempt 3: %v", evs[2].Outcome)
 	}
-	dl := dls[0]
-	if dl.Reason != queue.ReasonMaxAttempts || dl.Attempts != 3 || dl.LastError != "smtp: 421 service not available" {
-		t.Errorf("dead letter %+v", dl)
+	dl := brokertest.RequireDeadLettered(t, b, m.ID, queue.ReasonMaxAttempts, "smtp: 421 service not available")
+	if want := brokertest.Epoch.Add(30 * time.Second); dl.Attempts != 3 || !dl.At.Equal(want) {
+		t.Errorf("dead-lettered after %d attempts at %v, want 3 at %v", dl.Attempts, dl.At, want)
 	}
-	if want := brokertest.Epoch.Add(30 * time.Second); !dl.At.Equal(want) {
-		t.Errorf("dead-lettered at %v, want %v", dl.At, want)
-	}
+	brokertest.RequireQueued(t, sub, 0)
 }
 
 // A slow send keeps its lease however far the clock jumps, up to the
