@@ -114,7 +114,7 @@
 // moves its time, it fires only at the next move. So a poller's handler
 // timeout is armed before the handler starts, and a pool over a
 // subscription holds each lease for its whole extension allowance
-// (poller.LocalSource) instead of extending it on a timer: one Add may jump
+// (poller.WithExtension) instead of extending it on a timer: one Add may jump
 // any distance short of the limit and the lease stays with its handler.
 // Poller.AwaitQuiet waits until a pool is at rest (every worker waiting for
 // work or in a handler, the pool's one Poll parked, no timer of its own due

@@ -10,6 +10,10 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
+// parks marks a Subscription as a core.ParkingSource without an exported
+// field.
+type parks = core.Parks
+
 // Subscription is one named subscription to a topic: a bounded queue of
 // its own that consumers pull from. Competing consumers share one
 // Subscription (from Subscribe or Broker.Subscription) and each message
@@ -19,6 +23,7 @@ import (
 // Every method returns an error matching queue.ErrClosed once the
 // subscription is unsubscribed, its topic deleted or its broker closed.
 type Subscription[T any] struct {
+	parks  // its Polls and AwaitIdle pass a poller's core.Parking on to the queue
 	q      *core.Queue[T]
 	topic  string
 	name   string

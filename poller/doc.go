@@ -74,13 +74,15 @@
 // still succeeds if the message has not been delivered again, and
 // otherwise changes nothing. How the lease is kept depends on the source:
 //
-//   - A LocalSource (a *broker.Subscription) is leased for the whole
-//     limit at once, by PollWithVisibility. Nothing is extended and no
-//     timer keeps the lease: it holds, however far a mock clock jumps in
-//     one Add, until the handler settles it or the limit passes. Such a
-//     lease lives in the poller's own process, so a process that dies
-//     takes its queue (or, for a durable broker, the lease, which no
-//     reopen keeps) with it.
+//   - A *broker.Subscription (or a source whose Poll passes its context
+//     on to one) leases for the whole limit at once, when that is longer
+//     than its visibility timeout: the poller asks for it in the Poll's
+//     context. Nothing is extended and no timer keeps the lease: it
+//     holds, however far a mock clock jumps in one Add, until the handler
+//     settles it or the limit passes. Such a lease lives in the poller's
+//     own process, so a process that dies takes it with it (an in-memory
+//     queue is gone; a durable broker's reopen keeps no lease, so the
+//     message is visible again at once).
 //   - Any other source, a remote one, is leased for its visibility
 //     timeout, and the poller extends the lease before it lapses: when
 //     the clock reaches the deadline less a margin (a fifth of the lease
@@ -123,15 +125,17 @@
 // source reports one (a *broker.Subscription does), else the real clock.
 //
 // On a mock clock, what a pool over a subscription does depends only on
-// the order of the test's calls, never on when a goroutine runs: a lease
-// is held to the limit without a timer (see Lease extension); a handler's
-// timeout is armed before the handler starts, so the Add that reaches it
-// cancels its context before Add returns; a worker waiting in Poll is
-// woken by the subscription itself. Two things still run after a timer's
-// function, on the mock's own goroutine: the drain timeout's cancel and
-// the retry after a failed Poll. A test that needs to know that the pool
-// has come to rest before its next Add waits with AwaitQuiet. Timers of a
-// remote source's lease extension race the mock as any AfterFunc does.
+// the order of the test's calls, never on when a goroutine runs, provided
+// the test waits for the pool to come to rest (AwaitQuiet) before each
+// Add: a lease is held to the limit without a timer (see Lease
+// extension); a handler's timeout is armed before the handler starts, so
+// the Add that reaches it cancels its context; a Poll, the backoff after
+// a failed one, and the drain arm their wake-ups before the pool counts as
+// at rest. A mock's AfterFunc runs its func in a goroutine of its own, so
+// what an Add sets off is done some moments after Add returns:
+// AwaitQuiet, again, waits for it. Over a remote source, a Poll counts as
+// at rest as soon as it is called, and the source's own timers are its
+// own.
 //
 // # Observing
 //

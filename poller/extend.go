@@ -17,7 +17,7 @@ type item[T any] struct {
 	length time.Duration // the lease's original length: each extension's
 	margin time.Duration // how long before the deadline to extend
 	limit  time.Time     // no extension past it
-	held   bool          // taken for the whole allowance (see LocalSource): never extended; extendAt is its deadline
+	held   bool          // leased for the whole allowance (see the package doc): never extended; extendAt is its deadline
 
 	// guarded by run.mu
 	tracked  bool      // held: not yet settled or released
@@ -28,14 +28,14 @@ type item[T any] struct {
 
 // newItem returns the item of d, received at now, with its extension
 // schedule.
-func (r *run[T]) newItem(d queue.Delivery[T], now time.Time) *item[T] {
+func (r *run[T]) newItem(d queue.Delivery[T], now time.Time, held bool) *item[T] {
 	it := &item[T]{d: d, deadline: d.Deadline, index: -1}
 	cfg := &r.p.cfg
 	length := d.Deadline.Sub(now)
 	switch {
 	case cfg.maxExtension == NoExtension || length <= 0:
 		return it // no extension: off, or a deadline unknown or past
-	case r.p.local != nil:
+	case held:
 		// Held to the limit by the Poll: the one thing left to do is to
 		// say so when the limit comes.
 		it.held, it.extendAt = true, d.Deadline

@@ -33,12 +33,12 @@ const (
 	// drain); the poller released the lease, so no attempt was spent.
 	OutcomeReleased
 	// OutcomeExtended: the poller extended the lease; the event's
-	// Delivery.Deadline is the new deadline. (A LocalSource's leases are
-	// held, never extended.)
+	// Delivery.Deadline is the new deadline. (A subscription's leases are
+	// held for the whole limit, never extended.)
 	OutcomeExtended
 	// OutcomeExtensionStopped: the poller will not extend the lease again
 	// (the extension limit was reached, or Extend failed); it lapses at
-	// Delivery.Deadline unless settled before. A LocalSource's lease,
+	// Delivery.Deadline unless settled before. A subscription's lease,
 	// held to the limit, reports it when the limit comes and the lease
 	// lapses.
 	OutcomeExtensionStopped

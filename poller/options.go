@@ -107,8 +107,9 @@ func WithHandlerTimeout(d time.Duration) Option {
 }
 
 // WithExtension tunes how long the poller keeps the leases it holds. A
-// LocalSource's lease is taken for limit at once (see LocalSource) and
-// margin does not apply. Another source's lease is extended when the
+// *broker.Subscription leases for limit at once where that is longer than
+// its visibility timeout (see the package doc), and margin does not
+// apply. Another source's lease is extended when the
 // clock reaches its deadline less margin, each time by the lease's
 // original length (its Deadline less the time it was received), but never
 // past limit after its receipt. Past the limit a lease is left to lapse,

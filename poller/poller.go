@@ -46,29 +46,6 @@ type DelayFailer interface {
 	FailAfter(id lease.ID, delay time.Duration, cause error) error
 }
 
-// LocalSource is implemented by a Source that is a queue in the poller's
-// own process, as a *broker.Subscription is: Config reports its settings,
-// its clock among them, and PollWithVisibility leases for a length of the
-// caller's. Such a lease cannot outlive the process holding it, and it
-// lapses only when the queue next reads its clock, never by a timer.
-//
-// So the poller does not extend a LocalSource's leases as they near their
-// deadlines: it takes each for the whole extension allowance at once
-// (PollWithVisibility with the limit set by WithExtension, one hour by
-// default, when that is longer than the subscription's visibility
-// timeout). A lease then stays held while the pool holds it, up to that
-// limit, however far a mock clock moves in one Add: the outcome does not
-// depend on when a timer's goroutine runs. A handler that finishes
-// settles it at once, and a drain releases what no handler started, as
-// with any source. Other sources, remote ones, get a short lease that the
-// poller extends on timers, so that a pool that dies lets its messages go
-// after one visibility timeout.
-type LocalSource[T any] interface {
-	Source[T]
-	Config() queue.Config
-	PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error)
-}
-
 // Handler processes one delivery. Its result settles the lease: nil acks
 // it; an error made by RetryAfter fails it with that delay (FailAfter, or
 // Nack on a source without it); one made by
@@ -104,10 +81,9 @@ const (
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter Rejecter       // src as a Rejecter; nil if it is not one
-	failer   DelayFailer    // src as a DelayFailer; nil if it is not one
-	local    LocalSource[T] // src as a LocalSource whose leases the poller takes for hold; nil otherwise
-	hold     time.Duration  // the lease length it polls local with
+	rejecter Rejecter      // src as a Rejecter; nil if it is not one
+	failer   DelayFailer   // src as a DelayFailer; nil if it is not one
+	hold     time.Duration // the lease length it asks a subscription for (see the package doc's Lease extension); 0: none
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
@@ -164,25 +140,17 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	if cfg.maxExtension == 0 {
 		cfg.maxExtension = defaultMaxExtension
 	}
-	var qcfg queue.Config // the source's settings, if it reports them
-	if s, ok := src.(interface{ Config() queue.Config }); ok {
-		qcfg = s.Config()
-	}
 	if cfg.clock == nil {
-		cfg.clock = qcfg.Clock
+		if s, ok := src.(interface{ Config() queue.Config }); ok {
+			cfg.clock = s.Config().Clock
+		}
 		if cfg.clock == nil {
 			cfg.clock = clock.New()
 		}
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
-	if local, ok := src.(LocalSource[T]); ok && cfg.maxExtension != NoExtension {
-		visibility := qcfg.VisibilityTimeout
-		if visibility == 0 {
-			visibility = queue.DefaultVisibilityTimeout
-		}
-		if cfg.maxExtension > visibility {
-			p.local, p.hold = local, cfg.maxExtension
-		}
+	if cfg.maxExtension != NoExtension {
+		p.hold = cfg.maxExtension
 	}
 	p.rejecter, _ = src.(Rejecter)
 	p.failer, _ = src.(DelayFailer)
@@ -325,12 +293,13 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
-	r.pollCtx = pollCtx
-	if p.local != nil {
+	r.hooks = &core.PollHooks{Hold: p.hold}
+	if _, ok := p.src.(core.ParkingSource); ok { // a subscription, whose Polls say when they park
 		r.rest.parking = core.NewParking(r.change)
-		r.pollCtx = core.WithParking(pollCtx, r.rest.parking)
 		r.rest.idleParking = core.NewParking(r.change)
+		r.hooks.Parking = r.rest.parking
 	}
+	r.pollCtx = core.WithHooks(pollCtx, r.hooks)
 	if p.cfg.handlerTimeout > 0 {
 		r.rest.timeouts = make(map[*timeoutCtx]struct{})
 	}

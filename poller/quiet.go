@@ -89,8 +89,8 @@ type rest struct {
 	backoffUntil atomic.Int64 // the poll loop's backoff ends (Unix nanoseconds), in loopBackoff
 	drainAt      atomic.Int64 // the drain timeout (Unix nanoseconds); 0: none
 
-	parking     *core.Parking // the Polls' parking, for a LocalSource; nil otherwise
-	idleParking *core.Parking // the idle watcher's, for a LocalSource; nil otherwise
+	parking     *core.Parking // the Polls' parking, for a subscription (core.ParkingSource); nil otherwise
+	idleParking *core.Parking // the idle watcher's, for a subscription; nil otherwise
 
 	mu       sync.Mutex
 	timeouts map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
@@ -181,8 +181,8 @@ func (r *run[T]) quiet() bool {
 
 // AwaitQuiet blocks until the pool is running and at rest: every worker
 // either waits for work or runs a handler, the poll loop waits in the
-// source's Poll (parked there, on a LocalSource such as a
-// *broker.Subscription: nothing it could lease), for room or out a
+// source's Poll (parked there, on a *broker.Subscription: nothing it could
+// lease), for room or out a
 // backoff, and none of the pool's own timers (a handler timeout, a lease
 // extension, the backoff, the drain timeout) has come due without its
 // work being done. A test on a mock clock calls it before Add, so that
@@ -199,7 +199,9 @@ func (r *run[T]) quiet() bool {
 // context is cancelled, still counts as running until it has returned,
 // so to see a handler's result settled wait for its outcome (WithObserver,
 // or the source's state), then for quiet. On a source other than a
-// LocalSource, a Poll counts as parked as soon as it is called.
+// *broker.Subscription (a remote one, or a wrapper), a Poll counts as
+// parked as soon as it is called, and RunUntilIdle's wait for idle as
+// soon as it begins.
 //
 // Quiet is a moment: anything that can wake the pool (a publish, an Add,
 // a handler's return) ends it. AwaitQuiet returns nil when the pool is
@@ -277,7 +279,7 @@ func (r *run[T]) timedOut(tc *timeoutCtx) {
 func (r *run[T]) watchIdle(idle IdleAwaiter) error {
 	ctx := r.ctx
 	if r.rest.idleParking != nil {
-		ctx = core.WithParking(ctx, r.rest.idleParking)
+		ctx = core.WithHooks(ctx, &core.PollHooks{Parking: r.rest.idleParking})
 	}
 	for {
 		r.watchTo(watchMoving, watchSource)

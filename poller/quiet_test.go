@@ -142,9 +142,11 @@ func TestAwaitQuietRemoteExtension(t *testing.T) {
 	}
 }
 
-// failing fails its first Polls, then is its subscription.
+// failing fails its first Polls, then is its subscription (which it
+// embeds, so that the pool sees a subscription: its Polls say when they
+// park).
 type failing struct {
-	poller.Source[string]
+	*broker.Subscription[string]
 	fails atomic.Int32
 }
 
@@ -154,17 +156,17 @@ func (f *failing) Poll(ctx context.Context, n int) ([]queue.Delivery[string], er
 	if f.fails.Add(-1) >= 0 {
 		return nil, errFlaky
 	}
-	return f.Source.Poll(ctx, n)
+	return f.Subscription.Poll(ctx, n)
 }
 
 // After a failed Poll the pool waits out a backoff on the clock: quiet,
 // and the Add that ends it makes it poll again.
 func TestAwaitQuietPollBackoff(t *testing.T) {
 	mock, b, sub := newBroker(t)
-	src := &failing{Source: sub}
+	src := &failing{Subscription: sub}
 	src.fails.Store(2)
 	calls := make(chan handlerCall, 1)
-	p, err := poller.New[string](src, blockingHandler(calls), poller.WithClock(mock))
+	p, err := poller.New[string](src, blockingHandler(calls))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
@@ -68,7 +69,8 @@ type run[T any] struct {
 	p              *Poller[T]
 	runCtx         context.Context         // the ctx given to Run
 	ctx            context.Context         // Run's, or an earlier stop (idle): when it is done, the drain starts
-	pollCtx        context.Context         // ctx, carrying rest.parking for a LocalSource's Polls
+	pollCtx        context.Context         // ctx, carrying hooks
+	hooks          *core.PollHooks         // for a subscription's Polls: the lease length to hold, and the parking
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
@@ -101,18 +103,11 @@ func (r *run[T]) pollLoop() error {
 		if !ok {
 			return nil
 		}
-		var (
-			ds  []queue.Delivery[T]
-			err error
-		)
 		r.loopTo(loopMoving, loopPolling)
-		if p.local != nil {
-			ds, err = p.local.PollWithVisibility(r.pollCtx, n, p.hold) // held for the whole allowance: see LocalSource
-		} else {
-			ds, err = p.src.Poll(r.ctx, n)
-		}
+		ds, err := p.src.Poll(r.pollCtx, n)
 		r.loopTo(loopPolling, loopMoving)
-		if len(ds) > n { // a misbehaving source: hand back what there is no room for
+		held := r.hooks.TakeHeld() // the subscription leased them for the whole allowance
+		if len(ds) > n {           // a misbehaving source: hand back what there is no room for
 			for _, d := range ds[n:] {
 				r.releaseID(d)
 			}
@@ -126,7 +121,7 @@ func (r *run[T]) pollLoop() error {
 			r.move(int64(len(ds)) * queuedOne) // before the sends: a worker takes them off
 			now := p.cfg.clock.Now()
 			for _, d := range ds {
-				it := r.newItem(d, now)
+				it := r.newItem(d, now, held)
 				r.track(it)
 				r.work <- it // never blocks: it holds a slot
 			}

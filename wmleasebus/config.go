@@ -120,14 +120,16 @@ type SubscriberConfig struct {
 	// BatchSize is the most messages one Poll of the subscription leases
 	// (default: Concurrency). A BatchSize above Concurrency prefetches:
 	// the extra messages wait in the Subscribe call with their leases
-	// extended, and are released (visible again, no attempt spent) when it
+	// kept, and are released (visible again, no attempt spent) when it
 	// ends. Must be >= 0; 0 means Concurrency.
 	BatchSize int
 
 	// MaxExtension bounds how long after its delivery a message's lease is
 	// kept alive while it waits for its Ack or Nack (default 0: one hour).
-	// Leases are extended on the broker's clock, shortly before they
-	// lapse, by the subscription's visibility timeout. A handler that
+	// Where it is longer than the subscription's visibility timeout, the
+	// lease is taken for MaxExtension at once (the poller's Lease
+	// extension), so that no move of the broker's clock short of it takes
+	// the message from watermill. A handler that
 	// holds a message longer lets it go: its lease lapses and the message
 	// is delivered again, with an attempt spent (an Ack that comes before
 	// the redelivery still deletes it; one after changes nothing).

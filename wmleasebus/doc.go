@@ -54,8 +54,9 @@
 // topic before a group's subscription exists are not the group's: create it
 // first (SubscribeInitialize, or broker.Subscribe at startup).
 //
-// While a message waits for its Ack or Nack, its lease is extended shortly
-// before it lapses, up to MaxExtension (one hour by default); past that the
+// While a message waits for its Ack or Nack, its lease is kept, up to
+// MaxExtension (one hour by default: the lease is taken for that long at
+// once); past that the
 // message is delivered again, with an attempt spent. When a Subscribe ends
 // (its context, Close, or the subscription or broker closing) what it holds
 // is released: the prefetched messages, and the one handed out but not

@@ -93,7 +93,7 @@ func NewSubscriber(b *broker.Broker[[]byte], config SubscriberConfig, logger wat
 // Concurrency n, n at once). Ack acks the lease; Nack fails it (the
 // attempt is spent and the message comes back after the subscription's
 // RetryPolicy backoff, or is dead-lettered on its last attempt). While a
-// message waits, its lease is extended on the broker's clock (see
+// message waits, its lease is kept, on the broker's clock (see
 // MaxExtension). A message's context carries ctx's values and is cancelled
 // once it is acked or nacked, or the Subscribe ends; DeliveryFromContext
 // reads its delivery.

@@ -3,14 +3,15 @@ package core
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Parking tells whoever made a Poll whether that Poll is parked: waiting
 // with nothing it could lease, its wake-up armed (or an AwaitIdle waiting
 // for the queue to empty). The poller passes one in the context of its
-// Polls and of its AwaitIdle (WithParking) to know when its pool is at
-// rest (poller's AwaitQuiet). Its state changes under the queue's lock,
+// Polls and of its AwaitIdle (PollHooks) to know when its pool is at rest
+// (poller's AwaitQuiet). Its state changes under the queue's lock,
 // so it is never behind the queue: a publish that wakes the Poll (an ack
 // that empties the queue) clears it before the call returns, and a wait
 // whose wake-up time the clock has reached no longer counts as parked,
@@ -45,19 +46,56 @@ func (pk *Parking) set(parked, timed bool, next time.Time) {
 	}
 }
 
-type parkingKey struct{}
+// PollHooks is what a worker pool passes in the context of its Polls
+// (WithHooks), and of its AwaitIdle: a Parking to mark, and a lease length
+// to hold its leases for. A source that is not this queue, or that calls
+// it with another context, ignores them.
+type PollHooks struct {
+	Parking *Parking      // marked while the call is parked; nil: none
+	Hold    time.Duration // lease for this long where it is longer than the queue's visibility timeout; 0: never
+	held    atomic.Bool   // a Poll leased for Hold since TakeHeld
+}
 
-// WithParking returns ctx carrying pk: a Poll made with it keeps pk's
-// state.
-func WithParking(ctx context.Context, pk *Parking) context.Context {
-	return context.WithValue(ctx, parkingKey{}, pk)
+// TakeHeld reports whether a Poll leased for Hold since the last call.
+func (h *PollHooks) TakeHeld() bool { return h.held.Swap(false) }
+
+type hooksKey struct{}
+
+// WithHooks returns ctx carrying h.
+func WithHooks(ctx context.Context, h *PollHooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, h)
+}
+
+// hooksFrom returns the hooks ctx carries, or nil.
+func hooksFrom(ctx context.Context) *PollHooks {
+	h, _ := ctx.Value(hooksKey{}).(*PollHooks)
+	return h
+}
+
+// parkingFrom returns the Parking ctx carries, or nil.
+func parkingFrom(ctx context.Context) *Parking {
+	if h := hooksFrom(ctx); h != nil {
+		return h.Parking
+	}
+	return nil
+}
+
+// holdLocked returns the visibility a Poll with hooks h leases for: vis
+// if given, else h's Hold where it is longer than the queue's, else 0
+// (the queue's).
+func (q *Queue[T]) holdLocked(h *PollHooks, vis time.Duration) time.Duration {
+	if vis != 0 || h == nil || h.Hold <= q.cfg.VisibilityTimeout {
+		return vis
+	}
+	h.held.Store(true)
+	return h.Hold
 }
 
 // parkLocked counts one more parked Poll, whose context is ctx, and marks
 // its Parking, if it has one, until unparkLocked or wakeLocked.
 func (q *Queue[T]) parkLocked(ctx context.Context, timed bool, next time.Time) *Parking {
 	q.setParkedLocked(+1)
-	pk, _ := ctx.Value(parkingKey{}).(*Parking)
+	pk := parkingFrom(ctx)
 	if pk != nil {
 		pk.set(true, timed, next)
 		q.parkings = append(q.parkings, pk)
@@ -87,7 +125,7 @@ func (q *Queue[T]) unparkLocked(pk *Parking) {
 // the queue signals idle (ch closed) or unparkIdle; due is its wake-up
 // (farTick: none).
 func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Parking {
-	pk, _ := ctx.Value(parkingKey{}).(*Parking)
+	pk := parkingFrom(ctx)
 	if pk == nil {
 		return nil
 	}
@@ -121,3 +159,14 @@ func (q *Queue[T]) unparkIdle(pk *Parking) {
 		}
 	}
 }
+
+// Parks marks a source whose Polls and AwaitIdle honor PollHooks: the
+// queue itself, and what embeds Parks (a *broker.Subscription, under an
+// unexported alias). Only this package can name the method, so no other
+// type claims it by accident.
+type Parks struct{}
+
+func (Parks) honorsParking() {}
+
+// ParkingSource is implemented by the types that embed Parks.
+type ParkingSource interface{ honorsParking() }

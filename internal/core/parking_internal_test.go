@@ -15,7 +15,7 @@ func TestParkingFollowsThePoll(t *testing.T) {
 	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
 	notified := make(chan struct{}, 16)
 	pk := NewParking(func() { notified <- struct{}{} })
-	ctx, cancel := context.WithCancel(WithParking(context.Background(), pk))
+	ctx, cancel := context.WithCancel(WithHooks(context.Background(), &PollHooks{Parking: pk}))
 	defer cancel()
 
 	poll := func() <-chan []Delivery[string] {
@@ -79,7 +79,7 @@ func TestParkingFollowsThePoll(t *testing.T) {
 func TestParkingFollowsAwaitIdle(t *testing.T) {
 	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
 	pk := NewParking(nil)
-	ctx := WithParking(context.Background(), pk)
+	ctx := WithHooks(context.Background(), &PollHooks{Parking: pk})
 	offer(t, q, "a", 0)
 	d := pollNow(t, q)
 	done := make(chan error, 1)
@@ -103,5 +103,45 @@ func TestParkingFollowsAwaitIdle(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Poll whose hooks ask for a Hold longer than the visibility timeout
+// leases for it and says so; a shorter one, an explicit visibility and a
+// TryPoll keep their own.
+func TestPollHooksHold(t *testing.T) {
+	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	for range 4 {
+		offer(t, q, "m", 0)
+	}
+	now := mock.Now()
+	poll := func(h *PollHooks, vis time.Duration) Delivery[string] {
+		t.Helper()
+		ctx := WithHooks(context.Background(), h)
+		var ds []Delivery[string]
+		var err error
+		if vis > 0 {
+			ds, err = q.PollWithVisibility(ctx, 1, vis)
+		} else {
+			ds, err = q.Poll(ctx, 1)
+		}
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Poll: %v, %v", ds, err)
+		}
+		return ds[0]
+	}
+	long := &PollHooks{Hold: time.Hour}
+	if d := poll(long, 0); !d.Deadline.Equal(now.Add(time.Hour)) || !long.TakeHeld() || long.TakeHeld() {
+		t.Fatalf("deadline %v, want the hold's; TakeHeld true once", d.Deadline.Sub(now))
+	}
+	short := &PollHooks{Hold: 5 * time.Second}
+	if d := poll(short, 0); !d.Deadline.Equal(now.Add(10*time.Second)) || short.TakeHeld() {
+		t.Fatalf("deadline %v, want the visibility timeout's, not held", d.Deadline.Sub(now))
+	}
+	if d := poll(long, time.Minute); !d.Deadline.Equal(now.Add(time.Minute)) || long.TakeHeld() {
+		t.Fatalf("deadline %v, want the explicit visibility's, not held", d.Deadline.Sub(now))
+	}
+	if ds := q.TryPoll(1); len(ds) != 1 || !ds[0].Deadline.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("TryPoll: %v", ds)
 	}
 }

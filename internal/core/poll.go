@@ -76,13 +76,17 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 	if err := ctx.Err(); err != nil {
 		return dst, err
 	}
+	var h *PollHooks
+	if block {
+		h = hooksFrom(ctx)
+	}
 	for {
 		now, err := q.lock()
 		if err != nil {
 			return dst, err
 		}
 		if q.canLeaseLocked() || !block {
-			dst = q.leaseLocked(now, dst, n, vis)
+			dst = q.leaseLocked(now, dst, n, q.holdLocked(h, vis))
 			return dst, q.unlock()
 		}
 		// About to park: say so, then look at the inbox a last time. An
@@ -92,7 +96,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 		q.drainLocked()
 		if q.canLeaseLocked() {
 			q.in.waiting.Store(q.wake != nil) // set while a Poll waits
-			dst = q.leaseLocked(now, dst, n, vis)
+			dst = q.leaseLocked(now, dst, n, q.holdLocked(h, vis))
 			return dst, q.unlock()
 		}
 		next, timed := q.nextEventLocked()
