@@ -105,7 +105,9 @@ func (r *run[T]) pollLoop() error {
 		}
 		r.loopTo(loopMoving, loopPolling)
 		ds, err := p.src.Poll(r.pollCtx, n)
-		r.loopTo(loopPolling, loopMoving)
+		// Back in motion, with what it leased queued for the workers (in
+		// one move: it sends them below).
+		r.move(placeDelta(loopPolling, loopMoving, loopMoving, loopShift) + int64(min(len(ds), n))*queuedOne)
 		held := r.hooks.TakeHeld() // the subscription leased them for the whole allowance
 		if len(ds) > n {           // a misbehaving source: hand back what there is no room for
 			for _, d := range ds[n:] {
@@ -118,7 +120,6 @@ func (r *run[T]) pollLoop() error {
 		}
 		if len(ds) > 0 {
 			p.polled.Add(uint64(len(ds)))
-			r.move(int64(len(ds)) * queuedOne) // before the sends: a worker takes them off
 			now := p.cfg.clock.Now()
 			for _, d := range ds {
 				it := r.newItem(d, now, held)
@@ -204,10 +205,12 @@ func (r *run[T]) worker() {
 			r.move(-idleOne)
 			return
 		}
-		r.move(busyOne - idleOne - queuedOne)
+		// Until the handler starts, this worker still counts as idle and
+		// it as queued: together they say that the pool is not at rest.
 		// runCtx too: a handler that returned because Run's ctx is done
 		// may see it done before its child, r.ctx, is cancelled.
 		if r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil {
+			r.move(busyOne - idleOne - queuedOne)
 			r.release(it)
 			continue
 		}
@@ -241,7 +244,7 @@ func (r *run[T]) process(it *item[T]) {
 		})
 	}
 	p.running.Add(1)
-	r.move(-busyOne) // at rest while the handler runs (see AwaitQuiet)
+	r.move(-idleOne - queuedOne) // at rest while the handler runs (see AwaitQuiet)
 	err, returned := errGoexit, false
 	defer func() {
 		r.move(busyOne) // and, if the handler ended this goroutine, its replacement's (below)
