@@ -12,7 +12,11 @@ import (
 
 // parks marks a Subscription as a core.ParkingSource without an exported
 // field.
+//
+//lint:ignore U1000 its method, promoted to Subscription, is what the poller's type assertion looks for
 type parks = core.Parks
+
+var _ core.ParkingSource = (*Subscription[int])(nil)
 
 // Subscription is one named subscription to a topic: a bounded queue of
 // its own that consumers pull from. Competing consumers share one
@@ -23,7 +27,9 @@ type parks = core.Parks
 // Every method returns an error matching queue.ErrClosed once the
 // subscription is unsubscribed, its topic deleted or its broker closed.
 type Subscription[T any] struct {
-	parks  // its Polls and AwaitIdle pass a poller's core.Parking on to the queue
+	//lint:ignore U1000 see parks
+	parks // its Polls and AwaitIdle pass a poller's core.PollHooks on to the queue
+
 	q      *core.Queue[T]
 	topic  string
 	name   string
