@@ -52,7 +52,7 @@
 // only when a worker is free to start it, so nothing waits in a local
 // buffer for a handler while its lease runs out. A MaxOutstanding above
 // the worker count prefetches: the extra messages wait for a worker with
-// their leases extended, and a drain releases them unspent.
+// their leases kept, and a drain releases them unspent.
 //
 // A lease whose handler has returned and whose message is leaving the
 // source — the Ack of a success, the Reject of a GiveUp, the Fail of a

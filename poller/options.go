@@ -14,8 +14,8 @@ const (
 	// defaultDrainTimeout is how long a drain lets running handlers finish
 	// before it cancels their contexts (see WithDrainTimeout).
 	defaultDrainTimeout = 30 * time.Second
-	// defaultMaxExtension is how long after its receipt a lease is extended
-	// at most (see WithExtension), as Cloud Pub/Sub's MaxExtension.
+	// defaultMaxExtension is how long after its receipt a lease is kept at
+	// most (see WithExtension), as Cloud Pub/Sub's MaxExtension.
 	defaultMaxExtension = time.Hour
 )
 
@@ -79,7 +79,7 @@ func WithBatch(n int) Option {
 // has returned and whose Ack (or dead-lettering) is on its way no longer
 // counts: the next Poll overlaps that call (see the package doc). A larger
 // n prefetches: up to n - workers messages wait in a local buffer, their
-// leases extended like those of running handlers, and a drain releases
+// leases kept like those of running handlers, and a drain releases
 // them unspent. n must be 0 (the default) or at least the number of
 // workers, and at most 262,144 (1<<18).
 func WithMaxOutstanding(n int) Option {

@@ -2,8 +2,8 @@
 // embedded in one process. It shows fan-out (an audit subscription sees
 // every webhook), priorities (payment webhooks first), a flaky endpoint
 // retried with backoff, a poison webhook dead-lettered and then redriven
-// once "fixed", lease extension keeping slow deliveries alive past the
-// visibility timeout, and graceful shutdown on Ctrl-C. It prints a live
+// once "fixed", slow deliveries keeping their leases past the visibility
+// timeout, and graceful shutdown on Ctrl-C. It prints a live
 // progress line and a summary, and finishes by itself in a few seconds.
 //
 //	go run ./examples/workerpool
