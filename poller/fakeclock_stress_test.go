@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/poller"
 )
 
@@ -135,9 +136,11 @@ func TestStressIdleIsExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		idle := make(chan error, 1)
-		go func() { idle <- sub.AwaitIdle(context.Background()) }()
-		// Before AwaitIdle parks or after, the Add ends its wait: it reads
-		// the clock when it starts and arms its wake-up for the TTL.
+		pk := core.NewParking(nil) // says when AwaitIdle waits, its wake-up armed
+		go func() { idle <- sub.AwaitIdle(core.WithHooks(context.Background(), &core.PollHooks{Parking: pk})) }()
+		// Its wake-up must be armed before the Add: one armed while the
+		// mock moves can miss that move (the mock's own behaviour).
+		eventually(t, func() bool { return pk.Parked(mock.Now()) })
 		mock.Add(50 * time.Millisecond)
 		if err := recv(t, idle); err != nil {
 			t.Fatalf("round %d: AwaitIdle: %v", round, err)
