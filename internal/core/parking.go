@@ -72,14 +72,6 @@ func hooksFrom(ctx context.Context) *PollHooks {
 	return h
 }
 
-// parkingFrom returns the Parking ctx carries, or nil.
-func parkingFrom(ctx context.Context) *Parking {
-	if h := hooksFrom(ctx); h != nil {
-		return h.Parking
-	}
-	return nil
-}
-
 // holdLocked returns the visibility a Poll with hooks h leases for: vis
 // if given, else h's Hold where it is longer than the queue's, else 0
 // (the queue's).
@@ -91,42 +83,64 @@ func (q *Queue[T]) holdLocked(h *PollHooks, vis time.Duration) time.Duration {
 	return h.Hold
 }
 
-// parkLocked counts one more parked Poll, whose context is ctx, and marks
-// its Parking, if it has one, until unparkLocked or wakeLocked.
-func (q *Queue[T]) parkLocked(ctx context.Context, timed bool, next time.Time) *Parking {
-	q.setParkedLocked(+1)
-	pk := parkingFrom(ctx)
-	if pk != nil {
-		pk.set(true, timed, next)
-		q.parkings = append(q.parkings, pk)
+// parkings is the Parkings of the calls waiting on one of the queue's
+// channels (q.wake, q.idle), kept under the queue's lock.
+type parkings []*Parking
+
+// add marks pk parked, with its wake-up, and keeps it.
+func (l *parkings) add(pk *Parking, timed bool, next time.Time) {
+	pk.set(true, timed, next)
+	*l = append(*l, pk)
+}
+
+// remove marks pk no longer parked and lets it go, if it is still kept:
+// a wake-up of them all (clear) may have done so first.
+func (l *parkings) remove(pk *Parking) {
+	s := *l
+	for i, p := range s {
+		if p == pk {
+			last := len(s) - 1
+			s[i], s[last] = s[last], nil
+			*l = s[:last]
+			pk.set(false, false, time.Time{})
+			return
+		}
 	}
-	return pk
+}
+
+// clear marks every one no longer parked: their calls are woken.
+func (l *parkings) clear() {
+	for i, pk := range *l {
+		pk.set(false, false, time.Time{})
+		(*l)[i] = nil
+	}
+	*l = (*l)[:0]
+}
+
+// parkLocked counts one more parked Poll, made with hooks h, and marks its
+// Parking, if it has one, until unparkLocked or wakeLocked.
+func (q *Queue[T]) parkLocked(h *PollHooks, timed bool, next time.Time) {
+	q.setParkedLocked(+1)
+	if h != nil && h.Parking != nil {
+		q.parkings.add(h.Parking, timed, next)
+	}
 }
 
 // unparkLocked counts one parked Poll fewer: it woke by itself (its timer
 // or its context), not by wakeLocked, which unparks them all.
-func (q *Queue[T]) unparkLocked(pk *Parking) {
+func (q *Queue[T]) unparkLocked(h *PollHooks) {
 	q.setParkedLocked(-1)
-	if pk == nil {
-		return
+	if h != nil && h.Parking != nil {
+		q.parkings.remove(h.Parking)
 	}
-	for i, p := range q.parkings {
-		if p == pk {
-			last := len(q.parkings) - 1
-			q.parkings[i], q.parkings[last] = q.parkings[last], nil
-			q.parkings = q.parkings[:last]
-			break
-		}
-	}
-	pk.set(false, false, time.Time{})
 }
 
 // parkIdle marks the Parking of an AwaitIdle's ctx, if it has one, until
 // the queue signals idle (ch closed) or unparkIdle; due is its wake-up
 // (farTick: none).
 func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Parking {
-	pk := parkingFrom(ctx)
-	if pk == nil {
+	h := hooksFrom(ctx)
+	if h == nil || h.Parking == nil {
 		return nil
 	}
 	q.mu.Lock()
@@ -136,9 +150,8 @@ func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Pa
 		return nil
 	default:
 	}
-	pk.set(true, due != farTick, q.timeOf(due))
-	q.idleParkings = append(q.idleParkings, pk)
-	return pk
+	q.idleParkings.add(h.Parking, due != farTick, q.timeOf(due))
+	return h.Parking
 }
 
 // unparkIdle ends an AwaitIdle's wait: its Parking, if signalIdleLocked
@@ -148,16 +161,8 @@ func (q *Queue[T]) unparkIdle(pk *Parking) {
 		return
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i, p := range q.idleParkings {
-		if p == pk {
-			last := len(q.idleParkings) - 1
-			q.idleParkings[i], q.idleParkings[last] = q.idleParkings[last], nil
-			q.idleParkings = q.idleParkings[:last]
-			pk.set(false, false, time.Time{})
-			return
-		}
-	}
+	q.idleParkings.remove(pk)
+	q.mu.Unlock()
 }
 
 // Parks marks a source whose Polls and AwaitIdle honor PollHooks: the

@@ -107,7 +107,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 		wake := q.wake
 		q.unlock()
 
-		if err := q.wait(ctx, wake, next, timed); err != nil {
+		if err := q.wait(ctx, h, wake, next, timed); err != nil {
 			return dst, err
 		}
 	}
@@ -116,8 +116,8 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 // wait blocks until woken is closed, the clock reaches next (if timed) or
 // ctx is done. The wake-up is armed outside the lock (arming takes the
 // clock's own lock), then the state is checked again before the poller
-// counts as parked.
-func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time, timed bool) error {
+// counts as parked, and marks the Parking of its hooks h (nil: none).
+func (q *Queue[T]) wait(ctx context.Context, h *PollHooks, woken chan struct{}, next time.Time, timed bool) error {
 	var fire <-chan struct{}
 	if timed {
 		t := wake.At(q.clock, next) // never a mock channel timer, never late (see package wake)
@@ -135,7 +135,7 @@ func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time
 		q.mu.Unlock()
 		return nil
 	}
-	pk := q.parkLocked(ctx, timed, next)
+	q.parkLocked(h, timed, next)
 	q.mu.Unlock()
 
 	select {
@@ -147,7 +147,7 @@ func (q *Queue[T]) wait(ctx context.Context, woken chan struct{}, next time.Time
 	select {
 	case <-woken: // wakeLocked uncounted every parked poller when it closed it
 	default:
-		q.unparkLocked(pk)
+		q.unparkLocked(h)
 	}
 	q.mu.Unlock()
 	return ctx.Err()
@@ -281,11 +281,7 @@ func (q *Queue[T]) signalIdleLocked() {
 	if q.idle != nil && (q.idleLocked() || q.closed) {
 		close(q.idle)
 		q.idle = nil
-		for i, pk := range q.idleParkings {
-			pk.set(false, false, time.Time{})
-			q.idleParkings[i] = nil
-		}
-		q.idleParkings = q.idleParkings[:0]
+		q.idleParkings.clear()
 	}
 }
 

@@ -73,8 +73,8 @@ type Queue[T any] struct {
 	wake         chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked       int           // Polls waiting with their timer armed
 	parkCh       chan struct{} // closed and dropped when parked changes
-	parkings     []*Parking    // those of the parked Polls that have one (PollHooks)
-	idleParkings []*Parking    // those of the waiting AwaitIdle calls that have one
+	parkings     parkings      // those of the parked Polls that have one (PollHooks)
+	idleParkings parkings      // those of the waiting AwaitIdle calls that have one
 	room         chan struct{} // closed and dropped when room appears (OverflowBlock)
 	idle         chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait
 	// handing counts unlocks handing dead letters to onDead: until they
@@ -311,10 +311,6 @@ func (q *Queue[T]) wakeLocked() {
 		if q.parked > 0 {
 			q.setParkedLocked(-q.parked)
 		}
-		for i, pk := range q.parkings {
-			pk.set(false, false, time.Time{})
-			q.parkings[i] = nil
-		}
-		q.parkings = q.parkings[:0]
+		q.parkings.clear()
 	}
 }
