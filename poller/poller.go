@@ -81,9 +81,8 @@ const (
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter Rejecter      // src as a Rejecter; nil if it is not one
-	failer   DelayFailer   // src as a DelayFailer; nil if it is not one
-	hold     time.Duration // the lease length it asks a subscription for (see the package doc's Lease extension); 0: none
+	rejecter Rejecter    // src as a Rejecter; nil if it is not one
+	failer   DelayFailer // src as a DelayFailer; nil if it is not one
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
@@ -149,9 +148,6 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		}
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
-	if cfg.maxExtension != NoExtension {
-		p.hold = cfg.maxExtension
-	}
 	p.rejecter, _ = src.(Rejecter)
 	p.failer, _ = src.(DelayFailer)
 	var fs []func(Event[T])
@@ -293,7 +289,10 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
-	r.hooks = &core.PollHooks{Hold: p.hold}
+	r.hooks = &core.PollHooks{}
+	if p.cfg.maxExtension != NoExtension { // a subscription leases for the whole allowance (see the package doc)
+		r.hooks.Hold = p.cfg.maxExtension
+	}
 	if _, ok := p.src.(core.ParkingSource); ok { // a subscription, whose Polls say when they park
 		r.rest.parking = core.NewParking(r.change)
 		r.rest.idleParking = core.NewParking(r.change)

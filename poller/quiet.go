@@ -111,6 +111,16 @@ func (r *run[T]) change() {
 	r.rest.mu.Unlock()
 }
 
+// changedChan returns the channel the next change closes.
+func (r *run[T]) changedChan() chan struct{} {
+	r.rest.mu.Lock()
+	defer r.rest.mu.Unlock()
+	if r.rest.changed == nil {
+		r.rest.changed = make(chan struct{})
+	}
+	return r.rest.changed
+}
+
 // quiet reports whether the run is at rest at the clock's now: every
 // goroutine waits for something only the test (or the source, or a
 // handler) can bring, and no timer of its own is due and not yet fired.
@@ -230,13 +240,7 @@ func (p *Poller[T]) AwaitQuiet(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		r.rest.mu.Lock()
-		ch := r.rest.changed
-		if ch == nil {
-			ch = make(chan struct{})
-			r.rest.changed = ch
-		}
-		r.rest.mu.Unlock()
+		ch := r.changedChan()
 		r.rest.waiters.Add(1)
 		quiet := r.quiet()
 		if quiet {
@@ -303,13 +307,7 @@ func (r *run[T]) awaitPool() error {
 	defer r.rest.waiters.Add(-1)
 	for {
 		r.watchTo(watchMoving, watchPool) // before the channel: the move closes the one there is
-		r.rest.mu.Lock()
-		ch := r.rest.changed
-		if ch == nil {
-			ch = make(chan struct{})
-			r.rest.changed = ch
-		}
-		r.rest.mu.Unlock()
+		ch := r.changedChan()
 		if r.p.inFlight.Load() == 0 {
 			r.watchTo(watchPool, watchMoving)
 			return nil
