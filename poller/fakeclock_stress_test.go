@@ -6,6 +6,7 @@ package poller_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -146,33 +147,7 @@ func TestStressIdleIsExact(t *testing.T) {
 			t.Fatalf("round %d: AwaitIdle: %v", round, err)
 		}
 
-		ev := newEvents[string]()
-		calls := make(chan handlerCall, 2)
-		p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2),
-			poller.WithExtension(0, poller.NoExtension), ev.option())
-		if err != nil {
-			t.Fatal(err)
-		}
-		publish(t, b, "first")
-		r := startUntilIdle(t, context.Background(), p)
-		slow := recv(t, calls)
-		awaitQuiet(t, p)
-		mock.Add(10 * time.Second) // the slow handler's lease lapses
-		again := recv(t, calls)
-		again.done <- nil
-		ev.next(t, poller.OutcomeAcked)
-		awaitQuiet(t, p)
-		publish(t, b, "follow-up")
-		slow.done <- nil
-		ev.next(t, poller.OutcomeAcked)
-		follow := recv(t, calls)
-		follow.done <- nil
-		if err := r.wait(t); err != nil {
-			t.Fatalf("round %d: RunUntilIdle: %v", round, err)
-		}
-		if st := sub.Stats(); st.Visible != 0 || st.Acked != 2 {
-			t.Fatalf("round %d: after RunUntilIdle: %+v, want both messages acked", round, st)
-		}
+		runOutlivedLease(t, fmt.Sprintf("round %d: ", round), mock, b, sub)
 		b.Close()
 	}
 }

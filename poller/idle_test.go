@@ -458,6 +458,14 @@ func TestRunUntilIdleWakesForTheTTLOfADelayedMessage(t *testing.T) {
 // and return nil with the follow-up visible.)
 func TestRunUntilIdleWaitsForAHandlerThatOutlivedItsLease(t *testing.T) {
 	mock, b, sub := newBroker(t) // visibility 10s
+	runOutlivedLease(t, "", mock, b, sub)
+}
+
+// runOutlivedLease runs the scenario of
+// TestRunUntilIdleWaitsForAHandlerThatOutlivedItsLease on sub (10s
+// visibility, nothing in it), its failures prefixed with where.
+func runOutlivedLease(t *testing.T, where string, mock *clock.Mock, b *broker.Broker[string], sub *broker.Subscription[string]) {
+	t.Helper()
 	ev := newEvents[string]()
 	calls := make(chan handlerCall, 2)
 	p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(2),
@@ -472,7 +480,7 @@ func TestRunUntilIdleWaitsForAHandlerThatOutlivedItsLease(t *testing.T) {
 	mock.Add(10 * time.Second) // the slow handler's lease lapses
 	again := recv(t, calls)
 	if again.d.Attempt != 2 {
-		t.Fatalf("redelivery: attempt %d, want 2", again.d.Attempt)
+		t.Fatalf("%sredelivery: attempt %d, want 2", where, again.d.Attempt)
 	}
 	again.done <- nil
 	ev.next(t, poller.OutcomeAcked) // the subscription is idle; the slow handler runs on
@@ -480,17 +488,17 @@ func TestRunUntilIdleWaitsForAHandlerThatOutlivedItsLease(t *testing.T) {
 	publish(t, b, "follow-up")      // as the slow handler's last act
 	slow.done <- nil
 	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseNotFound) {
-		t.Fatalf("the slow handler's Ack: %v, want ErrLeaseNotFound (the message was acked)", e.SourceErr)
+		t.Fatalf("%sthe slow handler's Ack: %v, want ErrLeaseNotFound (the message was acked)", where, e.SourceErr)
 	}
 	follow := recv(t, calls)
 	if follow.d.Payload != "follow-up" {
-		t.Fatalf("handled %q, want the follow-up", follow.d.Payload)
+		t.Fatalf("%shandled %q, want the follow-up", where, follow.d.Payload)
 	}
 	follow.done <- nil
 	if err := r.wait(t); err != nil {
-		t.Fatalf("RunUntilIdle: %v", err)
+		t.Fatalf("%sRunUntilIdle: %v", where, err)
 	}
 	if st := sub.Stats(); st.Visible != 0 || st.InFlight != 0 || st.Acked != 2 {
-		t.Fatalf("after RunUntilIdle: %+v, want both messages acked", st)
+		t.Fatalf("%safter RunUntilIdle: %+v, want both messages acked", where, st)
 	}
 }
