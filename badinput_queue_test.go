@@ -270,7 +270,7 @@ func TestBadInputRetryDelayExtremes(t *testing.T) {
 		{Jitter: 1, Rand: func() float64 { return -1 }},
 		{Jitter: 1, Rand: nan},
 	} {
-		if err := core.ValidateRetry(p); err != nil {
+		if err := p.Validate(); err != nil {
 			t.Fatalf("%+v: Validate = %v", p, err)
 		}
 		maxd := p.Max

@@ -15,6 +15,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -104,7 +105,7 @@ func New[T any](opts ...Option) (*Broker[T], error) {
 		return nil, err
 	}
 	if cfg.durableOnly != "" {
-		return nil, core.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
+		return nil, backend.Invalid("New: %s is an option of Open (a durable broker)", cfg.durableOnly)
 	}
 	b.lockFree = true
 	return b, nil
@@ -116,7 +117,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 		compactMin: defaultCompactMin}
 	for i, o := range opts {
 		if o == nil {
-			return nil, cfg, core.Invalid("option %d is nil", i)
+			return nil, cfg, backend.Invalid("option %d is nil", i)
 		}
 		o.applyBroker(&cfg)
 	}
@@ -150,7 +151,7 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 
 func filterMismatch[T any](f any) error {
 	var zero T
-	return core.Invalid("WithFilter: %T does not take the broker's queue.Message[%T]", f, any(zero))
+	return backend.Invalid("WithFilter: %T does not take the broker's queue.Message[%T]", f, any(zero))
 }
 
 // Clock returns the broker's clock.

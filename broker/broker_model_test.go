@@ -13,9 +13,9 @@ import (
 	"github.com/benbjohnson/clock"
 	"pgregory.net/rapid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
-	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -182,9 +182,9 @@ type brokerModel struct {
 // source subscription), which is unique because a message reaches each
 // subscription once and dies there at most once.
 func msgKey(m queue.Message[int]) string {
-	if _, ok := m.Headers.Lookup(vocab.HeaderReason); ok {
-		return "dl:" + m.Headers.Get(vocab.HeaderMessageID) + "@" +
-			m.Headers.Get(vocab.HeaderTopic) + "/" + m.Headers.Get(vocab.HeaderSubscription)
+	if _, ok := m.Headers.Lookup(backend.HeaderReason); ok {
+		return "dl:" + m.Headers.Get(backend.HeaderMessageID) + "@" +
+			m.Headers.Get(backend.HeaderTopic) + "/" + m.Headers.Get(backend.HeaderSubscription)
 	}
 	return "m:" + m.ID.String()
 }
@@ -377,7 +377,7 @@ func (m *brokerModel) topic(label string) string {
 // "dlq" if it exists and has one, else to the store; and to the store
 // anyway if it already came through "dlq".
 func (m *brokerModel) deadLetter(s *bmSub, h bmHeld, reason queue.Reason, lastErr string) {
-	_, again := h.d.Headers.Lookup(vocab.HeaderReason)
+	_, again := h.d.Headers.Lookup(backend.HeaderReason)
 	var to []*bmSub
 	if !again && m.topics[bmDLQ] != nil {
 		for _, r := range m.subs {
@@ -397,13 +397,13 @@ func (m *brokerModel) deadLetter(s *bmSub, h bmHeld, reason queue.Reason, lastEr
 	}
 	m.cover["dead letter:to topic"]++
 	hdr := map[string]string{
-		vocab.HeaderReason:       reason.String(),
-		vocab.HeaderAttempts:     "1",
-		vocab.HeaderLastError:    lastErr,
-		vocab.HeaderSubscription: s.name,
-		vocab.HeaderTopic:        s.target,
-		vocab.HeaderMessageID:    h.d.ID.String(),
-		vocab.HeaderAt:           m.now.Format(time.RFC3339Nano),
+		backend.HeaderReason:       reason.String(),
+		backend.HeaderAttempts:     "1",
+		backend.HeaderLastError:    lastErr,
+		backend.HeaderSubscription: s.name,
+		backend.HeaderTopic:        s.target,
+		backend.HeaderMessageID:    h.d.ID.String(),
+		backend.HeaderAt:           m.now.Format(time.RFC3339Nano),
 	}
 	key := "dl:" + h.d.ID.String() + "@" + s.key()
 	for _, r := range to {

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
-	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -39,12 +39,12 @@ func TestDeadLetterTopic(t *testing.T) {
 	assert.Equal(t, "poison", dl.Payload)
 	assert.Equal(t, queue.PriorityHigh, dl.Priority)
 	assert.Equal(t, "acme", dl.Headers.Get("tenant"))
-	assert.Equal(t, "max-attempts", dl.Headers.Get(vocab.HeaderReason))
-	assert.Equal(t, "1", dl.Headers.Get(vocab.HeaderAttempts))
-	assert.Equal(t, "bad input", dl.Headers.Get(vocab.HeaderLastError))
-	assert.Equal(t, "worker", dl.Headers.Get(vocab.HeaderSubscription))
-	assert.Equal(t, "jobs", dl.Headers.Get(vocab.HeaderTopic))
-	assert.Equal(t, d.ID.String(), dl.Headers.Get(vocab.HeaderMessageID))
+	assert.Equal(t, "max-attempts", dl.Headers.Get(backend.HeaderReason))
+	assert.Equal(t, "1", dl.Headers.Get(backend.HeaderAttempts))
+	assert.Equal(t, "bad input", dl.Headers.Get(backend.HeaderLastError))
+	assert.Equal(t, "worker", dl.Headers.Get(backend.HeaderSubscription))
+	assert.Equal(t, "jobs", dl.Headers.Get(backend.HeaderTopic))
+	assert.Equal(t, d.ID.String(), dl.Headers.Get(backend.HeaderMessageID))
 
 	back, ok := broker.DeadLetterOf(dl.Message)
 	require.True(t, ok, "a message from a dead-letter topic reads back as its dead letter")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
-	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -165,7 +165,7 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 	}
 	srcTopic := s.topic
 	if p := s.dlq.Load(); p != nil {
-		if _, again := dl.Message.Headers.Lookup(vocab.HeaderReason); !again && b.route(s, *p, dl) {
+		if _, again := dl.Message.Headers.Lookup(backend.HeaderReason); !again && b.route(s, *p, dl) {
 			return
 		}
 	}
@@ -177,13 +177,13 @@ func (b *Broker[T]) deadLetter(s *Subscription[T], dl core.Letter[T]) {
 // reports whether a subscription there took it.
 func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T]) bool {
 	h := maps.Collect(dl.Message.Headers.All())
-	h[vocab.HeaderReason] = dl.Reason.String()
-	h[vocab.HeaderAttempts] = strconv.Itoa(dl.Attempts)
-	h[vocab.HeaderLastError] = dl.LastError
-	h[vocab.HeaderSubscription] = dl.Subscription
-	h[vocab.HeaderTopic] = s.topic
-	h[vocab.HeaderMessageID] = dl.Message.ID.String()
-	h[vocab.HeaderAt] = dl.At.Format(time.RFC3339Nano)
+	h[backend.HeaderReason] = dl.Reason.String()
+	h[backend.HeaderAttempts] = strconv.Itoa(dl.Attempts)
+	h[backend.HeaderLastError] = dl.LastError
+	h[backend.HeaderSubscription] = dl.Subscription
+	h[backend.HeaderTopic] = s.topic
+	h[backend.HeaderMessageID] = dl.Message.ID.String()
+	h[backend.HeaderAt] = dl.At.Format(time.RFC3339Nano)
 	pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
 	// A done context: a full OverflowBlock subscription on the
 	// dead-letter topic refuses at once rather than stall the consumer
@@ -214,36 +214,36 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 // nanoseconds); JetStream's dead letters use the same names.
 func DeadLetterOf[T any](m queue.Message[T]) (dl queue.DeadLetter[T], ok bool) {
 	h := m.Headers
-	reason, ok := core.ParseReason(h.Get(vocab.HeaderReason))
+	reason, ok := queue.ParseReason(h.Get(backend.HeaderReason))
 	if !ok {
 		return dl, false
 	}
-	attempts, err := strconv.Atoi(h.Get(vocab.HeaderAttempts))
+	attempts, err := strconv.Atoi(h.Get(backend.HeaderAttempts))
 	if err != nil {
 		return dl, false
 	}
-	id, err := uuid.Parse(h.Get(vocab.HeaderMessageID))
+	id, err := uuid.Parse(h.Get(backend.HeaderMessageID))
 	if err != nil {
 		return dl, false
 	}
-	at, err := time.Parse(time.RFC3339Nano, h.Get(vocab.HeaderAt))
+	at, err := time.Parse(time.RFC3339Nano, h.Get(backend.HeaderAt))
 	if err != nil {
 		return dl, false
 	}
 	own := make(map[string]string, h.Len())
 	for k, v := range h.All() {
-		if !strings.HasPrefix(k, vocab.HeaderPrefix) {
+		if !strings.HasPrefix(k, backend.HeaderPrefix) {
 			own[k] = v
 		}
 	}
 	orig := m
-	orig.ID, orig.Topic, orig.Headers = id, h.Get(vocab.HeaderTopic), queue.NewHeaders(own)
+	orig.ID, orig.Topic, orig.Headers = id, h.Get(backend.HeaderTopic), queue.NewHeaders(own)
 	return queue.DeadLetter[T]{
-		Subscription: h.Get(vocab.HeaderSubscription),
+		Subscription: h.Get(backend.HeaderSubscription),
 		Message:      orig,
 		Reason:       reason,
 		Attempts:     attempts,
-		LastError:    h.Get(vocab.HeaderLastError),
+		LastError:    h.Get(backend.HeaderLastError),
 		At:           at,
 	}, true
 }
@@ -283,7 +283,7 @@ func (b *Broker[T]) DeadLettersDiscarded() uint64 {
 // Close, queue.ErrClosed.
 func (b *Broker[T]) DiscardDeadLetters(match func(queue.DeadLetter[T]) bool) (int, error) {
 	if match == nil {
-		return 0, core.Invalid("DiscardDeadLetters: nil func")
+		return 0, backend.Invalid("DiscardDeadLetters: nil func")
 	}
 	if !b.enter() {
 		return 0, fmt.Errorf("discard dead letters: %w", queue.ErrClosed)
@@ -308,7 +308,7 @@ func (b *Broker[T]) DiscardDeadLetters(match func(queue.DeadLetter[T]) bool) (in
 // queue.ErrQueueFull). match runs without any lock held.
 func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 	if match == nil {
-		return 0, core.Invalid("Redrive: nil func")
+		return 0, backend.Invalid("Redrive: nil func")
 	}
 	return b.redrive(func(dl queue.DeadLetter[T]) (T, bool) { return dl.Message.Payload, match(dl) }, false)
 }
@@ -324,7 +324,7 @@ func (b *Broker[T]) Redrive(match func(queue.DeadLetter[T]) bool) (int, error) {
 // it. fix runs without any lock held.
 func (b *Broker[T]) RedriveWith(fix func(queue.DeadLetter[T]) (payload T, ok bool)) (int, error) {
 	if fix == nil {
-		return 0, core.Invalid("RedriveWith: nil func")
+		return 0, backend.Invalid("RedriveWith: nil func")
 	}
 	return b.redrive(fix, true)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/queue"
@@ -49,7 +50,7 @@ func (m SyncMode) String() string {
 func WithSync(m SyncMode) Option {
 	return brokerOption(func(cfg *config) {
 		if m > SyncNone {
-			cfg.sub.fail(core.Invalid("WithSync: unknown mode %v", m))
+			cfg.sub.fail(backend.Invalid("WithSync: unknown mode %v", m))
 			return
 		}
 		cfg.sync, cfg.durableOnly = m, "WithSync"
@@ -141,7 +142,7 @@ func (st *store[T]) encode(m *queue.Message[T]) (*envBuf[T], error) {
 	}
 	if n := len(eb.b); n > maxEnvelope {
 		st.recycle(eb)
-		return nil, core.Invalid("message of %d bytes encoded, at most %d in a durable broker", n, maxEnvelope)
+		return nil, backend.Invalid("message of %d bytes encoded, at most %d in a durable broker", n, maxEnvelope)
 	}
 	return eb, nil
 }
@@ -250,10 +251,10 @@ type limboLetter[T any] struct {
 // unknown; Close and Open again to carry on from what did.
 func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error) {
 	if codec == nil {
-		return nil, core.Invalid("Open: nil codec")
+		return nil, backend.Invalid("Open: nil codec")
 	}
 	if dir == "" {
-		return nil, core.Invalid("Open: empty directory name")
+		return nil, backend.Invalid("Open: empty directory name")
 	}
 	b, cfg, err := newBroker[T](opts)
 	if err != nil {
@@ -355,7 +356,7 @@ type SalvageInfo struct {
 // a codec that can, or cut by hand at the offset the CorruptError names.
 func Salvage(dir string) (SalvageInfo, error) {
 	if dir == "" {
-		return SalvageInfo{}, core.Invalid("Salvage: empty directory name")
+		return SalvageInfo{}, backend.Invalid("Salvage: empty directory name")
 	}
 	si, err := journal.Salvage(dir, newReplay().apply)
 	if errors.Is(err, journal.ErrLocked) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -116,12 +116,12 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	require.Equal(t, "a", dv.Payload)
 	h := dv.Headers
 	require.Equal(t, "v", h.Get("h"))
-	require.Equal(t, queue.ReasonMaxAttempts.String(), h.Get(vocab.HeaderReason))
-	require.Equal(t, "1", h.Get(vocab.HeaderAttempts))
-	require.Equal(t, "nacked", h.Get(vocab.HeaderLastError))
-	require.Equal(t, "work", h.Get(vocab.HeaderSubscription))
-	require.Equal(t, "jobs", h.Get(vocab.HeaderTopic))
-	require.Equal(t, a.ID.String(), h.Get(vocab.HeaderMessageID))
+	require.Equal(t, queue.ReasonMaxAttempts.String(), h.Get(backend.HeaderReason))
+	require.Equal(t, "1", h.Get(backend.HeaderAttempts))
+	require.Equal(t, "nacked", h.Get(backend.HeaderLastError))
+	require.Equal(t, "work", h.Get(backend.HeaderSubscription))
+	require.Equal(t, "jobs", h.Get(backend.HeaderTopic))
+	require.Equal(t, a.ID.String(), h.Get(backend.HeaderMessageID))
 	require.NoError(t, reader.Release(dv.LeaseID))
 
 	// The routing itself persists: a message leased on its last attempt at
@@ -136,8 +136,8 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	require.ElementsMatch(t, []string{"a", "b"}, payloads(ds))
 	for _, dv := range ds {
 		if dv.Payload == "b" {
-			require.Equal(t, "lease expired", dv.Headers.Get(vocab.HeaderLastError))
-			require.Equal(t, "work", dv.Headers.Get(vocab.HeaderSubscription))
+			require.Equal(t, "lease expired", dv.Headers.Get(backend.HeaderLastError))
+			require.Equal(t, "work", dv.Headers.Get(backend.HeaderSubscription))
 		}
 		require.NoError(t, reader.Release(dv.LeaseID))
 	}

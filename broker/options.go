@@ -7,6 +7,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -84,7 +85,7 @@ func (c *subConfig) fail(err error) {
 func WithClock(c clock.Clock) Option {
 	return brokerOption(func(cfg *config) {
 		if c == nil {
-			cfg.sub.fail(core.Invalid("WithClock: nil clock"))
+			cfg.sub.fail(backend.Invalid("WithClock: nil clock"))
 			return
 		}
 		cfg.clock = c
@@ -97,7 +98,7 @@ func WithClock(c clock.Clock) Option {
 func WithDeadLetterLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
-			cfg.sub.fail(core.Invalid("WithDeadLetterLimit: n = %d, must be >= 1", n))
+			cfg.sub.fail(backend.Invalid("WithDeadLetterLimit: n = %d, must be >= 1", n))
 			return
 		}
 		cfg.deadLetterLimit = n
@@ -110,7 +111,7 @@ func WithDeadLetterLimit(n int) Option {
 func WithDedupWindow(d time.Duration) Option {
 	return brokerOption(func(cfg *config) {
 		if d <= 0 {
-			cfg.sub.fail(core.Invalid("WithDedupWindow: %v, must be > 0", d))
+			cfg.sub.fail(backend.Invalid("WithDedupWindow: %v, must be > 0", d))
 			return
 		}
 		cfg.dedupWindow = d
@@ -128,7 +129,7 @@ func WithDedupWindow(d time.Duration) Option {
 func WithDedupLimit(n int) Option {
 	return brokerOption(func(cfg *config) {
 		if n < 1 {
-			cfg.sub.fail(core.Invalid("WithDedupLimit: %d, must be >= 1", n))
+			cfg.sub.fail(backend.Invalid("WithDedupLimit: %d, must be >= 1", n))
 			return
 		}
 		cfg.dedupLimit = n
@@ -143,7 +144,7 @@ func WithDedupLimit(n int) Option {
 func WithMessageTTL(d time.Duration) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithMessageTTL: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithMessageTTL: %v, must be > 0", d))
 			return
 		}
 		c.queue.TTL = d
@@ -175,7 +176,7 @@ func WithDeadLetterTopic(topic string) SubscribeOption {
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 			return
 		}
 		c.queue.VisibilityTimeout = d
@@ -187,7 +188,7 @@ func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 func WithMaxAttempts(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
-			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
+			c.fail(backend.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 			return
 		}
 		c.queue.MaxAttempts = n
@@ -199,7 +200,7 @@ func WithMaxAttempts(n int) SubscribeOption {
 // capped at 1m, without jitter (the zero queue.RetryPolicy).
 func WithRetry(p queue.RetryPolicy) SubscribeOption {
 	return subOption(func(c *subConfig) {
-		if err := core.ValidateRetry(p); err != nil {
+		if err := p.Validate(); err != nil {
 			c.fail(err)
 			return
 		}
@@ -212,7 +213,7 @@ func WithRetry(p queue.RetryPolicy) SubscribeOption {
 func WithMaxQueue(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 {
-			c.fail(core.Invalid("WithMaxQueue: %d, must be >= 1", n))
+			c.fail(backend.Invalid("WithMaxQueue: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxQueue = n
@@ -224,7 +225,7 @@ func WithMaxQueue(n int) SubscribeOption {
 func WithOverflow(p queue.OverflowPolicy) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if p > queue.OverflowDropOldest {
-			c.fail(core.Invalid("WithOverflow: %v, not a policy", p))
+			c.fail(backend.Invalid("WithOverflow: %v, not a policy", p))
 			return
 		}
 		c.queue.Overflow = p
@@ -236,7 +237,7 @@ func WithOverflow(p queue.OverflowPolicy) SubscribeOption {
 func WithMaxInFlight(n int) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if n < 1 {
-			c.fail(core.Invalid("WithMaxInFlight: %d, must be >= 1", n))
+			c.fail(backend.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxInFlight = n
@@ -261,7 +262,7 @@ func WithUpdate() SubscribeOption { return subOption(func(c *subConfig) { c.upda
 func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 	return subOption(func(c *subConfig) {
 		if f == nil {
-			c.fail(core.Invalid("WithFilter: nil func"))
+			c.fail(backend.Invalid("WithFilter: nil func"))
 			return
 		}
 		c.filter = f
@@ -310,43 +311,43 @@ func (c *publishConfig) apply(o PublishOption) error {
 	switch o.kind {
 	case optPriority:
 		if !core.ValidPriority(o.priority) {
-			return core.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
+			return backend.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
 		}
 		c.priority = o.priority
 	case optHeaders:
 		c.addHeaders(o.headers)
 	case optDelay:
 		if o.delay < 0 {
-			return core.Invalid("WithDelay: %v, must be >= 0", o.delay)
+			return backend.Invalid("WithDelay: %v, must be >= 0", o.delay)
 		}
 		c.delay = o.delay
 	case optKey:
 		c.key = o.text
 	case optTTL:
 		if o.delay <= 0 {
-			return core.Invalid("WithTTL: %v, must be > 0", o.delay)
+			return backend.Invalid("WithTTL: %v, must be > 0", o.delay)
 		}
 		c.ttl = o.delay
 	case optDedup:
 		switch {
 		case o.text == "":
-			return core.Invalid("WithDedupID: empty id")
+			return backend.Invalid("WithDedupID: empty id")
 		case len(o.text) > MaxDedupID:
-			return core.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
+			return backend.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
 		}
 		c.dedupID = o.text
 	case optDedupIDs:
 		for i, id := range o.texts {
 			switch {
 			case id == "":
-				return core.Invalid("WithDedupIDs: empty id at %d", i)
+				return backend.Invalid("WithDedupIDs: empty id at %d", i)
 			case len(id) > MaxDedupID:
-				return core.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
+				return backend.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
 			}
 		}
 		c.dedupIDs = o.texts
 	default:
-		return core.Invalid("zero PublishOption: make options with the With functions")
+		return backend.Invalid("zero PublishOption: make options with the With functions")
 	}
 	return nil
 }

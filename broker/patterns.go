@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/backend"
 )
 
 // isPattern reports whether a subscription's topic is a wildcard pattern.
@@ -21,13 +21,13 @@ func validPattern(p string) error {
 	for i, seg := range segs {
 		switch {
 		case seg == "":
-			return core.Invalid("pattern %q has an empty dot-separated segment", p)
+			return backend.Invalid("pattern %q has an empty dot-separated segment", p)
 		case seg == ">" || seg == "#":
 			if i != len(segs)-1 {
-				return core.Invalid("pattern %q: %q must be the last segment", p, seg)
+				return backend.Invalid("pattern %q: %q must be the last segment", p, seg)
 			}
 		case strings.ContainsAny(seg, "*>#") && seg != "*":
-			return core.Invalid("pattern %q: a wildcard must be a whole segment", p)
+			return backend.Invalid("pattern %q: a wildcard must be a whole segment", p)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -31,7 +32,7 @@ import (
 // accepted the message holds it (on a durable broker, in the journal).
 func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
 	if ctx == nil {
-		return queue.Message[T]{}, core.Invalid("Publish: nil context")
+		return queue.Message[T]{}, backend.Invalid("Publish: nil context")
 	}
 	var pc publishConfig
 	for _, o := range opts {
@@ -40,7 +41,7 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 		}
 	}
 	if pc.dedupIDs != nil {
-		return queue.Message[T]{}, core.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
+		return queue.Message[T]{}, backend.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
 	}
 	m, _, err := b.publish(ctx, topic, payload, &pc)
 	if m == nil {
@@ -61,7 +62,7 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 // (one ID cannot name many messages). An empty batch returns nil.
 func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
 	if ctx == nil {
-		return nil, core.Invalid("PublishBatch: nil context")
+		return nil, backend.Invalid("PublishBatch: nil context")
 	}
 	var pc publishConfig
 	for _, o := range opts {
@@ -72,9 +73,9 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	ids := pc.dedupIDs
 	switch {
 	case pc.dedupID != "":
-		return nil, core.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
+		return nil, backend.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
 	case ids != nil && len(ids) != len(payloads):
-		return nil, core.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
+		return nil, backend.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
 	}
 	t, subs, err := b.lookup(topic)
 	if err != nil {

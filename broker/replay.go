@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
-	"github.com/leasebus/leasebus/internal/vocab"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -65,7 +65,7 @@ const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 
 // expiredText is the LastError the queue gives a message whose lease
 // expired: replay must spell it as the queue does.
-const expiredText = vocab.LeaseExpired
+const expiredText = backend.LeaseExpired
 
 func newReplay() *replay {
 	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -47,7 +48,7 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	cfg := b.defs
 	for i, o := range opts {
 		if o == nil {
-			return nil, core.Invalid("Subscribe: option %d is nil", i)
+			return nil, backend.Invalid("Subscribe: option %d is nil", i)
 		}
 		o.applySub(&cfg)
 	}

@@ -8,7 +8,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -136,20 +136,20 @@ func (b *Broker[T]) usableLocked(op, name string) error {
 }
 
 // errZeroBroker is what a zero Broker's calls return.
-var errZeroBroker = core.Invalid("zero Broker: make one with broker.New or broker.Open")
+var errZeroBroker = backend.Invalid("zero Broker: make one with broker.New or broker.Open")
 
 // validName checks a subscription or topic name: non-empty UTF-8 of at
 // most 255 bytes, without spaces or control characters.
 func validName(kind, name string) error {
 	switch {
 	case name == "":
-		return core.Invalid("empty %s name", kind)
+		return backend.Invalid("empty %s name", kind)
 	case len(name) > 255:
-		return core.Invalid("%s name of %d bytes, at most 255", kind, len(name))
+		return backend.Invalid("%s name of %d bytes, at most 255", kind, len(name))
 	case !utf8.ValidString(name):
-		return core.Invalid("%s name %q is not UTF-8", kind, name)
+		return backend.Invalid("%s name %q is not UTF-8", kind, name)
 	case strings.ContainsFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }):
-		return core.Invalid("%s name %q has a space or control character", kind, name)
+		return backend.Invalid("%s name %q has a space or control character", kind, name)
 	}
 	return nil
 }
@@ -170,10 +170,10 @@ func validTopic(name string) error {
 		return err
 	}
 	if strings.ContainsAny(name, "*>#") {
-		return core.Invalid("topic name %q has a wildcard character (*, > or #)", name)
+		return backend.Invalid("topic name %q has a wildcard character (*, > or #)", name)
 	}
 	if slices.Contains(strings.Split(name, "."), "") {
-		return core.Invalid("topic name %q has an empty dot-separated segment", name)
+		return backend.Invalid("topic name %q has an empty dot-separated segment", name)
 	}
 	return nil
 }

@@ -11,8 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leasebus/leasebus/internal/core"
-	"github.com/leasebus/leasebus/internal/vocab"
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -20,14 +19,14 @@ import (
 // dead letter shares with the broker's dead-letter topics are the broker's
 // names, so one consumer reads both.
 const (
-	HeaderID           = "Leasebus-Id"            // the message's uuid, set by Publish
-	HeaderReason       = vocab.HeaderReason       // dead letters: queue.Reason.String()
-	HeaderAttempts     = vocab.HeaderAttempts     // dead letters: deliveries spent
-	HeaderLastError    = vocab.HeaderLastError    // dead letters: the last failure
-	HeaderSubscription = vocab.HeaderSubscription // dead letters: the subscription's name
-	HeaderTopic        = vocab.HeaderTopic        // dead letters: the source topic
-	HeaderStreamSeq    = "Leasebus-Stream-Seq"    // dead letters: the source stream sequence
-	HeaderPublishedAt  = "Leasebus-Published-At"  // dead letters: the source's publish time, RFC 3339
+	HeaderID           = "Leasebus-Id"              // the message's uuid, set by Publish
+	HeaderReason       = backend.HeaderReason       // dead letters: queue.Reason.String()
+	HeaderAttempts     = backend.HeaderAttempts     // dead letters: deliveries spent
+	HeaderLastError    = backend.HeaderLastError    // dead letters: the last failure
+	HeaderSubscription = backend.HeaderSubscription // dead letters: the subscription's name
+	HeaderTopic        = backend.HeaderTopic        // dead letters: the source topic
+	HeaderStreamSeq    = "Leasebus-Stream-Seq"      // dead letters: the source stream sequence
+	HeaderPublishedAt  = "Leasebus-Published-At"    // dead letters: the source's publish time, RFC 3339
 )
 
 // legacyHeaders are the names dead letters had before they took the
@@ -120,7 +119,7 @@ type Option func(*busConfig)
 func WithStream(name string) Option {
 	return func(c *busConfig) {
 		if name == "" {
-			c.fail(core.Invalid("WithStream: empty name"))
+			c.fail(backend.Invalid("WithStream: empty name"))
 		}
 		c.stream = name
 	}
@@ -133,7 +132,7 @@ func WithStream(name string) Option {
 func WithSubjectPrefix(p string) Option {
 	return func(c *busConfig) {
 		if p == "" {
-			c.fail(core.Invalid("WithSubjectPrefix: empty prefix"))
+			c.fail(backend.Invalid("WithSubjectPrefix: empty prefix"))
 		}
 		c.prefix = p
 	}
@@ -160,7 +159,7 @@ func WithStorage(st js.StorageType) Option {
 func WithReplicas(n int) Option {
 	return func(c *busConfig) {
 		if n < 1 {
-			c.fail(core.Invalid("WithReplicas: %d, must be >= 1", n))
+			c.fail(backend.Invalid("WithReplicas: %d, must be >= 1", n))
 		}
 		c.all(field("Replicas", "WithReplicas", func(c *js.StreamConfig) *int { return &c.Replicas }),
 			func(sc *js.StreamConfig) { sc.Replicas = n })
@@ -204,7 +203,7 @@ func samePlacement(a, b *js.Placement) bool {
 func WithMaxAge(d time.Duration) Option {
 	return func(c *busConfig) {
 		if d < 0 {
-			c.fail(core.Invalid("WithMaxAge: %v, must be >= 0 (0: no limit)", d))
+			c.fail(backend.Invalid("WithMaxAge: %v, must be >= 0 (0: no limit)", d))
 		}
 		c.topic.MaxAge = d
 		c.topicSet.add(field("MaxAge", "WithMaxAge", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
@@ -218,7 +217,7 @@ func WithMaxAge(d time.Duration) Option {
 func WithMaxBytes(n int64) Option {
 	return func(c *busConfig) {
 		if n < 1 && n != -1 {
-			c.fail(core.Invalid("WithMaxBytes: %d, must be >= 1 or -1 (no limit)", n))
+			c.fail(backend.Invalid("WithMaxBytes: %d, must be >= 1 or -1 (no limit)", n))
 		}
 		c.topic.MaxBytes = n
 		c.topicSet.add(field("MaxBytes", "WithMaxBytes", func(c *js.StreamConfig) *int64 { return &c.MaxBytes }))
@@ -231,7 +230,7 @@ func WithMaxBytes(n int64) Option {
 func WithMaxMsgs(n int64) Option {
 	return func(c *busConfig) {
 		if n < 1 && n != -1 {
-			c.fail(core.Invalid("WithMaxMsgs: %d, must be >= 1 or -1 (no limit)", n))
+			c.fail(backend.Invalid("WithMaxMsgs: %d, must be >= 1 or -1 (no limit)", n))
 		}
 		c.topic.MaxMsgs = n
 		c.topicSet.add(field("MaxMsgs", "WithMaxMsgs", func(c *js.StreamConfig) *int64 { return &c.MaxMsgs }))
@@ -244,7 +243,7 @@ func WithMaxMsgs(n int64) Option {
 func WithDuplicateWindow(d time.Duration) Option {
 	return func(c *busConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithDuplicateWindow: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithDuplicateWindow: %v, must be > 0", d))
 		}
 		c.topic.Duplicates = d
 		c.topicSet.add(field("Duplicates", "WithDuplicateWindow", func(c *js.StreamConfig) *time.Duration { return &c.Duplicates }))
@@ -260,7 +259,7 @@ func WithDeadLetterLimits(l DeadLetterLimits) Option {
 			case v == 0:
 				return
 			case v < -1:
-				c.fail(core.Invalid("WithDeadLetterLimits: %s %d, must be >= 1 or -1 (no limit)", name, v))
+				c.fail(backend.Invalid("WithDeadLetterLimits: %s %d, must be >= 1 or -1 (no limit)", name, v))
 			}
 			*dst = v
 			c.dlqSet.add(field(setting, "WithDeadLetterLimits", p))
@@ -271,7 +270,7 @@ func WithDeadLetterLimits(l DeadLetterLimits) Option {
 		switch {
 		case l.MaxAge == 0:
 		case l.MaxAge < -1:
-			c.fail(core.Invalid("WithDeadLetterLimits: MaxAge %v, must be > 0 or -1 (no limit)", l.MaxAge))
+			c.fail(backend.Invalid("WithDeadLetterLimits: MaxAge %v, must be > 0 or -1 (no limit)", l.MaxAge))
 		default:
 			c.dlq.MaxAge = max(l.MaxAge, 0)
 			c.dlqSet.add(field("MaxAge", "WithDeadLetterLimits", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
@@ -289,7 +288,7 @@ func WithUpdateStreams() Option { return func(c *busConfig) { c.update = true } 
 // JetStream domain or API prefix, see OpenJetStream).
 func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 	if nc == nil {
-		return nil, core.Invalid("jetstream.Open: nil connection")
+		return nil, backend.Invalid("jetstream.Open: nil connection")
 	}
 	j, err := js.New(nc)
 	if err != nil {
@@ -314,7 +313,7 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 // WithUpdateStreams is given.
 func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, error) {
 	if j == nil {
-		return nil, core.Invalid("jetstream.OpenJetStream: nil JetStream")
+		return nil, backend.Invalid("jetstream.OpenJetStream: nil JetStream")
 	}
 	cfg := busConfig{
 		stream: DefaultStream, prefix: DefaultSubjectPrefix,
@@ -463,11 +462,11 @@ func (b *Bus) JetStream() js.JetStream { return b.js }
 // consumer name.
 func validToken(kind, s string) error {
 	if s == "" {
-		return core.Invalid("%s name is empty", kind)
+		return backend.Invalid("%s name is empty", kind)
 	}
 	for _, r := range s {
 		if !(r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return core.Invalid("%s name %q: only letters, digits and '-' are allowed", kind, s)
+			return backend.Invalid("%s name %q: only letters, digits and '-' are allowed", kind, s)
 		}
 	}
 	return nil
@@ -479,7 +478,7 @@ func validToken(kind, s string) error {
 // last one '>' or '#' (one or more), as in the broker.
 func validTopic(topic string, pattern bool) error {
 	if topic == "" {
-		return core.Invalid("topic name is empty")
+		return backend.Invalid("topic name is empty")
 	}
 	segs := strings.Split(topic, ".")
 	for i, seg := range segs {
@@ -487,13 +486,13 @@ func validTopic(topic string, pattern bool) error {
 		case pattern && seg == "*":
 		case pattern && (seg == ">" || seg == "#"):
 			if i != len(segs)-1 {
-				return core.Invalid("pattern %q: %q must be the last segment", topic, seg)
+				return backend.Invalid("pattern %q: %q must be the last segment", topic, seg)
 			}
 		case strings.ContainsAny(seg, "*>#") && !pattern:
-			return core.Invalid("topic %q: wildcards are for Subscribe; publish to a topic", topic)
+			return backend.Invalid("topic %q: wildcards are for Subscribe; publish to a topic", topic)
 		default:
 			if err := validToken("topic", seg); err != nil {
-				return core.Invalid("topic %q: segment %q: only letters, digits and '-' are allowed", topic, seg)
+				return backend.Invalid("topic %q: segment %q: only letters, digits and '-' are allowed", topic, seg)
 			}
 		}
 	}
@@ -577,7 +576,7 @@ func isReserved(k string) bool {
 
 // reasonOf reads a dead letter's reason; 0 for a word it does not know.
 func reasonOf(s string) queue.Reason {
-	r, _ := core.ParseReason(s)
+	r, _ := queue.ParseReason(s)
 	return r
 }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -43,7 +43,7 @@ func deadLetterConfig[T any](opts []SubscribeOption) (subConfig, Codec[T], error
 	}
 	codec, ok := codecFor[T](cfg.codec)
 	if !ok {
-		return cfg, nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
+		return cfg, nil, backend.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
 	return cfg, codec, nil
 }
@@ -108,7 +108,7 @@ const HeaderRedrivenFrom = "Leasebus-Redriven-From"
 // changes nothing. match runs on Redrive's goroutine.
 func Redrive[T any](ctx context.Context, b *Bus, topic, name string, match func(queue.DeadLetter[T]) bool, opts ...SubscribeOption) (int, error) {
 	if match == nil {
-		return 0, core.Invalid("Redrive: nil func")
+		return 0, backend.Invalid("Redrive: nil func")
 	}
 	cfg, codec, err := deadLetterConfig[T](opts)
 	if err != nil {

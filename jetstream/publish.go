@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -62,8 +62,8 @@ var ErrUnsupported = fmt.Errorf("jetstream: not supported on JetStream: %w", err
 func WithPriority(p queue.Priority) PublishOption {
 	return func(c *publishConfig) {
 		switch {
-		case !core.ValidPriority(p):
-			c.fail(core.Invalid("WithPriority: %d is not a priority", p))
+		case p < queue.PriorityLow || p > queue.PriorityCritical:
+			c.fail(backend.Invalid("WithPriority: %d is not a priority", p))
 		case p != queue.PriorityNormal:
 			c.fail(fmt.Errorf("WithPriority(%v): %w: a stream delivers in publish order, and JetStream's priority groups rank clients, not messages", p, ErrUnsupported))
 		}
@@ -100,7 +100,7 @@ func WithKey(key string) PublishOption {
 func WithDelay(d time.Duration) PublishOption {
 	return func(c *publishConfig) {
 		if d < 0 {
-			c.fail(core.Invalid("WithDelay: %v, must be >= 0", d))
+			c.fail(backend.Invalid("WithDelay: %v, must be >= 0", d))
 		}
 		c.delay = d
 	}
@@ -155,11 +155,11 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 		return pc, nil, pc.err
 	}
 	if pc.ttlSet && pc.ttl <= 0 {
-		return pc, nil, core.Invalid("WithTTL: %v, must be > 0", pc.ttl)
+		return pc, nil, backend.Invalid("WithTTL: %v, must be > 0", pc.ttl)
 	}
 	codec, ok := codecFor[T](pc.codec)
 	if !ok {
-		return pc, nil, core.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
+		return pc, nil, backend.Invalid("WithPublishCodec: %T does not encode the payload type", pc.codec)
 	}
 	return pc, codec, nil
 }
@@ -218,7 +218,7 @@ func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts .
 		return queue.Message[T]{}, err
 	}
 	if pc.msgIDs != nil {
-		return queue.Message[T]{}, core.Invalid("WithMsgIDs: only for PublishBatch; Publish takes WithMsgID")
+		return queue.Message[T]{}, backend.Invalid("WithMsgIDs: only for PublishBatch; Publish takes WithMsgID")
 	}
 	if err := checkDelay(b, topic, &pc); err != nil {
 		return queue.Message[T]{}, err
@@ -253,10 +253,10 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 		return nil, err
 	}
 	if pc.msgID != "" {
-		return nil, core.Invalid("WithMsgID: one ID cannot name many messages; PublishBatch takes WithMsgIDs")
+		return nil, backend.Invalid("WithMsgID: one ID cannot name many messages; PublishBatch takes WithMsgIDs")
 	}
 	if pc.msgIDs != nil && len(pc.msgIDs) != len(payloads) {
-		return nil, core.Invalid("WithMsgIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
+		return nil, backend.Invalid("WithMsgIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
 	}
 	if err := checkDelay(b, topic, &pc); err != nil {
 		return nil, err

@@ -14,8 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/leasebus/leasebus/internal/core"
-	"github.com/leasebus/leasebus/internal/vocab"
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -32,7 +31,7 @@ const (
 
 // errExpiredText is what a dead letter records when its last lease
 // expired (as in the in-memory broker).
-const errExpiredText = vocab.LeaseExpired
+const errExpiredText = backend.LeaseExpired
 
 // SubscribeOption configures Subscribe.
 type SubscribeOption func(*subConfig)
@@ -76,7 +75,7 @@ func newSubConfig(opts []SubscribeOption) (subConfig, error) {
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 		}
 		c.vis = d
 		c.set.add(field("AckWait", "WithVisibilityTimeout", func(c *js.ConsumerConfig) *time.Duration { return &c.AckWait }))
@@ -95,7 +94,7 @@ func WithVisibilityTimeout(d time.Duration) SubscribeOption {
 func WithMaxAttempts(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
-			c.fail(core.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
+			c.fail(backend.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 		}
 		c.maxAttempts = n
 		c.set.add(maxAttemptsSetting)
@@ -141,7 +140,7 @@ func attemptsOf(c *js.ConsumerConfig) int {
 // 1s doubling to 1m).
 func WithRetry(p queue.RetryPolicy) SubscribeOption {
 	return func(c *subConfig) {
-		if err := core.ValidateRetry(p); err != nil {
+		if err := p.Validate(); err != nil {
 			c.fail(err)
 		}
 		c.retry = p
@@ -155,7 +154,7 @@ func WithRetry(p queue.RetryPolicy) SubscribeOption {
 func WithMaxInFlight(n int) SubscribeOption {
 	return func(c *subConfig) {
 		if n < 1 {
-			c.fail(core.Invalid("WithMaxInFlight: %d, must be >= 1", n))
+			c.fail(backend.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 		}
 		c.maxInFlight = n
 		c.set.add(field("MaxAckPending", "WithMaxInFlight", func(c *js.ConsumerConfig) *int { return &c.MaxAckPending }))
@@ -176,7 +175,7 @@ func WithUpdateConsumer() SubscribeOption { return func(c *subConfig) { c.update
 func WithPollSlice(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithPollSlice: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithPollSlice: %v, must be > 0", d))
 		}
 		c.pollSlice = d
 	}
@@ -187,7 +186,7 @@ func WithPollSlice(d time.Duration) SubscribeOption {
 func WithSettleTimeout(d time.Duration) SubscribeOption {
 	return func(c *subConfig) {
 		if d <= 0 {
-			c.fail(core.Invalid("WithSettleTimeout: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithSettleTimeout: %v, must be > 0", d))
 		}
 		c.settleTimeout = d
 	}
@@ -202,7 +201,7 @@ func WithSettleTimeout(d time.Duration) SubscribeOption {
 func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 	return func(c *subConfig) {
 		if f == nil {
-			c.fail(core.Invalid("WithFilter: nil func"))
+			c.fail(backend.Invalid("WithFilter: nil func"))
 		}
 		c.filter = f
 	}
@@ -285,12 +284,12 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	}
 	codec, ok := codecFor[T](cfg.codec)
 	if !ok {
-		return nil, core.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
+		return nil, backend.Invalid("WithCodec: %T does not decode the payload type", cfg.codec)
 	}
 	var filter func(queue.Message[T]) bool
 	if cfg.filter != nil {
 		if filter, ok = cfg.filter.(func(queue.Message[T]) bool); !ok {
-			return nil, core.Invalid("WithFilter: %T does not take the payload type", cfg.filter)
+			return nil, backend.Invalid("WithFilter: %T does not take the payload type", cfg.filter)
 		}
 	}
 	durable := durableName(topic, name)
@@ -436,7 +435,7 @@ func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T],
 // consumer's AckWait, and hands a shorter one back at its deadline.
 func (s *Subscription[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error) {
 	if visibility <= 0 {
-		return nil, core.Invalid("PollWithVisibility: visibility %v, must be > 0", visibility)
+		return nil, backend.Invalid("PollWithVisibility: visibility %v, must be > 0", visibility)
 	}
 	return s.poll(ctx, n, visibility)
 }
@@ -454,7 +453,7 @@ func (s *Subscription[T]) TryPoll(n int) []queue.Delivery[T] {
 
 func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration) ([]queue.Delivery[T], error) {
 	if n < 1 {
-		return nil, core.Invalid("Poll: n = %d, must be >= 1", n)
+		return nil, backend.Invalid("Poll: n = %d, must be >= 1", n)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -597,7 +596,7 @@ func transient(err error) bool {
 // (ReasonMaxAttempts) and terminated. It needs a live lease.
 func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error {
 	if delay < 0 {
-		return core.Invalid("Nack: delay %v, must be >= 0", delay)
+		return backend.Invalid("Nack: delay %v, must be >= 0", delay)
 	}
 	return s.fail("nack", id, delay, "nacked")
 }
@@ -683,7 +682,7 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 // expired lease is. It needs a live lease.
 func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 	if timeout <= 0 {
-		return core.Invalid("Extend: timeout %v, must be > 0", timeout)
+		return backend.Invalid("Extend: timeout %v, must be > 0", timeout)
 	}
 	if s.isClosed() {
 		return s.errClosed("extend")

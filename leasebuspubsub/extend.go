@@ -1,9 +1,10 @@
 package leasebuspubsub
 
 import (
+	"container/heap"
 	"time"
 
-	"github.com/leasebus/leasebus/internal/wake"
+	"github.com/leasebus/leasebus/backend"
 )
 
 // The extension loop keeps alive the leases of the messages gocloud holds:
@@ -24,7 +25,7 @@ func (s *subscription) scheduleLocked() {
 		go s.extendLoop()
 		return
 	}
-	if next := s.due.S[0].extendAt; s.armed.IsZero() || next.Before(s.armed) {
+	if next := s.due[0].extendAt; s.armed.IsZero() || next.Before(s.armed) {
 		select {
 		case s.kick <- struct{}{}:
 		default:
@@ -44,13 +45,13 @@ func (s *subscription) extendLoop() {
 			s.mu.Unlock()
 			return
 		}
-		next := s.due.S[0].extendAt
+		next := s.due[0].extendAt
 		s.armed = next
 		s.mu.Unlock()
 
 		// Armed outside the lock, for the absolute time: a mock clock moved
 		// meanwhile cannot make it late.
-		t := wake.At(s.clk, next)
+		t := backend.At(s.clk, next)
 		s.tell(next)
 		select {
 		case <-t.C:
@@ -91,8 +92,8 @@ func (s *subscription) extendDue() {
 	}
 	var jobs []job
 	s.mu.Lock()
-	for s.due.Len() > 0 && !s.due.S[0].extendAt.After(now) {
-		r := s.due.Remove(0)
+	for s.due.Len() > 0 && !s.due[0].extendAt.After(now) {
+		r := heap.Pop(&s.due).(*receipt)
 		jobs = append(jobs, job{r, r.deadline})
 	}
 	s.mu.Unlock()
@@ -109,8 +110,37 @@ func (s *subscription) extendDue() {
 		s.mu.Lock()
 		if err == nil && !r.settled {
 			r.deadline, r.extendAt = to, to.Add(-r.margin)
-			s.due.Push(r)
+			heap.Push(&s.due, r)
 		}
 		s.mu.Unlock()
 	}
+}
+
+// receiptHeap orders the receipts being extended by extendAt, earliest
+// first (a container/heap.Interface); each receipt knows its index, so a
+// settled one leaves from wherever it is.
+type receiptHeap []*receipt
+
+func (h receiptHeap) Len() int           { return len(h) }
+func (h receiptHeap) Less(i, j int) bool { return h[i].extendAt.Before(h[j].extendAt) }
+
+func (h receiptHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+// Push and Pop are for container/heap; call heap.Push and heap.Pop.
+func (h *receiptHeap) Push(x any) {
+	r := x.(*receipt)
+	r.index = len(*h)
+	*h = append(*h, r)
+}
+
+func (h *receiptHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	r.index = -1
+	return r
 }

@@ -2,6 +2,7 @@ package leasebuspubsub
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -15,7 +16,6 @@ import (
 	"gocloud.dev/pubsub/driver"
 
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -123,10 +123,6 @@ func openSubscription(b *broker.Broker[[]byte], topic, name string, opts *Subscr
 		stop:         make(chan struct{}),
 		sub:          sub,
 		held:         make(map[*receipt]struct{}),
-		due: minheap.Heap[*receipt]{
-			Less:     func(a, b *receipt) bool { return a.extendAt.Before(b.extendAt) },
-			SetIndex: func(r *receipt, i int) { r.index = i },
-		},
 	}
 	if s.maxExtension == 0 {
 		s.maxExtension = DefaultMaxExtension
@@ -155,7 +151,7 @@ type subscription struct {
 	mu      sync.Mutex                   // guards everything below, and the receipts' mutable fields
 	sub     *broker.Subscription[[]byte] // the bound subscription; nil until found, and after it closed
 	held    map[*receipt]struct{}        // every receipt handed to gocloud and not settled
-	due     minheap.Heap[*receipt]       // the held receipts being extended, by extendAt
+	due     receiptHeap                  // the held receipts being extended, by extendAt
 	armed   time.Time                    // when the loop's timer fires; zero: none
 	looping bool                         // the extension loop runs
 	closed  bool
@@ -294,7 +290,7 @@ func (s *subscription) track(sub *broker.Subscription[[]byte], ds []queue.Delive
 		r := &rs[i]
 		s.held[r] = struct{}{}
 		if r.length > 0 {
-			s.due.Push(r)
+			heap.Push(&s.due, r)
 		}
 	}
 	s.scheduleLocked()
@@ -366,7 +362,7 @@ func (s *subscription) settle(ids []driver.AckID) []leaseGroup {
 		r.settled = true
 		delete(s.held, r)
 		if r.index >= 0 {
-			s.due.Remove(r.index)
+			heap.Remove(&s.due, r.index)
 		}
 		i := 0
 		for i < len(groups) && groups[i].sub != r.sub {
@@ -505,7 +501,10 @@ func (s *subscription) Close() error {
 		held = append(held, r)
 	}
 	clear(s.held)
-	s.due.Clear()
+	for _, r := range s.due {
+		r.index = -1
+	}
+	s.due = nil
 	s.mu.Unlock()
 	for _, r := range held {
 		// A lease that lapsed already, or a subscription gone, is nothing

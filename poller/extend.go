@@ -4,8 +4,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/minheap"
-	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -118,11 +118,11 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		r.mu.Unlock()
 		r.change() // AwaitQuiet reads armed
 
-		var t wake.Timer
+		var t backend.Timer
 		if !next.IsZero() {
 			// Armed outside the lock (arming takes the clock's lock), for
 			// the absolute time: a mock moved meanwhile cannot make it late.
-			t = wake.At(clk, next)
+			t = backend.At(clk, next)
 		}
 		select {
 		case <-t.C: // nil, so never, when nothing is due

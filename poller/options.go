@@ -5,8 +5,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-
-	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/backend"
 )
 
 // Defaults of the options' zero values.
@@ -53,7 +52,7 @@ func (c *config) fail(err error) {
 func WithWorkers(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(core.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
+			c.fail(backend.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.workers = n
@@ -66,7 +65,7 @@ func WithWorkers(n int) Option {
 func WithBatch(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(core.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
+			c.fail(backend.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.batch = n
@@ -85,7 +84,7 @@ func WithBatch(n int) Option {
 func WithMaxOutstanding(n int) Option {
 	return func(c *config) {
 		if n < 0 {
-			c.fail(core.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
+			c.fail(backend.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
 			return
 		}
 		c.maxOutstanding = n
@@ -99,7 +98,7 @@ func WithMaxOutstanding(n int) Option {
 func WithHandlerTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail(core.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
+			c.fail(backend.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.handlerTimeout = d
@@ -122,11 +121,11 @@ func WithHandlerTimeout(d time.Duration) Option {
 func WithExtension(margin, limit time.Duration) Option {
 	return func(c *config) {
 		if margin < 0 {
-			c.fail(core.Invalid("WithExtension: margin %v, must be >= 0", margin))
+			c.fail(backend.Invalid("WithExtension: margin %v, must be >= 0", margin))
 			return
 		}
 		if limit < 0 && limit != NoExtension {
-			c.fail(core.Invalid("WithExtension: limit %v, must be >= 0 or NoExtension", limit))
+			c.fail(backend.Invalid("WithExtension: limit %v, must be >= 0 or NoExtension", limit))
 			return
 		}
 		c.margin, c.maxExtension = margin, limit
@@ -140,7 +139,7 @@ func WithExtension(margin, limit time.Duration) Option {
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
-			c.fail(core.Invalid("WithDrainTimeout: %v, must be >= 0", d))
+			c.fail(backend.Invalid("WithDrainTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.drainTimeout = d
@@ -156,7 +155,7 @@ func WithDrainTimeout(d time.Duration) Option {
 func WithClock(clk clock.Clock) Option {
 	return func(c *config) {
 		if clk == nil {
-			c.fail(core.Invalid("WithClock: nil clock"))
+			c.fail(backend.Invalid("WithClock: nil clock"))
 			return
 		}
 		c.clock = clk

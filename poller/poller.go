@@ -11,6 +11,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
@@ -103,15 +104,15 @@ type Poller[T any] struct {
 // option, is an error matching queue.ErrInvalidArgument.
 func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error) {
 	if src == nil {
-		return nil, core.Invalid("poller.New: nil source")
+		return nil, backend.Invalid("poller.New: nil source")
 	}
 	if h == nil {
-		return nil, core.Invalid("poller.New: nil handler")
+		return nil, backend.Invalid("poller.New: nil handler")
 	}
 	var cfg config
 	for i, o := range opts {
 		if o == nil {
-			return nil, core.Invalid("poller.New: option %d is nil", i)
+			return nil, backend.Invalid("poller.New: option %d is nil", i)
 		}
 		o(&cfg)
 	}
@@ -128,10 +129,10 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		cfg.maxOutstanding = cfg.workers
 	}
 	if cfg.workers > maxPool || cfg.maxOutstanding > maxPool {
-		return nil, core.Invalid("WithWorkers %d, WithMaxOutstanding %d: must be at most %d", cfg.workers, cfg.maxOutstanding, maxPool)
+		return nil, backend.Invalid("WithWorkers %d, WithMaxOutstanding %d: must be at most %d", cfg.workers, cfg.maxOutstanding, maxPool)
 	}
 	if cfg.maxOutstanding < cfg.workers {
-		return nil, core.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
+		return nil, backend.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
 	}
 	if cfg.drainTimeout == 0 {
 		cfg.drainTimeout = defaultDrainTimeout
@@ -155,7 +156,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		f, ok := o.(func(Event[T]))
 		if !ok {
 			var zero T
-			return nil, core.Invalid("WithObserver: %T does not take the poller's Event[%T]", o, any(zero))
+			return nil, backend.Invalid("WithObserver: %T does not take the poller's Event[%T]", o, any(zero))
 		}
 		fs = append(fs, f)
 	}
@@ -214,7 +215,7 @@ func (p *Poller[T]) Stats() Stats {
 // returns ErrRunning. A nil ctx is an invalid argument.
 func (p *Poller[T]) Run(ctx context.Context) error {
 	if ctx == nil {
-		return core.Invalid("Run: nil context")
+		return backend.Invalid("Run: nil context")
 	}
 	return p.run(ctx, nil)
 }
@@ -257,11 +258,11 @@ type IdleAwaiter interface {
 // RunUntilIdle is active it returns ErrRunning.
 func (p *Poller[T]) RunUntilIdle(ctx context.Context) error {
 	if ctx == nil {
-		return core.Invalid("RunUntilIdle: nil context")
+		return backend.Invalid("RunUntilIdle: nil context")
 	}
 	ia, ok := p.src.(IdleAwaiter)
 	if !ok {
-		return core.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
+		return backend.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
 	}
 	return p.run(ctx, ia)
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 )
 
@@ -221,7 +222,7 @@ func (r *run[T]) quiet() bool {
 // invalid argument.
 func (p *Poller[T]) AwaitQuiet(ctx context.Context) error {
 	if ctx == nil {
-		return core.Invalid("AwaitQuiet: nil context")
+		return backend.Invalid("AwaitQuiet: nil context")
 	}
 	for {
 		p.runMu.Lock()

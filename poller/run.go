@@ -13,9 +13,9 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/internal/minheap"
-	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -28,12 +28,12 @@ func (r *run[T]) drain(err error) {
 	p := r.p
 	r.closed.Store(err != nil)
 	r.stopping.Store(true)
-	var drain wake.Timer
+	var drain backend.Timer
 	if err != nil { // the source closed: nothing a handler finishes can be settled
 		r.cancelHandlers(err)
 	} else {
 		at := p.cfg.clock.Now().Add(p.cfg.drainTimeout)
-		drain = wake.At(p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
+		drain = backend.At(p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
 		r.rest.drainAt.Store(at.UnixNano())
 	}
 	close(r.work)
@@ -182,7 +182,7 @@ func (r *run[T]) acquire() (int, bool) {
 // wait waits d on the clock; it reports false if r.ctx ends first.
 func (r *run[T]) wait(d time.Duration) bool {
 	at := r.p.cfg.clock.Now().Add(d)
-	t := wake.At(r.p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
+	t := backend.At(r.p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
 	defer t.Stop()
 	r.rest.backoffUntil.Store(at.UnixNano())
 	r.loopTo(loopMoving, loopBackoff)

@@ -155,6 +155,17 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
+// ParseReason reverses Reason.String: it reads a reason written in a
+// dead-letter header or a log. ok is false for a word it does not know.
+func ParseReason(s string) (r Reason, ok bool) {
+	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
+		if r.String() == s {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
 // Headers are a message's read-only string headers. The zero value has
 // none. Build one with NewHeaders.
 type Headers struct {

@@ -36,6 +36,26 @@ type RetryPolicy struct {
 	NoBackoff bool
 }
 
+// Validate returns nil if every field is in range, or else an error
+// matching ErrInvalidArgument that names the first one out of range. Every
+// call that takes a RetryPolicy validates it; a backend validates with it
+// too.
+func (p RetryPolicy) Validate() error {
+	switch {
+	case p.Initial < 0:
+		return invalid("RetryPolicy.Initial = %v, must be >= 0", p.Initial)
+	case p.Max < 0:
+		return invalid("RetryPolicy.Max = %v, must be >= 0", p.Max)
+	case p.Multiplier != 0 && (p.Multiplier < 1 || math.IsNaN(p.Multiplier) || math.IsInf(p.Multiplier, 0)):
+		return invalid("RetryPolicy.Multiplier = %v, must be >= 1 and finite (or 0 for the default)", p.Multiplier)
+	case p.Jitter < 0 || p.Jitter > 1 || math.IsNaN(p.Jitter):
+		return invalid("RetryPolicy.Jitter = %v, must be in [0, 1]", p.Jitter)
+	case p.Initial > 0 && p.Max > 0 && p.Initial > p.Max:
+		return invalid("RetryPolicy.Initial = %v exceeds Max = %v", p.Initial, p.Max)
+	}
+	return nil
+}
+
 // Delay returns how long a message waits after its attempt-th delivery
 // failed (attempt counts from 1; values below 1 are treated as 1).
 func (p RetryPolicy) Delay(attempt int) time.Duration {

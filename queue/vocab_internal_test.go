@@ -146,3 +146,17 @@ func TestDeduper(t *testing.T) {
 
 // TestStateReturnsToEmpty checks white-box that acked, dead-lettered,
 // dropped and redriven messages leave nothing behind.
+
+// ParseReason reads back every Reason's String and nothing else.
+func TestParseReason(t *testing.T) {
+	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
+		if got, ok := ParseReason(r.String()); !ok || got != r {
+			t.Errorf("ParseReason(%q) = %v, %v; want %v, true", r.String(), got, ok, r)
+		}
+	}
+	for _, s := range []string{"", "Reason(0)", "Reason(9)", "MAX-ATTEMPTS", "expired "} {
+		if got, ok := ParseReason(s); ok {
+			t.Errorf("ParseReason(%q) = %v, true; want false", s, got)
+		}
+	}
+}

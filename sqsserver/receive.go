@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/internal/wake"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -142,7 +142,7 @@ func (s *Server) extend(q *sqsQueue, ds []delivery, vis time.Duration) []deliver
 // internal/wake timer, never a mock's channel timer.
 func (s *Server) waitUntil(ctx context.Context, deadline time.Time) (context.Context, func()) {
 	pctx, cancel := context.WithCancel(ctx)
-	t := wake.At(s.clock, deadline)
+	t := backend.At(s.clock, deadline)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/leasebus/leasebus/internal/wake"
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -120,7 +120,7 @@ func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block boo
 func (q *Queue[T]) wait(ctx context.Context, h *PollHooks, woken chan struct{}, next time.Time, timed bool) error {
 	var fire <-chan struct{}
 	if timed {
-		t := wake.At(q.clock, next) // never a mock channel timer, never late (see package wake)
+		t := backend.At(q.clock, next) // never a mock channel timer, never late (see package wake)
 		defer t.Stop()
 		fire = t.C
 	}
@@ -253,9 +253,9 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 		if err := q.unlock(); err != nil {
 			return err
 		}
-		var t wake.Timer
+		var t backend.Timer
 		if due != farTick {
-			t = wake.At(q.clock, q.timeOf(due)) // armed outside the lock, as Poll's
+			t = backend.At(q.clock, q.timeOf(due)) // armed outside the lock, as Poll's
 		}
 		pk := q.parkIdle(ctx, ch, due)
 		select {

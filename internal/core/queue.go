@@ -15,7 +15,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/leasebus/leasebus/internal/vocab"
+	"github.com/leasebus/leasebus/backend"
 )
 
 // chunk is how many entries the arena allocates at once.
@@ -23,9 +23,9 @@ const chunk = 1024
 
 // The LastError texts the queue writes itself.
 const (
-	errExpiredText = vocab.LeaseExpired // its last lease expired
-	nackedText     = "nacked"           // Nack
-	failedText     = "failed"           // Fail with a nil cause
+	errExpiredText = backend.LeaseExpired // its last lease expired
+	nackedText     = "nacked"             // Nack
+	failedText     = "failed"             // Fail with a nil cause
 )
 
 // Queue is one subscription's bounded queue of leased messages. It is safe

@@ -1,9 +1,9 @@
 package core
 
 import (
-	"fmt"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -61,25 +61,9 @@ type Letter[T any] struct {
 	origin uint64 // the scope of the queue that dead-lettered it
 }
 
-// Invalid returns an error matching queue.ErrInvalidArgument that says
-// what is wrong; the broker, the poller and other backends use it too.
-func Invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", queue.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
-func invalid(format string, args ...any) error { return Invalid(format, args...) }
+// invalid is backend.Invalid, as this package spells it.
+var invalid = backend.Invalid
 
 // errNilQueue is what the calls of a nil Queue return: the queue of a
 // zero broker.Subscription, which only Broker.Subscribe makes.
-var errNilQueue = Invalid("zero Subscription: make one with Broker.Subscribe or Broker.Subscription")
-
-// ParseReason reverses Reason.String; ok is false for a word it does not
-// know.
-func ParseReason(s string) (r Reason, ok bool) {
-	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
-		if r.String() == s {
-			return r, true
-		}
-	}
-	return 0, false
-}
+var errNilQueue = backend.Invalid("zero Subscription: make one with Broker.Subscribe or Broker.Subscription")

@@ -1,5 +1,14 @@
-// Package wake arms one-shot wake-ups on an injected clock in a way that
-// cannot deadlock benbjohnson/clock's Mock.
+package backend
+
+import (
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Timer is a one-shot wake-up: C receives once the clock has reached the
+// time it was armed for, unless Stop ran first. After and At arm it on an
+// injected clock in a way that cannot deadlock benbjohnson/clock's Mock.
 //
 // Mock (v1.3.5) can tick one timer twice when Add runs while another
 // goroutine arms a timer: both find it due before either removes it. A
@@ -9,16 +18,6 @@
 // after unlocking. So the wake-ups here are AfterFunc timers whose func
 // does a send that never blocks, which makes a second tick harmless. On the
 // real clock (and inside testing/synctest) AfterFunc is time.AfterFunc.
-package wake
-
-import (
-	"time"
-
-	"github.com/benbjohnson/clock"
-)
-
-// Timer is a one-shot wake-up: C receives once the clock has moved d past
-// the moment it was armed, unless Stop ran first.
 type Timer struct {
 	C <-chan struct{}
 	t *clock.Timer
