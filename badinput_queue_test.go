@@ -130,7 +130,7 @@ func TestBadInputQueue(t *testing.T) {
 		}
 		return nil
 	}), nil)
-	wantErr(t, "after Close: Queue.Settle, Close", callSafely(func() error { q.Settle(); return q.Close() }), nil)
+	wantErr(t, "after Close: Queue.Sweep, Close", callSafely(func() error { q.Sweep(); return q.Close() }), nil)
 	if after := q.Stats(); after != before {
 		t.Errorf("calls after Close changed the stats: %+v -> %+v", before, after)
 	}

@@ -193,7 +193,7 @@ func (b *Broker[T]) settleAll() {
 	subs := b.allLocked()
 	b.mu.RUnlock()
 	for _, s := range subs {
-		s.q.Settle()
+		s.q.Sweep()
 	}
 }
 

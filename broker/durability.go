@@ -11,7 +11,9 @@ import (
 // broker calls it wherever a broker from Open must record something; a
 // broker from New has inMemory, which records nothing. The broker's own
 // code never asks which one it has: the journal's side is *store, in
-// durable.go, record.go, snapshot.go and replay.go.
+// open.go (Open and the store), recorder.go (what each call records),
+// format.go (the records' encoding), snapshot.go (compaction), replay.go
+// (reading the records back) and restore.go (the broker they build).
 type durability[T any] interface {
 	// enter and leave bracket a call that may append records outside a
 	// queue's lock (publish, redrive, dead-letter routing), so that close

@@ -1,10 +1,13 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	js "github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrConfigMismatch is matched (errors.Is) by every *ConfigMismatchError.
@@ -111,4 +114,69 @@ func (ss settings[C]) apply(have, want *C) {
 
 func anyFixed(ds []Diff) bool {
 	return slices.ContainsFunc(ds, func(d Diff) bool { return d.Fixed })
+}
+
+// kind is how ensure reaches one kind of server object (a stream or a
+// consumer) with configuration C and handle R.
+type kind[C, R any] struct {
+	name     string                                   // "stream" or "consumer"
+	get      func(context.Context, string) (R, error) // by name
+	create   func(context.Context, C) (R, error)
+	update   func(context.Context, C) (R, error)
+	config   func(R) C // the configuration the handle was read with
+	notFound error     // what get returns for a missing object
+	exists   error     // what create returns when another made it first
+}
+
+// ensure returns the object named name: created from want if it is
+// missing, bound as it is if the settings in needs agree, updated (those
+// settings only) if update is set, else refused with a *ConfigMismatchError.
+func ensure[C, R any](ctx context.Context, k kind[C, R], name string, want C, needs settings[C], update bool) (R, error) {
+	var zero R
+	obj, err := k.get(ctx, name)
+	if errors.Is(err, k.notFound) {
+		obj, err = k.create(ctx, want)
+		if err == nil {
+			return obj, nil
+		}
+		if !errors.Is(err, k.exists) {
+			return zero, fmt.Errorf("create %s %s: %w", k.name, name, err)
+		}
+		obj, err = k.get(ctx, name) // created meanwhile by another handle
+	}
+	if err != nil {
+		return zero, fmt.Errorf("%s %s: %w", k.name, name, err)
+	}
+	have := k.config(obj)
+	diffs := needs.diff(&have, &want)
+	if len(diffs) == 0 {
+		return obj, nil
+	}
+	if !update || anyFixed(diffs) {
+		return zero, &ConfigMismatchError{Kind: k.name, Name: name, Diffs: diffs}
+	}
+	needs.apply(&have, &want)
+	obj, err = k.update(ctx, have)
+	if err != nil {
+		return zero, fmt.Errorf("update %s %s: %w", k.name, name, err)
+	}
+	return obj, nil
+}
+
+// ensureStream is ensure for a stream of j.
+func ensureStream(ctx context.Context, j js.JetStream, want js.StreamConfig, needs settings[js.StreamConfig], update bool) (js.Stream, error) {
+	return ensure(ctx, kind[js.StreamConfig, js.Stream]{
+		name: "stream", get: j.Stream, create: j.CreateStream, update: j.UpdateStream,
+		config:   func(st js.Stream) js.StreamConfig { return st.CachedInfo().Config },
+		notFound: js.ErrStreamNotFound, exists: js.ErrStreamNameAlreadyInUse,
+	}, want.Name, want, needs, update)
+}
+
+// ensureConsumer is ensure for a durable consumer on st.
+func ensureConsumer(ctx context.Context, st js.Stream, want js.ConsumerConfig, needs settings[js.ConsumerConfig], update bool) (js.Consumer, error) {
+	return ensure(ctx, kind[js.ConsumerConfig, js.Consumer]{
+		name: "consumer", get: st.Consumer, create: st.CreateConsumer, update: st.UpdateConsumer,
+		config:   func(c js.Consumer) js.ConsumerConfig { return c.CachedInfo().Config },
+		notFound: js.ErrConsumerNotFound, exists: js.ErrConsumerExists,
+	}, want.Durable, want, needs, update)
 }

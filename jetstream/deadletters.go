@@ -209,3 +209,57 @@ func (b *Bus) deadLetterGone(ctx context.Context, seq uint64) bool {
 	_, err := b.dlStream.GetMsg(ctx, seq)
 	return errors.Is(err, js.ErrMsgNotFound)
 }
+
+// deadLetter copies the message to the dead-letter subject, with why in
+// its headers, then terminates it. The copy carries a Nats-Msg-Id made of
+// the consumer and stream sequence, so a second copy (a retry after a lost
+// reply, or a redelivery after a lost Term) is dropped by the
+// dead-letter stream's duplicate window.
+func (s *Subscription[T]) deadLetter(h *heldMsg, reason queue.Reason, lastErr string) error {
+	if err := s.retry(h.deadline, func(ctx context.Context) error {
+		return s.publishDeadLetter(ctx, h.topic, h.seq, h.msg.Data(), h.msg.Headers(), h.published, reason, h.attempt, lastErr)
+	}); err != nil {
+		return err
+	}
+	if err := s.term(h, reason.String()); err != nil {
+		return fmt.Errorf("term after dead-lettering: %w", err)
+	}
+	return nil
+}
+
+// term terminates the delivery h and waits for the server to confirm it
+// (a lost Term would deliver the message again), retried like Ack.
+func (s *Subscription[T]) term(h *heldMsg, reason string) error {
+	body := []byte("+TERM " + reason)
+	return s.retry(h.deadline, func(ctx context.Context) error {
+		_, err := s.bus.js.Conn().RequestWithContext(ctx, h.msg.Reply(), body)
+		return err
+	})
+}
+
+func (s *Subscription[T]) publishDeadLetter(ctx context.Context, topic string, seq uint64, data []byte, hdr nats.Header, published time.Time, reason queue.Reason, attempts int, lastErr string) error {
+	m := nats.NewMsg(s.bus.DeadLetterSubject(s.topic, s.name))
+	m.Data = data
+	for k, vs := range hdr {
+		if !isReserved(k) {
+			m.Header[k] = vs
+		}
+	}
+	m.Header.Set(HeaderReason, reason.String())
+	m.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
+	m.Header.Set(HeaderLastError, lastErr)
+	m.Header.Set(HeaderSubscription, s.name)
+	m.Header.Set(HeaderTopic, topic)
+	if ttl := hdr.Get(HeaderTTL); ttl != "" {
+		m.Header.Set(HeaderTTL, ttl) // a redrive counts it again
+	}
+	m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+	if !published.IsZero() {
+		m.Header.Set(HeaderPublishedAt, published.Format(time.RFC3339Nano))
+	}
+	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("dl.%s.%s.%d", s.bus.cfg.stream, s.durable, seq))
+	if _, err := s.bus.js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("dead-letter %s/%s seq %d: %w", s.topic, s.name, seq, err)
+	}
+	return nil
+}

@@ -175,7 +175,7 @@ func TestAwaitIdleWokenByEveryWayToEmpty(t *testing.T) {
 		{"last lease expires, settled by another call", Config{MaxAttempts: 1, VisibilityTimeout: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
 			pollNow(t, q)
 			mock.Add(time.Minute) // nothing settles yet: nobody calls
-			q.Settle()
+			q.Sweep()
 		}},
 		{"TTL passes, settled by Stats", Config{TTL: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
 			mock.Add(time.Minute)

@@ -343,7 +343,7 @@ func (h *harness) bad(o op, now time.Time) {
 		e2 := h.q.AckBatch([]lease.ID{{}})
 		calls = []call{{"AckBatch(nil)", e1, closedOr(nil)}, {"AckBatch(zero id)", e2, closedOr(ErrLeaseNotFound)}}
 	default:
-		h.q.Settle()
+		h.q.Sweep()
 		h.m.settle(now)
 		h.logf("%v: Settle", o)
 	}

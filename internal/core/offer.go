@@ -96,7 +96,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 
 // offerNeedsNoSettleLocked reports whether an Offer of m at now may leave
 // an unfinished settle (another call's, between two chunks; see
-// settleLocked) for later, because its outcome is the same before and
+// sweepLocked) for later, because its outcome is the same before and
 // after the rest of that settle and its own settle at now: there is room
 // whatever the settle frees, m's key (if any) holds nothing the settle
 // could change, and now is no earlier than the settle's time, so that m is

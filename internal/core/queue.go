@@ -39,7 +39,7 @@ type Queue[T any] struct {
 	scope  uint64          // the scope of every lease ID this queue issues
 	onDead func(Letter[T]) // receives dead letters, called outside the lock; may be nil
 	rec    Recorder[T]     // told of every change (durable mode); nil in memory
-	chunk  int             // settleChunk; tests lower it
+	chunk  int             // sweepChunk; tests lower it
 	gap    func()          // tests: called between two chunks of a sweep, without the lock; nil otherwise
 
 	in *inbox[T] // plain Offers' envelopes, drained under the lock (see inbox)
@@ -96,7 +96,7 @@ func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
 		clock:  FastNow(cfg.Clock),
 		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
 		onDead: onDead,
-		chunk:  settleChunk,
+		chunk:  sweepChunk,
 	}
 	q.epoch = q.clock.Now()
 	q.in = newInbox(q, defaultInbox)
@@ -161,7 +161,7 @@ func (q *Queue[T]) Stats() Stats {
 	q.mu.Lock()
 	if !q.closed {
 		q.drainLocked()
-		q.settleLocked(now)
+		q.sweepLocked(now)
 	}
 	s := q.stats
 	s.Visible = q.ready.len()
@@ -215,7 +215,7 @@ func (q *Queue[T]) lockAt(now time.Time) (time.Time, error) {
 
 // lockUnsettled locks the queue and fails if it is closed, without
 // settling: a call that may leave another call's unfinished settle alone
-// (see settleLocked) decides under the lock, then settles if it may not.
+// (see sweepLocked) decides under the lock, then settles if it may not.
 // The zero time means read the clock.
 func (q *Queue[T]) lockUnsettled(now time.Time) (time.Time, error) {
 	if q == nil { // a zero broker.Subscription's
@@ -233,11 +233,11 @@ func (q *Queue[T]) lockUnsettled(now time.Time) (time.Time, error) {
 	return now, nil
 }
 
-// settleOpenLocked settles everything due at now. settleLocked lets go of
+// settleOpenLocked settles everything due at now. sweepLocked lets go of
 // the lock between chunks: if the queue was closed meanwhile, it unlocks
 // it (committing what the chunks recorded) and returns ErrClosed.
 func (q *Queue[T]) settleOpenLocked(now time.Time) error {
-	q.settleLocked(now)
+	q.sweepLocked(now)
 	if q.closed {
 		_ = q.unlock() // the call fails as closed: a store's error shows there
 		return ErrClosed
@@ -252,7 +252,7 @@ func (q *Queue[T]) settleOpenLocked(now time.Time) error {
 // Restore, which ends the same way), so this is where AwaitIdle's waiters
 // are woken: when the queue is empty or closed.
 //
-// The dead letters of a sweep (see settleLocked) wait in q.backlog until
+// The dead letters of a sweep (see sweepLocked) wait in q.backlog until
 // it is done: a call that goes ahead meanwhile does not hand them over, so
 // the call that did the sweep hands them all, in order, when it unlocks.
 // Outside the lock, pending is always empty, and backlog is empty unless

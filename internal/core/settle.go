@@ -4,12 +4,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"runtime"
 	"time"
-	"unicode/utf8"
 
 	"github.com/leasebus/leasebus/lease"
-	"github.com/leasebus/leasebus/queue"
 )
 
 // Ack settles a lease as done and deletes its message. It succeeds even
@@ -272,188 +269,6 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 	return q.unlock()
 }
 
-// settleChunk bounds what one lock hold settles when much falls due at
-// once: at most this many expired leases, delayed messages turning visible
-// and TTLs passing before the settle lets go of the lock and takes it
-// again. In memory that is about 0.03 ms of redelivery or 0.06 ms of
-// dead-lettering (BenchmarkExpiry); of 256, 512, 1024 and 4096, larger
-// chunks saved next to nothing per message, and dead-lettering, which
-// allocates, got slower and held the lock longer.
-const settleChunk = 512
-
-// settleLocked applies everything due at now: expired leases come back (or
-// are dead-lettered on their last attempt), delayed messages turn visible
-// and messages past their TTL are dead-lettered. This is the lazy expiry
-// that makes every call exact right after a mock clock moves.
-//
-// It does so a chunk (settleChunk) per lock hold, so that a million leases
-// expiring at once do not stall the queue (issue 15). Between chunks it
-// unlocks the queue and commits what the chunk recorded (a durable
-// queue's journal does not grow without bound either); its dead letters
-// wait, in order, in q.backlog, and go to onDead when the call unlocks for
-// good (onDead may call back into the queue, which must not find the sweep
-// waiting on it). It returns, with q.mu held, once everything due at now is
-// settled, or when the queue was closed meanwhile. Such a settle (a sweep)
-// stays one step at one time:
-//
-//   - One call does all of it, at its own now (q.sweepAt): it pops and
-//     settles the due items one at a time, each under the lock, in the
-//     order a single hold takes them (leases by deadline and lease order,
-//     then delayed messages, then TTLs). Nothing is ever half settled.
-//   - A call that takes the lock while a sweep is unfinished (q.sweeping)
-//     waits here until it is done, then settles at its own now and does
-//     its work (a Poll leases nothing from a half-settled queue), unless
-//     its outcome is the same whether the rest of the sweep is done before
-//     it or after: an Offer with room and no held key
-//     (offerNeedsNoSettleLocked), an Ack or Extend of a lease not due
-//     (notDueLocked). Those go ahead without settling.
-//
-// So every outcome is one that the whole sweep settled under one hold
-// gives, with the calls in the order they took the lock; and as the calls
-// that go ahead need a sweep by another call, a single goroutine never
-// sees a difference at all.
-func (q *Queue[T]) settleLocked(now time.Time) {
-	if !q.sweeping && q.tickOf(now) < q.due {
-		return // the common case: nothing due, known without a look
-	}
-	for q.sweeping {
-		if q.swept == nil {
-			q.swept = make(chan struct{})
-		}
-		swept := q.swept
-		q.sweepWaiters++
-		q.mu.Unlock()
-		<-swept
-		q.mu.Lock()
-		q.sweepWaiters--
-		if q.closed {
-			return
-		}
-	}
-	for !q.settleChunkLocked(now) {
-		q.sweeping, q.sweepAt = true, now
-		if n := len(q.pending); n > 0 {
-			q.backlog = append(q.backlog, q.pending)
-			// The next chunk likely dead-letters as many: one allocation
-			// for them, not a dozen as append doubles (each of which may
-			// make this call, lock held, assist the garbage collector).
-			q.pending = make([]deadNote[T], 0, n)
-		}
-		dirty := q.dirty
-		q.dirty = false
-		q.mu.Unlock()
-		if dirty {
-			_ = q.rec.Commit() // a store's error shows on the next call that records
-		}
-		if q.gap != nil {
-			q.gap()
-		}
-		// Let a call waiting for the lock take it now: a sync.Mutex hands
-		// itself over only to a waiter that has waited for 1 ms, and this
-		// goroutine would otherwise take it back at once.
-		runtime.Gosched()
-		q.mu.Lock()
-		if q.closed {
-			break
-		}
-	}
-	if q.sweeping {
-		q.sweeping = false
-		if q.swept != nil {
-			close(q.swept)
-			q.swept = nil
-		}
-	}
-}
-
-// settleChunkLocked settles at most q.chunk items due at now and reports
-// whether that was all of them.
-func (q *Queue[T]) settleChunkLocked(now time.Time) bool {
-	t := q.tickOf(now)
-	for range q.chunk {
-		if e := q.inflight.PopExpired(t); e != nil {
-			q.setErrKindLocked(e, errExpired)
-			if q.exhausted(e) {
-				q.deadLetterLocked(now, e, ReasonMaxAttempts)
-			} else {
-				q.backLocked(now, e, 0) // the lease stays current until redelivery
-			}
-			continue
-		}
-		// Settling leases makes nothing due in the heaps below, nor does
-		// settling the delayed messages in the TTL heap: one pass in this
-		// order is the three loops one after the other.
-		if q.delayed.len() > 0 && q.delayed.top().at <= t {
-			e := q.delayed.remove(0)
-			q.ready.push(e, false)
-			q.wakeLocked()
-			continue
-		}
-		if q.ttl.len() > 0 && t >= q.ttlOf(q.ttl.top()).expires {
-			e := q.ttl.remove(0)
-			q.unplaceLocked(e)
-			q.deadLetterLocked(now, e, ReasonExpired)
-			continue
-		}
-		q.due = q.nextDueLocked()
-		return true
-	}
-	return false
-}
-
-// dueAt tells the queue that something in the in-flight table, the
-// delayed heap or the TTL heap falls due at k: q.due stays a lower bound
-// of every such time, so that a settle before it has nothing to do and
-// returns at once. Removals leave it be (an early bound only costs the
-// next settle a look, which sets it exactly).
-func (q *Queue[T]) dueAt(k tick) {
-	if k < q.due {
-		q.due = k
-	}
-}
-
-// nextDueLocked returns the earliest time something falls due, farTick
-// for nothing.
-func (q *Queue[T]) nextDueLocked() tick {
-	due := farTick
-	if e := q.inflight.Peek(); e != nil {
-		due = e.at
-	}
-	if q.delayed.len() > 0 {
-		due = min(due, q.delayed.top().at)
-	}
-	if q.ttl.len() > 0 {
-		due = min(due, q.ttlOf(q.ttl.top()).expires)
-	}
-	return due
-}
-
-// notDueLocked reports whether a call at now on the leases ids may go
-// ahead without settling, leaving an unfinished sweep (another call's,
-// between two chunks) to that call: whether its outcome is the same before
-// and after the rest of the sweep and its own settle at now. That holds
-// when now is no earlier than the sweep's time and every lease is current
-// and live past now, so neither touches it; and for an Ack, which lets the
-// next message of a key go, when the leases are unkeyed (keysToo false).
-// Without an unfinished sweep it reports false: every call settles first.
-func (q *Queue[T]) notDueLocked(now time.Time, keysToo bool, ids ...lease.ID) bool {
-	if !q.sweeping || now.Before(q.sweepAt) {
-		return false
-	}
-	t := q.tickOf(now)
-	for _, id := range ids {
-		if id.Scope() != q.scope {
-			return false
-		}
-		e := q.lookupSeqLocked(id.Seq())
-		if e == nil || id.Delivery() != e.delivery || !e.is(leaseOpen) || e.state != stateLeased ||
-			t >= e.at || (!keysToo && e.key() != "") {
-			return false
-		}
-	}
-	return true
-}
-
 // lookupLocked finds the entry a lease names and checks that the lease is
 // current (not superseded by a later delivery, not already settled).
 func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
@@ -489,7 +304,7 @@ func (q *Queue[T]) liveLocked(op string, id lease.ID) (*entry[T], error) {
 	if err != nil {
 		return nil, err
 	}
-	if e.state != stateLeased { // settleLocked already expired it
+	if e.state != stateLeased { // sweepLocked already expired it
 		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
 	}
 	return e, nil
@@ -529,101 +344,6 @@ func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 	q.showLocked(now, e, false)
 }
 
-// deadLetterLocked records e as a dead letter and lets go of it. e must be
-// out of every structure already.
-func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
-	q.countDeadLocked(reason)
-	_, ttl := q.expiresLocked(e)
-	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
-	if key := e.key(); key != "" {
-		if kq := q.keys[key]; kq != nil {
-			n.continued = kq.hasAfter(e.place)
-		}
-	}
-	q.pending = append(q.pending, n)
-	if q.rec != nil {
-		q.dirty = true
-		q.rec.DeadLettered(q.letter(n))
-	}
-	q.finishLocked(now, e)
-}
-
-// countDeadLocked counts a dead letter, in all and by its reason.
-func (q *Queue[T]) countDeadLocked(reason Reason) {
-	q.stats.DeadLettered++
-	c := &q.stats.DeadLetteredBy
-	switch reason {
-	case ReasonMaxAttempts:
-		c.MaxAttempts++
-	case ReasonOverflow:
-		c.Overflow++
-	case ReasonExpired:
-		c.Expired++
-	case ReasonRejected:
-		c.Rejected++
-	}
-}
-
-// deadNote is a dead letter on its way to onDead: the shared envelope and
-// what the letter adds to it, a third of a Letter's size, so that a sweep
-// that dead-letters a million messages allocates (and keeps, until it is
-// done) less under the lock. letter makes the Letter, outside the lock.
-type deadNote[T any] struct {
-	msg       *Message[T]
-	reason    Reason
-	continued bool // KeyContinued
-	attempts  int
-	lastErr   string
-	at        time.Time
-	place     uint64
-	ttl       time.Duration
-}
-
-// letter returns the dead letter n stands for. It reads no state that
-// changes after New, so it needs no lock.
-func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
-	return Letter[T]{
-		DeadLetter: queue.DeadLetter[T]{
-			Subscription: q.cfg.Name,
-			Message:      *n.msg,
-			Reason:       n.reason,
-			Attempts:     n.attempts,
-			LastError:    n.lastErr,
-			At:           n.at,
-			KeyContinued: n.continued,
-		},
-		origin: q.scope,
-		Place:  n.place,
-		TTL:    n.ttl,
-	}
-}
-
-func errText(err error) string {
-	if err == nil {
-		return failedText
-	}
-	return clipText(err.Error())
-}
-
-// maxErrText bounds the text of a failure's cause that a message keeps
-// (LastError): a dead letter needs the gist, and a durable broker's journal
-// records it beside the message.
-const maxErrText = 4 << 10
-
-// clipText cuts s to at most maxErrText bytes, at a rune boundary, marking
-// the cut with an ellipsis.
-func clipText(s string) string {
-	if len(s) <= maxErrText {
-		return s
-	}
-	const mark = "…"
-	cut := maxErrText - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
-
 // Purge drops every message the queue holds — visible, delayed, held back
 // and in flight (SQS PurgeQueue) — counting them in Stats.Dropped, and
 // returns how many. Leases of purged messages become unknown
@@ -645,14 +365,4 @@ func (q *Queue[T]) Purge() (int, error) {
 		q.rec.Purged()
 	}
 	return n, q.unlock()
-}
-
-// Settle applies everything due at the clock's now: expired leases come
-// back or are dead-lettered, delayed messages turn visible. Every call does
-// this itself; Settle is for a caller that reads state elsewhere (the
-// broker's DeadLetters) and needs it current.
-func (q *Queue[T]) Settle() {
-	if _, err := q.lock(); err == nil {
-		_ = q.unlock() // a store's error shows on the next call that records
-	}
 }

@@ -82,9 +82,9 @@ func sweepQueue(t *testing.T, cfg Config, chunk, n int, onDead func(Letter[int])
 // the real chunk size too, and redelivers everything exactly.
 func TestSweepReleasesTheLockBetweenChunks(t *testing.T) {
 	for _, tc := range []struct{ chunk, n, gaps int }{
-		{16, 200, 12},                       // 13 chunks, the last one short
-		{settleChunk, 3*settleChunk + 1, 3}, // the real size
-		{16, 16, 1},                         // a full chunk ends with a look that finds nothing more
+		{16, 200, 12},                     // 13 chunks, the last one short
+		{sweepChunk, 3*sweepChunk + 1, 3}, // the real size
+		{16, 16, 1},                       // a full chunk ends with a look that finds nothing more
 		{16, 15, 0},
 	} {
 		t.Run(fmt.Sprintf("chunk=%d/n=%d", tc.chunk, tc.n), func(t *testing.T) {

@@ -32,15 +32,12 @@
 package journal
 
 import (
-	"bufio"
-	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sync"
 )
 
@@ -170,103 +167,7 @@ func (j *Journal) segPath(n int) string {
 	return filepath.Join(j.dir, segFileName(n))
 }
 
-// listSegments returns the numbers of dir's seg-NNNNNNNN.log files and of
-// its seg-NNNNNNNN.tmp files, each in order: the journal's name space. Any
-// other name, seg-NNNNNNNN.log.corrupt included, is not the journal's.
-func listSegments(dir string) (segs []int, tmps []int, err error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, e := range ents {
-		name := e.Name()
-		var n int
-		if _, err := fmt.Sscanf(name, "seg-%08d.", &n); err != nil || n < 0 {
-			continue
-		}
-		switch name {
-		case segFileName(n):
-			segs = append(segs, n)
-		case tmpFileName(n):
-			tmps = append(tmps, n)
-		}
-	}
-	slices.Sort(segs)
-	slices.Sort(tmps)
-	return segs, tmps, nil
-}
-
 func segFileName(n int) string { return fmt.Sprintf("seg-%08d.log", n) }
-
-func (j *Journal) recover(replay func([]byte) error) (Info, error) {
-	segs, tmps, err := listSegments(j.dir)
-	if err != nil {
-		return Info{}, err
-	}
-	c, err := prove(j.dir, segs, tmps)
-	if err != nil {
-		return Info{}, err
-	}
-	j.seg = c.seg
-	info := Info{Segment: c.seg, Legacy: c.legacy}
-	off := len(c.data)
-	if c.seg != 0 {
-		n, err := Scan(c.data[c.start:], func(body []byte) error {
-			info.Records++
-			return replay(body)
-		})
-		if err != nil {
-			var ce *CorruptError
-			if errors.As(err, &ce) {
-				ce.Path = j.segPath(j.seg)
-				ce.Offset += int64(c.start)
-			}
-			return Info{}, err
-		}
-		off = c.start + n
-		j.segCRC = crc32.Checksum(c.data[:off], castagnoli) // what stays once a torn tail is cut
-	}
-	// The chain is proven and the live segment replays: only now change
-	// the directory.
-	for _, p := range c.stale { // superseded segments, an interrupted Rewrite
-		if err := os.Remove(p); err != nil {
-			return Info{}, err
-		}
-	}
-	if c.seg == 0 { // a new journal: its first segment, whole before it has a name
-		j.seg, info.Segment = 1, 1
-		size, sum, _, err := writeSegment(j.dir, header{seq: 1}, func(func([]byte)) error { return nil })
-		if err != nil {
-			return Info{}, err
-		}
-		off, j.segCRC, c.start = int(size), sum, int(headerFrame)
-	}
-	path := j.segPath(j.seg)
-	j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return Info{}, err
-	}
-	if off < len(c.data) {
-		info.TruncatedBytes = int64(len(c.data) - off)
-		if err := j.f.Truncate(int64(off)); err != nil {
-			j.f.Close()
-			return Info{}, err
-		}
-		if err := fdatasync(j.f); err != nil {
-			j.f.Close()
-			return Info{}, err
-		}
-	}
-	info.Bytes = int64(off)
-	j.segLen = info.Bytes
-	j.size = info.Bytes - int64(c.start)
-	j.base = j.size
-	if err := syncDir(j.dir); err != nil {
-		j.f.Close()
-		return Info{}, err
-	}
-	return info, nil
-}
 
 // Append adds a record to the log. It does not write: the next Commit (or
 // Sync) does, for every record appended before it. It is cheap enough to
@@ -437,90 +338,6 @@ func (j *Journal) Rebase(n int64) {
 	j.mu.Lock()
 	j.base = max(n, 0)
 	j.mu.Unlock()
-}
-
-// Rewrite replaces the log with a snapshot: snapshot emits the records that
-// rebuild the whole current state, and they become the new live segment,
-// on disk before Rewrite returns. The caller must hold still every state
-// whose changes it appends (no Append may run meanwhile), so that the
-// snapshot covers every record appended so far: those not yet written are
-// dropped, and their Commits return nil.
-func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for j.flushing { // a leader is writing the old segment
-		j.cond.Wait()
-	}
-	switch {
-	case j.err != nil:
-		return j.err
-	case j.closed:
-		return ErrClosed
-	}
-	next := j.seg + 1
-	h := header{seq: uint64(next), prev: uint64(j.seg), prevLen: uint64(j.segLen), prevCRC: j.segCRC}
-	size, sum, renamed, err := writeSegment(j.dir, h, snapshot)
-	if err != nil && !renamed {
-		j.base = j.size                                // try again when it has doubled once more
-		return fmt.Errorf("journal: compact: %w", err) // the old segment is intact: not sticky
-	}
-	// From here the new segment is the state; failing to move on is sticky.
-	var nf *os.File
-	if err == nil {
-		nf, err = os.OpenFile(j.segPath(next), os.O_WRONLY|os.O_APPEND, 0o644)
-	}
-	if err != nil {
-		j.err = fmt.Errorf("journal: compact: %w", err)
-		j.cond.Broadcast()
-		return j.err
-	}
-	j.f.Close()
-	old := j.segPath(j.seg)
-	j.f, j.seg = nf, next
-	j.pend = j.pend[:0]
-	j.written, j.synced = j.appended, j.appended
-	j.size, j.base = size-headerFrame, size-headerFrame
-	j.segLen, j.segCRC = size, sum
-	j.cond.Broadcast()
-	_ = os.Remove(old) // if this fails, the next Open proves and removes it
-	return nil
-}
-
-// writeSnapshot writes h's header and then the records snapshot emits to a
-// new file at path, and fsyncs it. It returns the file's size and CRC32C.
-func writeSnapshot(path string, h header, snapshot func(emit func([]byte)) error) (int64, uint32, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	var size int64
-	var sum uint32
-	frame := AppendFrame(nil, h.body())
-	write := func() {
-		size += int64(len(frame))
-		sum = crc32.Update(sum, castagnoli, frame)
-		w.Write(frame) // a write error sticks in w and shows at Flush
-	}
-	write()
-	var bad error
-	err = snapshot(func(body []byte) {
-		if len(body) == 0 || len(body) > MaxRecord {
-			bad = cmp.Or(bad, fmt.Errorf("snapshot record of %d bytes (must be 1..%d)", len(body), MaxRecord))
-			return
-		}
-		frame = AppendFrame(frame[:0], body)
-		write()
-	})
-	err = cmp.Or(err, bad)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = fdatasync(f)
-	}
-	return size, sum, err
 }
 
 // Close writes and fsyncs what was appended (in every mode: a clean close

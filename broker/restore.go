@@ -1,0 +1,210 @@
+package broker
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// restore builds the broker from what the journal replayed: topics, then
+// subscriptions, then the dead-letter store in its order, then the
+// messages (where one in flight on its last attempt is dead-lettered).
+func (b *Broker[T]) restore(rs *replay) error {
+	r := &restorer[T]{b: b, st: b.durable(), rs: rs}
+	// One envelope per message, shared by its subscriptions: a map only
+	// when there is more than one subscription to share with.
+	if len(rs.subs) > 1 {
+		r.msgs = map[uuid.UUID]*queue.Message[T]{}
+	}
+	// The messages that dedup IDs name: a restored ID holds its message
+	// (weakly) while a subscription holds it again.
+	r.named = map[uuid.UUID]*queue.Message[T]{}
+	for _, ds := range rs.dedup {
+		for _, dd := range ds {
+			r.named[dd.msg] = nil
+		}
+	}
+	r.topics()
+	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
+		if err := r.sub(rs.subs[id]); err != nil {
+			return err
+		}
+	}
+	r.dedup()
+	return r.finish()
+}
+
+// restorer is the state of a restore in progress.
+type restorer[T any] struct {
+	b       *Broker[T]
+	st      *store[T]
+	rs      *replay
+	msgs    map[uuid.UUID]*queue.Message[T] // decoded envelopes, shared by subscriptions (fan-out only)
+	named   map[uuid.UUID]*queue.Message[T] // the messages dedup IDs name, as decoded for a queue (nil: none)
+	letters []letter[T]                     // recovered dead letters, to order by seq
+	fresh   []restored[T]                   // queues with dead letters the restore itself made
+	live    int64                           // about what a snapshot would take
+}
+
+type restored[T any] struct {
+	s     *Subscription[T]
+	fresh []core.Letter[T] // dead-lettered by the restore itself
+}
+
+func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
+	if m := r.msgs[uuid.UUID(env[:16])]; m != nil {
+		return m, nil
+	}
+	m, err := unenvelope(env, r.st.codec)
+	if err != nil {
+		return nil, &CorruptError{Path: r.st.j.Path(), Offset: -1,
+			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
+	}
+	if r.msgs != nil {
+		r.msgs[m.ID] = m
+	}
+	if p, ok := r.named[m.ID]; ok && p == nil {
+		r.named[m.ID] = m
+	}
+	return m, nil
+}
+
+func (r *restorer[T]) topics() {
+	b := r.b
+	b.mu.Lock()
+	for name := range r.rs.topics {
+		t := newTopicEntry[T](name)
+		b.topics[name] = t
+		b.rebuildLocked(t)
+	}
+	b.mu.Unlock()
+	r.st.info.Topics = len(r.rs.topics)
+}
+
+// dedup restores the dedup IDs still inside their window, each with its
+// message where a restored queue holds it.
+func (r *restorer[T]) dedup() {
+	b := r.b
+	now := b.now.Now()
+	for topic, ds := range r.rs.dedup {
+		t := b.topics[topic]
+		if t == nil {
+			continue
+		}
+		for _, dd := range ds {
+			if now.Before(dd.at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
+				t.dedup.put(dd.id, dd.msg, dd.at, r.named[dd.msg])
+			}
+		}
+	}
+}
+
+// sub restores one subscription: its queue, or, if it is gone, its dead
+// letters alone.
+func (r *restorer[T]) sub(rsub *rsub) error {
+	st := r.st
+	st.nextSub = max(st.nextSub, rsub.id+1)
+	es, seqs, err := r.entries(rsub)
+	if err != nil {
+		return err
+	}
+	b := r.b
+	var s *Subscription[T]
+	if !rsub.gone {
+		b.mu.Lock()
+		s, err = b.recoverLocked(rsub)
+		b.mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	if s == nil { // gone, or its topic is: only its dead letters stay
+		for _, en := range es {
+			if en.Dead {
+				r.letters = append(r.letters, letter[T]{seqs[0], rsub.id, rsub.topic, core.DeadLetterOf(rsub.name, en)})
+				seqs = seqs[1:]
+			}
+		}
+		return nil
+	}
+	st.info.Subscriptions++
+	st.info.Messages += len(es) - len(seqs)
+	dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
+	if err != nil {
+		return err
+	}
+	for i, seq := range seqs {
+		r.letters = append(r.letters, letter[T]{seq, rsub.id, rsub.topic, dls[i]})
+	}
+	r.fresh = append(r.fresh, restored[T]{s, dls[len(seqs):]})
+	return nil
+}
+
+// entries returns a subscription's messages as queue entries, in place
+// order (which Restore needs, and then need not sort), and the dead-letter
+// order of the dead ones.
+func (r *restorer[T]) entries(rsub *rsub) ([]core.Entry[T], []uint64, error) {
+	rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
+	es := make([]core.Entry[T], 0, len(rms))
+	var seqs []uint64
+	for _, rm := range rms {
+		r.live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
+		m, err := r.decode(rm.env)
+		if err != nil {
+			return nil, nil, err
+		}
+		es = append(es, core.Entry[T]{
+			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
+			VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
+			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
+		})
+		if rm.dead {
+			seqs = append(seqs, rm.deadSeq)
+		}
+	}
+	return es, seqs, nil
+}
+
+// finish fills the dead-letter store in its order, then routes the dead
+// letters the restore made and commits.
+func (r *restorer[T]) finish() error {
+	b, st := r.b, r.st
+	slices.SortFunc(r.letters, func(x, y letter[T]) int { return cmp.Compare(x.seq, y.seq) })
+	for _, l := range r.letters {
+		b.dead.add(l.topic, l.sub, l.dl)
+	}
+	st.info.DeadLetters = len(r.letters)
+	st.j.Rebase(r.live)
+	// Only now that every queue is back is a dead letter made by the
+	// restore (one leased on its last attempt at the crash) routed, perhaps
+	// to another queue, and does anything commit, and so perhaps compact.
+	for _, f := range r.fresh {
+		for _, dl := range f.fresh {
+			b.deadLetter(f.s, dl)
+		}
+	}
+	return b.commit()
+}
+
+// recoverLocked makes a subscription the journal has, with its recorded
+// options; nil if its topic is gone.
+func (b *Broker[T]) recoverLocked(rsub *rsub) (*Subscription[T], error) {
+	pattern := isPattern(rsub.topic)
+	t := b.topics[rsub.topic]
+	if !pattern && t == nil {
+		return nil, nil
+	}
+	qc := rsub.spec.config()
+	qc.Name, qc.Clock = rsub.name, b.now
+	s := &Subscription[T]{topic: rsub.topic, name: rsub.name, jid: rsub.id, spec: rsub.spec, recovered: true}
+	if err := b.attachLocked(s, t, qc, nil, rsub.spec.deadLetters); err != nil {
+		return nil, fmt.Errorf("subscription %q on %q: %w", rsub.name, rsub.topic, err)
+	}
+	return s, nil
+}

@@ -1,0 +1,103 @@
+package core
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// deadLetterLocked records e as a dead letter and lets go of it. e must be
+// out of every structure already.
+func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
+	q.countDeadLocked(reason)
+	_, ttl := q.expiresLocked(e)
+	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
+	if key := e.key(); key != "" {
+		if kq := q.keys[key]; kq != nil {
+			n.continued = kq.hasAfter(e.place)
+		}
+	}
+	q.pending = append(q.pending, n)
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.DeadLettered(q.letter(n))
+	}
+	q.finishLocked(now, e)
+}
+
+// countDeadLocked counts a dead letter, in all and by its reason.
+func (q *Queue[T]) countDeadLocked(reason Reason) {
+	q.stats.DeadLettered++
+	c := &q.stats.DeadLetteredBy
+	switch reason {
+	case ReasonMaxAttempts:
+		c.MaxAttempts++
+	case ReasonOverflow:
+		c.Overflow++
+	case ReasonExpired:
+		c.Expired++
+	case ReasonRejected:
+		c.Rejected++
+	}
+}
+
+// deadNote is a dead letter on its way to onDead: the shared envelope and
+// what the letter adds to it, a third of a Letter's size, so that a sweep
+// that dead-letters a million messages allocates (and keeps, until it is
+// done) less under the lock. letter makes the Letter, outside the lock.
+type deadNote[T any] struct {
+	msg       *Message[T]
+	reason    Reason
+	continued bool // KeyContinued
+	attempts  int
+	lastErr   string
+	at        time.Time
+	place     uint64
+	ttl       time.Duration
+}
+
+// letter returns the dead letter n stands for. It reads no state that
+// changes after New, so it needs no lock.
+func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
+	return Letter[T]{
+		DeadLetter: queue.DeadLetter[T]{
+			Subscription: q.cfg.Name,
+			Message:      *n.msg,
+			Reason:       n.reason,
+			Attempts:     n.attempts,
+			LastError:    n.lastErr,
+			At:           n.at,
+			KeyContinued: n.continued,
+		},
+		origin: q.scope,
+		Place:  n.place,
+		TTL:    n.ttl,
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return failedText
+	}
+	return clipText(err.Error())
+}
+
+// maxErrText bounds the text of a failure's cause that a message keeps
+// (LastError): a dead letter needs the gist, and a durable broker's journal
+// records it beside the message.
+const maxErrText = 4 << 10
+
+// clipText cuts s to at most maxErrText bytes, at a rune boundary, marking
+// the cut with an ellipsis.
+func clipText(s string) string {
+	if len(s) <= maxErrText {
+		return s
+	}
+	const mark = "…"
+	cut := maxErrText - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}
