@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // The bad-input table: every exported function and method of the broker,
 // its subscriptions, the queue, the lease package, the Deduper, Headers and

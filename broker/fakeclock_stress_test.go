@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 import (
 	"context"

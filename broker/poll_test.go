@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // Polling through the public API: contexts, buffers, parked pollers, the
 // real clock in a synctest bubble, and many publishers and consumers at once.

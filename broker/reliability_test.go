@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // Concurrency stress on the real clock: nothing is lost, duplicated or
 // stuck, and the broker's lifecycle calls race safely with everything else.

@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // The broker's calls and their errors, invalid options, and what Close,
 // DeleteTopic and Unsubscribe do to subscriptions in use.

@@ -1,4 +1,4 @@
-package leasebus_test
+package broker_test
 
 // The bad-input table for subscriptions: every call with invalid arguments
 // and every settle call with every kind of lease that is not current; every
