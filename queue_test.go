@@ -3,7 +3,8 @@ package leasebus_test
 // The behaviour spec of a subscription's queue, through the public API:
 // fan-out, copies, priorities, filters, overflow policies, MaxInFlight,
 // delays, redrive and the counters. lease_test.go holds the lease rules;
-// queue_poll_test.go and queue_lifecycle_test.go the rest.
+// broker/poll_test.go and broker/lifecycle_test.go the ways to poll and
+// the lifecycle.
 
 import (
 	"context"

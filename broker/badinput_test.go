@@ -1,12 +1,12 @@
 package broker_test
 
-// The bad-input table: every exported function and method of the broker,
-// its subscriptions, the queue, the lease package, the Deduper, Headers and
-// RetryPolicy, called with invalid input. Each must return its documented
+// The bad-input table: every exported function and method of the broker
+// and its subscriptions, called with invalid input (the queue core, lease
+// IDs and queue's own types have theirs beside them). Each must return its documented
 // error (matched with errors.Is), must not panic, and must leave the state
 // as it was (Stats, dead letters and topics compared before and after).
 // This file holds the fixture, the helpers and the broker's own calls;
-// badinput_subscription_test.go and badinput_queue_test.go hold the rest.
+// badinput_subscription_test.go holds the subscriptions'.
 
 import (
 	"errors"

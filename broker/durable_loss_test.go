@@ -1,7 +1,7 @@
 package broker_test
 
-// Regressions for ways the durable mode lost or corrupted acknowledged work
-// (issue 12), each reproduced from outside first.
+// Regressions for ways the durable mode lost or corrupted acknowledged work,
+// each reproduced from outside first.
 
 import (
 	"bytes"

@@ -14,7 +14,7 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// BenchmarkExpiryFirstPoll is issue 15's measurement through the public
+// BenchmarkExpiryFirstPoll measures a mass expiry through the public
 // API: n leases of one subscription expire at once (a mock clock moves past
 // their deadline) and the first Poll settles them all. It reports that
 // Poll per expired message (first-poll-ns/msg) and, from a goroutine that

@@ -26,18 +26,16 @@ import (
 // keeps its state in memory: a process cloned from a VM snapshot repeats
 // the prefixes the original draws.
 //
-// Why not version 4, which the broker made before (issue 15): 122 random
-// bits per ID are two draws of the runtime's generator, whose refills cost
-// a Publish more than the two ns BenchmarkNewID shows alone (-cpu 1: 13.4
-// ns against 15.6): with the counter, Publish+Poll+Ack is 4% cheaper
-// (p=0.005) and bench/'s W2 5% (p=0.009). What that costs users: one ID
-// tells the next (IDs were never secrets: leases are named by lease IDs),
-// and a topic's publishers add to one counter. That is why the counter is
-// the topic's and not the broker's: publishers of one topic already share
-// its subscriptions' inboxes (every Publish claims a slot in each), while
-// publishers of different topics share nothing, as with random IDs (a
-// counter all of them add to costs 47 ns against 9 under -cpu 2). Nothing
-// reads an ID's version or its bits; the broker only compares IDs.
+// Why not version 4: 122 random bits per ID are two draws of the runtime's
+// generator on every Publish, and a counter is cheaper (docs/BENCHMARKS.md
+// has the figures). What that costs users: one ID tells the next (IDs were
+// never secrets: leases are named by lease IDs), and a topic's publishers
+// add to one counter. That is why the counter is the topic's and not the
+// broker's: publishers of one topic already share its subscriptions'
+// inboxes (every Publish claims a slot in each), while publishers of
+// different topics share nothing, as with random IDs; one counter for all
+// of them would make them contend. Nothing reads an ID's version or its
+// bits; the broker only compares IDs.
 //
 // Its methods are safe for concurrent use.
 type idPool struct {

@@ -13,10 +13,10 @@ import (
 )
 
 // BenchmarkNewID compares idPool with the ways of making message IDs it
-// was chosen over (issue 15). Run it with -cpu 1,2: under RunParallel the
+// was chosen over. Run it with -cpu 1,2: under RunParallel the
 // 2-CPU case shows what publishers on two cores pay for shared state.
 //
-//	old:     the pool before issue 15, v4 cut from a mutex-guarded buffer
+//	old:     the first pool, v4 cut from a mutex-guarded buffer
 //	         of crypto/rand bytes refilled 256 IDs at a time
 //	new:     idPool (v8: a random per-pool prefix and an atomic counter)
 //	v4:      v4 from the runtime's per-thread ChaCha8, two draws per ID

@@ -140,7 +140,7 @@ func eventually(ctx context.Context, f func() error) error {
 	}
 }
 
-// keepsReplicas checks issue 17's first hazard on a cluster: a second
+// keepsReplicas checks that a reopen never changes replicas unasked: a second
 // Open and Subscribe with no options leave the 3 replicas of the streams
 // and the consumer as they are, and one asking for 1 is refused.
 func keepsReplicas(ctx context.Context, t *testing.T, nc *nats.Conn, bus *jetstream.Bus) {

@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkExpiry lets n leases expire at once on a mock clock and times
-// what follows (issue 15):
+// what follows:
 //
 //   - redeliver: the first TryPoll, which settles all n expiries, then
 //     leasing all of them again (MaxAttempts unlimited);

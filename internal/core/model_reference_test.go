@@ -1,7 +1,8 @@
 package core
 
 // The reference model of one queue (see model_test.go): plain slices and
-// linear scans, what DESIGN.md and the doc comments say, nothing cleverer.
+// linear scans, what the doc comments of queue, broker and core say, nothing
+// cleverer.
 
 import (
 	"context"

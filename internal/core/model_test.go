@@ -3,8 +3,8 @@ package core
 // A reference model of one queue, driven side by side with the real Queue.
 //
 // The model is deliberately naive: plain slices, linear scans, sorting on
-// demand, no heaps, no lanes, no free lists. It implements the semantics of
-// DESIGN.md ("Semantics to hold") and of the doc comments: priority then
+// demand, no heaps, no lanes, no free lists. It implements the semantics the
+// doc comments of queue, broker and this package state: priority then
 // publish order with a returned message keeping its place; current and
 // superseded leases; MaxAttempts and dead-lettering by expiry, Nack, Fail and
 // Reject; Release giving the attempt back; delayed offers; TTL; ordering keys;

@@ -325,7 +325,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time
 		// Field by field into its slot (every field: a reused buffer holds
 		// an older delivery), not a literal: the compiler builds a literal
 		// on the stack and copies it over in 16-byte loads, which wait
-		// for the lease ID's 8-byte stores to drain (about 9 ns a delivery).
+		// for the lease ID's 8-byte stores to drain.
 		dst = dst[:len(dst)+1]
 		d := &dst[len(dst)-1]
 		d.Message = *e.msg

@@ -198,8 +198,8 @@ func (r *countingRecorder) Purged()                                  {}
 func (r *countingRecorder) Commit() error                            { r.commits++; return nil }
 
 // TestEntrySize holds the budget of what a queue keeps per message beside
-// the shared envelope (issue 15: at most 200 bytes per queued message in
-// all, and the envelope of a []byte payload is 112).
+// the shared envelope (at most 200 bytes per queued message in all, and
+// the envelope of a []byte payload is 112).
 func TestEntrySize(t *testing.T) {
 	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[[]byte]{}))
 	require.Equal(t, uintptr(56), unsafe.Sizeof(entry[struct{ a, b, c, d int }]{}), "the payload lives in the envelope")

@@ -328,7 +328,7 @@ func (q *Queue[T]) retryLocked(now time.Time, e *entry[T], delay time.Duration) 
 // delay, unless its TTL has passed: then it is dead-lettered.
 func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 	// now as a tick only when it is needed: on a clock without monotonic
-	// readings (a mock) the conversion is 15 ns, a fifth of a redelivery.
+	// readings (a mock) the conversion is a real part of a redelivery.
 	if e.is(hasTTL) {
 		if q.tickOf(now) >= q.ttlOf(e).expires {
 			q.deadLetterLocked(now, e, ReasonExpired)

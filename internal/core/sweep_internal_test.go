@@ -1,7 +1,6 @@
 package core
 
-// Tests of the chunked settle (a sweep, issue 15) and of the runs behind
-// it: a settle lets go of the lock between chunks, the calls that may go
+// Tests of the chunked sweep and of the runs behind it: a sweep lets go of the lock between chunks, the calls that may go
 // ahead meanwhile do, the others wait for the sweep, and every outcome is
 // the one a single-hold settle gives.
 
