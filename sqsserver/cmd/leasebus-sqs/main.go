@@ -107,32 +107,46 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
-		return err
+		return errors.Join(err, srv.Close())
 	}
 	// Long polls see the base context end on shutdown, so they answer at once.
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	hs := &http.Server{Handler: srv, BaseContext: func(net.Listener) context.Context { return base }, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{
+		Handler:     srv,
+		BaseContext: func(net.Listener) context.Context { return base },
+		// A client that stalls in its headers or its body loses the
+		// connection. ReadTimeout runs from a request's first byte to the
+		// end of its handler's wait too (net/http ends the request's
+		// context when it passes), so it must exceed the longest long
+		// poll, 20 s; no WriteTimeout, for the same reason.
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(out, "leasebus-sqs listening on %s\n", ln.Addr())
 	select {
 	case err := <-served:
-		return err
+		return errors.Join(err, srv.Close())
 	case <-ctx.Done():
 	}
+	// Stop accepting, end the long polls (through their context), let the
+	// requests in progress finish, and only then close the queues they use.
 	cancel()
-	_ = srv.Close() // ends the long polls
-	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+	shutdown, done := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer done()
-	if err := hs.Shutdown(shutdown); err != nil {
-		return err
+	err = hs.Shutdown(shutdown)
+	if served := <-served; !errors.Is(served, http.ErrServerClosed) {
+		err = errors.Join(err, served)
 	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return errors.Join(err, srv.Close())
 }
+
+// shutdownTimeout bounds how long a shutdown waits for requests in
+// progress (a long poll ends at once; a send or a receive takes
+// milliseconds, a slow client's body up to the ReadTimeout).
+const shutdownTimeout = 5 * time.Second

@@ -5,8 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +84,16 @@ func TestRun(t *testing.T) {
 				t.Fatal("the long poll did not park:", resp, err)
 			}
 			resp.Body.Close()
+			// A send in progress when the shutdown starts: its headers and
+			// half its body are in, the rest comes once the listener is
+			// closed. It must still be served, and kept (round 1 finds it).
+			conn, finish := startSlowSend(t, addr, *q.QueueUrl, "late")
 			cancel()
+			waitRefused(t, addr)
+			if status := finish(); status != http.StatusOK {
+				t.Fatalf("the send in progress at shutdown answered %d, want 200", status)
+			}
+			conn.Close()
 			select {
 			case err := <-polled:
 				var ae smithy.APIError
@@ -95,8 +108,17 @@ func TestRun(t *testing.T) {
 			if err != nil {
 				t.Fatal("the queue did not survive:", err)
 			}
-			if out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl}); err != nil || len(out.Messages) != 1 {
-				t.Fatal("the message did not survive:", out, err)
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var bodies []string
+			for _, m := range out.Messages {
+				bodies = append(bodies, *m.Body)
+			}
+			slices.Sort(bodies)
+			if !slices.Equal(bodies, []string{"late", "x"}) {
+				t.Fatalf("after the restart the queue holds %q, want the message and the send served during the shutdown", bodies)
 			}
 		}
 		cancel()
@@ -108,6 +130,59 @@ func TestRun(t *testing.T) {
 		case <-time.After(30 * time.Second): // a hang guard
 			t.Fatal("run did not stop")
 		}
+	}
+}
+
+// startSlowSend opens a connection and starts a SendMessage of body to
+// queueURL: its headers ask to continue (Expect: 100-continue), and it
+// returns once the server has said so, that is, once the handler runs and
+// waits for the request body. finish sends the body and returns the
+// response's status.
+func startSlowSend(t *testing.T, addr, queueURL, body string) (net.Conn, func() int) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := fmt.Sprintf(`{"QueueUrl":%q,"MessageBody":%q}`, queueURL, body)
+	head := fmt.Sprintf("POST / HTTP/1.1\r\nHost: %s\r\nX-Amz-Target: AmazonSQS.SendMessage\r\n"+
+		"Content-Type: application/x-amz-json-1.0\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", addr, len(payload))
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusContinue {
+		t.Fatal("no 100 Continue:", resp, err)
+	}
+	return conn, func() int {
+		if _, err := io.WriteString(conn, payload); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+}
+
+// waitRefused waits until addr refuses connections: the shutdown has
+// closed the listener.
+func waitRefused(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a hang guard
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener stayed open after the shutdown began")
+		}
+		runtime.Gosched()
 	}
 }
 
