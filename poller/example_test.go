@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
@@ -70,4 +71,37 @@ func ExampleGiveUp() {
 	}
 	// Output:
 	// rejected after 1 attempt: order "not-an-order": malformed
+}
+
+// A service runs the pool with a context that does not end and, when told
+// to stop, gives the running handlers a deadline of its choosing, as with
+// http.Server.Shutdown.
+func ExamplePoller_Shutdown() {
+	b, _ := broker.New[string]()
+	defer b.Close()
+	b.CreateTopic("emails")
+	sub, _ := b.Subscribe("emails", "sender")
+
+	sending := make(chan struct{})
+	p, _ := poller.New(sub, func(ctx context.Context, d queue.Delivery[string]) error {
+		close(sending) // the stop signal arrives while this runs
+		fmt.Println("sending", d.Payload)
+		return nil
+	})
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(context.Background()) }()
+	b.Publish(context.Background(), "emails", "welcome")
+
+	<-sending // say, SIGTERM
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		fmt.Println("handlers cut off:", err)
+	}
+	fmt.Println("Run returned:", <-ran)
+	fmt.Println("acked:", sub.Stats().Acked)
+	// Output:
+	// sending welcome
+	// Run returned: <nil>
+	// acked: 1
 }

@@ -54,7 +54,8 @@ type DelayFailer interface {
 // picks the delay, and the error is kept for the dead letter); a panic is
 // recovered and fails it with a *PanicError. ctx carries the values of
 // Run's context but is not cancelled when Run's context is: only when the
-// handler timeout passes, the drain times out or the source closes.
+// handler timeout passes, the drain times out (or Shutdown's context
+// ends) or the source closes.
 type Handler[T any] func(ctx context.Context, d queue.Delivery[T]) error
 
 // Errors returned by this package, or seen by handlers and observers.
@@ -68,6 +69,9 @@ var (
 	// ErrExtensionLimit is an OutcomeExtensionStopped event's Err when the
 	// lease reached its extension limit.
 	ErrExtensionLimit = errors.New("poller: lease extension limit reached")
+	// ErrShutdown is returned by a RunUntilIdle that Shutdown stopped
+	// before the source was idle.
+	ErrShutdown = errors.New("poller: shut down")
 )
 
 // Backoff after a failed Poll: doubling from pollBackoffMin, capped.
@@ -211,6 +215,9 @@ func (p *Poller[T]) Stats() Stats {
 // on the poller's clock (100ms doubling to 10s). Errors of Ack, Nack,
 // Fail, Reject, Extend and Release are counted and logged, never fatal.
 //
+// To choose the drain's deadline when you stop, run with a context that
+// does not end and call Shutdown, as with http.Server.
+//
 // Run may be called again after it returns; while it runs, another call
 // returns ErrRunning. A nil ctx is an invalid argument.
 func (p *Poller[T]) Run(ctx context.Context) error {
@@ -218,6 +225,43 @@ func (p *Poller[T]) Run(ctx context.Context) error {
 		return backend.Invalid("Run: nil context")
 	}
 	return p.run(ctx, nil)
+}
+
+// Shutdown stops the active Run or RunUntilIdle and drains it as Run does
+// when its context ends, except that running handlers may finish until ctx
+// ends, not until the drain timeout: it stops polling, releases what was
+// leased but not started, and returns nil once the run has returned. If
+// ctx ends first, Shutdown cancels the running handlers' contexts (cause
+// ErrDrainTimeout) and returns ctx's error without waiting for them; the
+// run returns when they have. A Run stopped by Shutdown returns nil, a
+// RunUntilIdle ErrShutdown (unless the source was idle already).
+//
+// Shutdown of a Poller that is not running returns nil and changes
+// nothing: a later Run runs. A nil ctx is an invalid argument.
+//
+// ctx is the caller's, usually real time: on a mock clock, the drain
+// timeout of a Run whose context ended is the way to bound a drain that a
+// test drives.
+func (p *Poller[T]) Shutdown(ctx context.Context) error {
+	if ctx == nil {
+		return backend.Invalid("Shutdown: nil context")
+	}
+	p.runMu.Lock()
+	r := p.cur
+	p.runMu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.shut.Store(true)
+	r.stopPolling()
+	select {
+	case <-r.ended:
+		return nil
+	case <-ctx.Done():
+		p.logf(slog.LevelWarn, "poller: shutdown deadline passed; cancelling running handlers", "running", p.running.Load())
+		r.cancelHandlers(ErrDrainTimeout)
+		return ctx.Err()
+	}
 }
 
 // IdleAwaiter is implemented by a Source that can tell when it holds
@@ -279,14 +323,15 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	defer stopPolling()
 	r := &run[T]{
-		p:      p,
-		runCtx: ctx,
-		ctx:    pollCtx,
-		work:   make(chan *item[T], p.cfg.maxOutstanding),
-		slots:  make(chan struct{}, p.cfg.maxOutstanding),
-		kick:   make(chan struct{}, 1),
-		due:    newDue[T](),
-		ended:  make(chan struct{}),
+		p:           p,
+		runCtx:      ctx,
+		ctx:         pollCtx,
+		stopPolling: stopPolling,
+		work:        make(chan *item[T], p.cfg.maxOutstanding),
+		slots:       make(chan struct{}, p.cfg.maxOutstanding),
+		kick:        make(chan struct{}, 1),
+		due:         newDue[T](),
+		ended:       make(chan struct{}),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
@@ -372,6 +417,8 @@ func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
 		return nil // idle: the work is done
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case r.shut.Load():
+		return ErrShutdown
 	}
 	return fmt.Errorf("poller: await idle: %w", werr)
 }

@@ -22,16 +22,19 @@ import (
 // drain ends a run whose poll loop has returned err (nil, or the error of
 // a closed source): no handler starts any more, what is leased but not
 // started is released, and it returns when every worker has ended. The
-// handlers get the drain timeout, unless the source is closed: then their
-// contexts are cancelled at once, with cause err.
+// handlers get the drain timeout, or until Shutdown's context ends (which
+// Shutdown watches), unless the source is closed: then their contexts are
+// cancelled at once, with cause err.
 func (r *run[T]) drain(err error) {
 	p := r.p
 	r.closed.Store(err != nil)
 	r.stopping.Store(true)
 	var drain backend.Timer
-	if err != nil { // the source closed: nothing a handler finishes can be settled
+	switch {
+	case err != nil: // the source closed: nothing a handler finishes can be settled
 		r.cancelHandlers(err)
-	} else {
+	case r.shut.Load(): // Shutdown's context bounds the drain
+	default:
 		at := p.cfg.clock.Now().Add(p.cfg.drainTimeout)
 		drain = backend.At(p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
 		r.rest.drainAt.Store(at.UnixNano())
@@ -68,7 +71,9 @@ func (r *run[T]) drain(err error) {
 type run[T any] struct {
 	p              *Poller[T]
 	runCtx         context.Context         // the ctx given to Run
-	ctx            context.Context         // Run's, or an earlier stop (idle): when it is done, the drain starts
+	ctx            context.Context         // Run's, or an earlier stop (idle, Shutdown): when it is done, the drain starts
+	stopPolling    context.CancelFunc      // ends ctx
+	shut           atomic.Bool             // Shutdown stopped the run: no drain timeout
 	pollCtx        context.Context         // ctx, carrying hooks
 	hooks          *core.PollHooks         // for a subscription's Polls: the lease length to hold, and the parking
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
