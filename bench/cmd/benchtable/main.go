@@ -27,7 +27,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasebus/leasebus/bench"
+	"github.com/leasebus/leasebus/bench/internal/suite"
 )
 
 func main() {
@@ -74,7 +74,7 @@ func run() error {
 		if *short {
 			args = append(args, "-short")
 		}
-		args = append(args, ".")
+		args = append(args, "./internal/suite")
 		cmdline = "go " + strings.Join(args, " ")
 		fmt.Fprintln(os.Stderr, "benchtable: in", dir, "running", cmdline)
 		start := time.Now()
@@ -273,11 +273,11 @@ func summarize(runs []map[string]float64, unit string) (stat, bool) {
 }
 
 // headline is the metric the ratio to the floor compares.
-func headline(k bench.Kind) string {
+func headline(k suite.Kind) string {
 	switch k {
-	case bench.Latency:
+	case suite.Latency:
 		return "p50-ns"
-	case bench.Memory:
+	case suite.Memory:
 		return "held-B/msg"
 	}
 	return "ns/msg"
@@ -291,9 +291,9 @@ func table(res *Results, short bool) string {
 	var b strings.Builder
 	b.WriteString("| workload | implementation | time/run (median) | ± | ns/msg | allocs/msg | B/msg | × floor | notes |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|---|\n")
-	for _, w := range bench.Workloads {
-		floor, hasFloor := summarize(res.Runs[w.Bench+"/"+bench.FloorName], headline(w.Kind))
-		for i, impl := range bench.Impls {
+	for _, w := range suite.Workloads {
+		floor, hasFloor := summarize(res.Runs[w.Bench+"/"+suite.FloorName], headline(w.Kind))
+		for i, impl := range suite.Impls {
 			label := ""
 			if i == 0 {
 				label = w.Title
@@ -319,14 +319,14 @@ func table(res *Results, short bool) string {
 	return b.String()
 }
 
-func rowCells(w bench.Workload, runs []map[string]float64, log string, floor stat, hasFloor, short bool, maxN int) []string {
+func rowCells(w suite.Workload, runs []map[string]float64, log string, floor stat, hasFloor, short bool, maxN int) []string {
 	get := func(unit string) (stat, bool) { return summarize(runs, unit) }
 	var notes []string
 	ratio := ""
 	if h, ok := get(headline(w.Kind)); ok && hasFloor && floor.median > 0 {
 		ratio = fmt.Sprintf("×%.2f", h.median/floor.median)
 	}
-	if w.Kind == bench.Memory {
+	if w.Kind == suite.Memory {
 		held, _ := get("held-B/msg")
 		if log != "" {
 			notes = append(notes, "held: "+log)
@@ -341,7 +341,7 @@ func rowCells(w bench.Workload, runs []map[string]float64, log string, floor sta
 	if msgs, ok := get("msgs"); ok && int(msgs.median) < w.Size(short) {
 		notes = append(notes, fmt.Sprintf("%d of %d msgs per run", int(msgs.median), w.Size(short)))
 	}
-	if w.Kind == bench.Latency {
+	if w.Kind == suite.Latency {
 		p50, _ := get("p50-ns")
 		p90, _ := get("p90-ns")
 		p99, _ := get("p99-ns")
@@ -357,7 +357,7 @@ func rowCells(w bench.Workload, runs []map[string]float64, log string, floor sta
 		num(allocs.median), num(bytes.median), ratio, strings.Join(notes, "; ")}
 }
 
-// countNote notes a row with fewer runs than -count (see bench.Impl.Runs).
+// countNote notes a row with fewer runs than -count (see suite.Impl.Runs).
 func countNote(n, maxN int) []string {
 	if n < maxN {
 		return []string{fmt.Sprintf("n=%d", n)}
@@ -412,7 +412,7 @@ func sizes(short bool) string {
 		return "- sizes: full mode, as in the row titles (implementations that run fewer say so in their notes)\n"
 	}
 	var parts []string
-	for _, w := range bench.Workloads {
+	for _, w := range suite.Workloads {
 		if n := w.Size(true); n > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", w.Bench, n))
 		} else {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasebus/leasebus/bench"
+	"github.com/leasebus/leasebus/bench/internal/suite"
 )
 
 const sample = `goos: linux
@@ -67,7 +67,7 @@ func TestSummarize(t *testing.T) {
 func TestTable(t *testing.T) {
 	md := table(parse(strings.NewReader(sample)), true)
 	for _, want := range []string{
-		"| " + bench.W1.Title + " | leasebus | 47.1 ms | ±27% | 2355 | 2.01 | 387 | ×11.78 |",
+		"| " + suite.W1.Title + " | leasebus | 47.1 ms | ±27% | 2355 | 2.01 | 387 | ×11.78 |",
 		"|  | leasefloor | 4.02 ms | — | 200 | 0.0024 | 114 | ×1.00 |",
 		"p50 2.88 µs · p90 22.7 µs · p99 36 µs",
 		"| 333 | ×12.17 | held: Go heap in use + stacks; n=1 |",
@@ -78,7 +78,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, md)
 		}
 	}
-	if n := strings.Count(md, "\n"); n != 2+len(bench.Workloads)*len(bench.Impls) {
+	if n := strings.Count(md, "\n"); n != 2+len(suite.Workloads)*len(suite.Impls) {
 		t.Errorf("%d lines", n)
 	}
 }

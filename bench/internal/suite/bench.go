@@ -1,12 +1,12 @@
-// Package bench runs the same workloads on leasebus, on the libraries a Go
+// Package suite runs the same workloads on leasebus, on the libraries a Go
 // user would pick instead, and on two floors (a buffered channel per
 // subscription, and the simplest real lease queue), so that leasebus's
 // numbers can be read side by side with theirs.
 //
 // Each implementation is an adapter behind System and Consumer. The
-// workloads live in the package's benchmarks (bench_test.go); cmd/benchtable
+// workloads live in the package's benchmarks (bench_test.go); ../../cmd/benchtable
 // runs them and prints one markdown table. See README.md.
-package bench
+package suite
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package bench
+package suite
 
 import (
 	"context"

@@ -1,10 +1,10 @@
-package bench
+package suite
 
 import (
 	"context"
 	"time"
 
-	"github.com/leasebus/leasebus/bench/leasefloor"
+	"github.com/leasebus/leasebus/bench/internal/leasefloor"
 )
 
 // Chan is the first floor: a buffered Go channel per subscription, sized
