@@ -14,43 +14,39 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// Header names that leasebus sets on messages and dead letters. Those a
-// dead letter shares with the broker's dead-letter topics are the broker's
-// names, so one consumer reads both.
+// Header names that leasebus sets on messages and dead letters (the
+// README's wire format lists them). A dead letter carries the broker's
+// dead-letter headers (backend.HeaderReason and the others), so one
+// consumer reads both; these are JetStream's own.
 const (
-	HeaderID           = "Leasebus-Id"              // the message's uuid, set by Publish
-	HeaderReason       = backend.HeaderReason       // dead letters: queue.Reason.String()
-	HeaderAttempts     = backend.HeaderAttempts     // dead letters: deliveries spent
-	HeaderLastError    = backend.HeaderLastError    // dead letters: the last failure
-	HeaderSubscription = backend.HeaderSubscription // dead letters: the subscription's name
-	HeaderTopic        = backend.HeaderTopic        // dead letters: the source topic
-	HeaderStreamSeq    = "Leasebus-Stream-Seq"      // dead letters: the source stream sequence
-	HeaderPublishedAt  = "Leasebus-Published-At"    // dead letters: the source's publish time, RFC 3339
+	headerID          = "Leasebus-Id"           // the message's uuid, set by Publish
+	headerStreamSeq   = "Leasebus-Stream-Seq"   // dead letters: the source stream sequence
+	headerPublishedAt = "Leasebus-Published-At" // dead letters: the source's publish time, RFC 3339
 )
 
 // legacyHeaders are the names dead letters had before they took the
 // broker's: a dead letter written then still reads back.
 var legacyHeaders = map[string]string{
-	HeaderReason:       "Leasebus-Reason",
-	HeaderAttempts:     "Leasebus-Attempts",
-	HeaderLastError:    "Leasebus-Last-Error",
-	HeaderSubscription: "Leasebus-Subscription",
-	HeaderTopic:        "Leasebus-Topic",
+	backend.HeaderReason:       "Leasebus-Reason",
+	backend.HeaderAttempts:     "Leasebus-Attempts",
+	backend.HeaderLastError:    "Leasebus-Last-Error",
+	backend.HeaderSubscription: "Leasebus-Subscription",
+	backend.HeaderTopic:        "Leasebus-Topic",
 }
 
 // Defaults of the Open options.
 const (
-	DefaultStream        = "LEASEBUS"
-	DefaultSubjectPrefix = "leasebus"
-	// DefaultDeadLetterDuplicates is the duplicate window of a dead-letter
+	defaultStream        = "LEASEBUS"
+	defaultSubjectPrefix = "leasebus"
+	// defaultDeadLetterDuplicates is the duplicate window of a dead-letter
 	// stream Open creates: a dead letter copied twice within it (a retry,
 	// a redelivery racing a Term) is stored once.
-	DefaultDeadLetterDuplicates = 10 * time.Minute
-	// DefaultDeadLettersPerSubscription is how many dead letters a
+	defaultDeadLetterDuplicates = 10 * time.Minute
+	// defaultDeadLettersPerSubscription is how many dead letters a
 	// dead-letter stream Open creates keeps per subscription (its
 	// MaxMsgsPerSubject): when a subscription has that many, its oldest is
 	// dropped. The in-memory broker keeps 10,000 in all.
-	DefaultDeadLettersPerSubscription = 10_000
+	defaultDeadLettersPerSubscription = 10_000
 )
 
 // DeadLetterLimits bound the dead letters' stream (WithDeadLetterLimits).
@@ -59,7 +55,7 @@ const (
 // reached the oldest dead letters are dropped (JetStream does not count
 // them).
 type DeadLetterLimits struct {
-	PerSubscription int64         // dead letters kept per subscription (MaxMsgsPerSubject; default DefaultDeadLettersPerSubscription)
+	PerSubscription int64         // dead letters kept per subscription (MaxMsgsPerSubject; default 10,000)
 	MaxMsgs         int64         // dead letters kept in all (MaxMsgs; default no limit)
 	MaxBytes        int64         // bytes kept in all (MaxBytes; default no limit)
 	MaxAge          time.Duration // how long a dead letter is kept (MaxAge; default no limit)
@@ -108,15 +104,15 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 		return nil, backend.Invalid("jetstream.OpenJetStream: nil JetStream")
 	}
 	cfg := busConfig{
-		stream: DefaultStream, prefix: DefaultSubjectPrefix,
+		stream: defaultStream, prefix: defaultSubjectPrefix,
 		topic: js.StreamConfig{
 			Retention: js.InterestPolicy, Discard: js.DiscardNew, Storage: js.FileStorage, Replicas: 1,
 			MaxBytes: -1, MaxMsgs: -1,
 		},
 		dlq: js.StreamConfig{
 			Retention: js.LimitsPolicy, Discard: js.DiscardOld, Storage: js.FileStorage, Replicas: 1,
-			MaxBytes: -1, MaxMsgs: -1, Duplicates: DefaultDeadLetterDuplicates,
-			MaxMsgsPerSubject: DefaultDeadLettersPerSubscription,
+			MaxBytes: -1, MaxMsgs: -1, Duplicates: defaultDeadLetterDuplicates,
+			MaxMsgsPerSubject: defaultDeadLettersPerSubscription,
 		},
 		sched: js.StreamConfig{
 			Retention: js.LimitsPolicy, Discard: js.DiscardOld, Storage: js.FileStorage, Replicas: 1,
@@ -124,7 +120,11 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 		},
 	}
 	for _, o := range opts {
-		o(&cfg)
+		if o.apply == nil {
+			cfg.fail(errZeroOption)
+			continue
+		}
+		o.apply(&cfg)
 	}
 	if cfg.err != nil {
 		return nil, cfg.err
@@ -216,12 +216,12 @@ func (b *Bus) JetStream() js.JetStream { return b.js }
 
 // userHeaders returns h less the headers of NATS and leasebus.
 func userHeaders(h nats.Header) queue.Headers {
-	if len(h) == 0 || len(h) == 1 && h.Get(HeaderID) != "" {
+	if len(h) == 0 || len(h) == 1 && h.Get(headerID) != "" {
 		return queue.Headers{} // only leasebus's own
 	}
 	m := make(map[string]string, len(h))
 	for k, vs := range h {
-		if len(vs) == 0 || k == HeaderID || isReserved(k) {
+		if len(vs) == 0 || k == headerID || isReserved(k) {
 			continue
 		}
 		m[k] = vs[0]
@@ -231,7 +231,7 @@ func userHeaders(h nats.Header) queue.Headers {
 
 func isReserved(k string) bool {
 	switch k {
-	case HeaderReason, HeaderAttempts, HeaderLastError, HeaderSubscription, HeaderTopic, HeaderStreamSeq, HeaderPublishedAt, HeaderRedrivenFrom, HeaderAttemptsSpent, HeaderTTL,
+	case backend.HeaderReason, backend.HeaderAttempts, backend.HeaderLastError, backend.HeaderSubscription, backend.HeaderTopic, headerStreamSeq, headerPublishedAt, headerRedrivenFrom, headerAttemptsSpent, headerTTL,
 		"Leasebus-Reason", "Leasebus-Attempts", "Leasebus-Last-Error", "Leasebus-Subscription", "Leasebus-Topic":
 		return true
 	}

@@ -154,7 +154,7 @@ func keepsReplicas(ctx context.Context, t *testing.T, nc *nats.Conn, bus *jetstr
 		t.Fatalf("second Subscribe with no options: %v", err)
 	}
 	other.Close()
-	for _, name := range []string{jetstream.DefaultStream, jetstream.DefaultStream + "_DLQ"} {
+	for _, name := range []string{defaultStream, defaultStream + "_DLQ"} {
 		st, err := bus.JetStream().Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -294,7 +294,7 @@ func TestClusterFailover(t *testing.T) {
 		return c.index(t, name)
 	}
 	streamLeader := func(ctx context.Context) (string, error) {
-		st, err := bus.JetStream().Stream(ctx, jetstream.DefaultStream)
+		st, err := bus.JetStream().Stream(ctx, defaultStream)
 		if err != nil {
 			return "", err
 		}
@@ -329,7 +329,7 @@ func TestClusterFailover(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		st, err := bus.JetStream().Stream(ictx, jetstream.DefaultStream)
+		st, err := bus.JetStream().Stream(ictx, defaultStream)
 		if err != nil {
 			return err
 		}

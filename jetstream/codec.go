@@ -2,34 +2,30 @@ package jetstream
 
 import "github.com/leasebus/leasebus/broker"
 
-// Codec turns payloads of type T into message data and back. It is the
-// broker's codec (Encode appends to dst), so one codec serves a durable
+// A payload of type T becomes message data through a broker.Codec[T] (the
+// broker's, whose Encode appends to dst), so one codec serves a durable
 // broker and JetStream alike.
-type Codec[T any] = broker.Codec[T]
 
-// JSONCodec encodes payloads with encoding/json (broker.JSONCodec).
-type JSONCodec[T any] = broker.JSONCodec[T]
-
-// DefaultCodec returns the codec used when none is given: []byte and
+// defaultCodec returns the codec used when none is given: []byte and
 // string payloads pass through as the message data (broker.BytesCodec,
 // broker.StringCodec), anything else is JSON.
-func DefaultCodec[T any]() Codec[T] {
+func defaultCodec[T any]() broker.Codec[T] {
 	var zero T
 	switch any(zero).(type) {
 	case []byte:
-		return any(broker.BytesCodec{}).(Codec[T])
+		return any(broker.BytesCodec{}).(broker.Codec[T])
 	case string:
-		return any(broker.StringCodec{}).(Codec[T])
+		return any(broker.StringCodec{}).(broker.Codec[T])
 	}
-	return JSONCodec[T]{}
+	return broker.JSONCodec[T]{}
 }
 
-// codecFor returns c as a Codec[T], DefaultCodec when c is nil, or false
+// codecFor returns c as a broker.Codec[T], defaultCodec when c is nil, or false
 // when c is a codec of another type.
-func codecFor[T any](c any) (Codec[T], bool) {
+func codecFor[T any](c any) (broker.Codec[T], bool) {
 	if c == nil {
-		return DefaultCodec[T](), true
+		return defaultCodec[T](), true
 	}
-	cc, ok := c.(Codec[T])
+	cc, ok := c.(broker.Codec[T])
 	return cc, ok
 }

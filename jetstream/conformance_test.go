@@ -105,7 +105,7 @@ func (h *jsHarness) PublishBatch(ctx context.Context, topic string, payloads []s
 }
 
 func (h *jsHarness) PublishDedup(ctx context.Context, topic, payload, id string) (queue.Message[string], error) {
-	return jetstream.Publish(ctx, h.bus, topic, payload, jetstream.WithMsgID(id))
+	return jetstream.Publish(ctx, h.bus, topic, payload, jetstream.WithDedupID(id))
 }
 
 func (h *jsHarness) TryPoll(sub sourcetest.Subscription, n int) []queue.Delivery[string] {

@@ -36,7 +36,7 @@ func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n 
 	return out, err
 }
 
-func deadLetterConfig[T any](opts []SubscribeOption) (subConfig, Codec[T], error) {
+func deadLetterConfig[T any](opts []SubscribeOption) (subConfig, broker.Codec[T], error) {
 	cfg, err := newSubConfig(opts)
 	if err != nil {
 		return cfg, nil, err
@@ -89,9 +89,9 @@ func (b *Bus) readDeadLetters(ctx context.Context, topic, name string, n int, po
 	}
 }
 
-// HeaderRedrivenFrom names, on a redriven message, the dead-letter
+// headerRedrivenFrom names, on a redriven message, the dead-letter
 // stream's sequence it was redriven from.
-const HeaderRedrivenFrom = "Leasebus-Redriven-From"
+const headerRedrivenFrom = "Leasebus-Redriven-From"
 
 // Redrive puts the dead letters of the subscription name of topic for
 // which match returns true back on that subscription (and no other), as
@@ -102,7 +102,7 @@ const HeaderRedrivenFrom = "Leasebus-Redriven-From"
 // dead letter is redriven once even when Redrive runs twice at once, or
 // runs again after a call that republished it but failed to delete it —
 // within the topics' stream's duplicate window (2 minutes by default, see
-// WithDuplicateWindow). A redriven message goes to the back of the queue:
+// WithDedupWindow). A redriven message goes to the back of the queue:
 // it does not keep its place. When the subscription does not exist,
 // Redrive returns an error matching broker.ErrSubscriptionNotFound and
 // changes nothing. match runs on Redrive's goroutine.
@@ -152,10 +152,10 @@ func (b *Bus) redrive(ctx context.Context, topic, name string, m js.Msg, seq uin
 		}
 	}
 	from := fmt.Sprintf("%s.%d", b.cfg.stream+"_DLQ", seq)
-	out.Header.Set(HeaderRedrivenFrom, from)
-	out.Header.Set(HeaderTopic, dlHeader(m.Headers(), HeaderTopic))
-	if ttl := m.Headers().Get(HeaderTTL); ttl != "" {
-		out.Header.Set(HeaderTTL, ttl) // counted from the redrive
+	out.Header.Set(headerRedrivenFrom, from)
+	out.Header.Set(backend.HeaderTopic, dlHeader(m.Headers(), backend.HeaderTopic))
+	if ttl := m.Headers().Get(headerTTL); ttl != "" {
+		out.Header.Set(headerTTL, ttl) // counted from the redrive
 	}
 	out.Header.Set(nats.MsgIdHdr, "redrive."+from)
 	ack, err := b.js.PublishMsg(ctx, out)
@@ -176,28 +176,28 @@ func dlHeader(h nats.Header, name string) string {
 	return h.Get(legacyHeaders[name])
 }
 
-func decodeDeadLetter[T any](m js.Msg, codec Codec[T]) (queue.DeadLetter[T], error) {
+func decodeDeadLetter[T any](m js.Msg, codec broker.Codec[T]) (queue.DeadLetter[T], error) {
 	h := m.Headers()
 	payload, err := codec.Decode(m.Data())
 	if err != nil {
 		return queue.DeadLetter[T]{}, fmt.Errorf("dead letter: decode: %w", err)
 	}
-	attempts, _ := strconv.Atoi(dlHeader(h, HeaderAttempts))
-	id, _ := uuid.Parse(h.Get(HeaderID))
-	published, _ := time.Parse(time.RFC3339Nano, h.Get(HeaderPublishedAt))
+	attempts, _ := strconv.Atoi(dlHeader(h, backend.HeaderAttempts))
+	id, _ := uuid.Parse(h.Get(headerID))
+	published, _ := time.Parse(time.RFC3339Nano, h.Get(headerPublishedAt))
 	var at time.Time
 	if md, err := m.Metadata(); err == nil {
 		at = md.Timestamp
 	}
 	return queue.DeadLetter[T]{
-		Subscription: dlHeader(h, HeaderSubscription),
+		Subscription: dlHeader(h, backend.HeaderSubscription),
 		Message: queue.Message[T]{
-			ID: id, Topic: dlHeader(h, HeaderTopic), Payload: payload,
+			ID: id, Topic: dlHeader(h, backend.HeaderTopic), Payload: payload,
 			Headers: userHeaders(h), PublishedAt: published,
 		},
-		Reason:    reasonOf(dlHeader(h, HeaderReason)),
+		Reason:    reasonOf(dlHeader(h, backend.HeaderReason)),
 		Attempts:  attempts,
-		LastError: dlHeader(h, HeaderLastError),
+		LastError: dlHeader(h, backend.HeaderLastError),
 		At:        at,
 	}, nil
 }
@@ -245,17 +245,17 @@ func (s *Subscription[T]) publishDeadLetter(ctx context.Context, topic string, s
 			m.Header[k] = vs
 		}
 	}
-	m.Header.Set(HeaderReason, reason.String())
-	m.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
-	m.Header.Set(HeaderLastError, lastErr)
-	m.Header.Set(HeaderSubscription, s.name)
-	m.Header.Set(HeaderTopic, topic)
-	if ttl := hdr.Get(HeaderTTL); ttl != "" {
-		m.Header.Set(HeaderTTL, ttl) // a redrive counts it again
+	m.Header.Set(backend.HeaderReason, reason.String())
+	m.Header.Set(backend.HeaderAttempts, strconv.Itoa(attempts))
+	m.Header.Set(backend.HeaderLastError, lastErr)
+	m.Header.Set(backend.HeaderSubscription, s.name)
+	m.Header.Set(backend.HeaderTopic, topic)
+	if ttl := hdr.Get(headerTTL); ttl != "" {
+		m.Header.Set(headerTTL, ttl) // a redrive counts it again
 	}
-	m.Header.Set(HeaderStreamSeq, strconv.FormatUint(seq, 10))
+	m.Header.Set(headerStreamSeq, strconv.FormatUint(seq, 10))
 	if !published.IsZero() {
-		m.Header.Set(HeaderPublishedAt, published.Format(time.RFC3339Nano))
+		m.Header.Set(headerPublishedAt, published.Format(time.RFC3339Nano))
 	}
 	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("dl.%s.%s.%d", s.bus.cfg.stream, s.durable, seq))
 	if _, err := s.bus.js.PublishMsg(ctx, m); err != nil {

@@ -135,8 +135,8 @@ func TestRedrive(t *testing.T) {
 		if !ok || d.Attempt != 1 || d.Message.ID != ids[p] || d.Message.Topic != "orders" {
 			t.Errorf("redriven %s: %+v, want attempt 1, id %v", p, d, ids[p])
 		}
-		if d.Message.Headers.Get(jetstream.HeaderRedrivenFrom) != "" {
-			t.Errorf("redriven %s shows the internal header %s", p, jetstream.HeaderRedrivenFrom)
+		if d.Message.Headers.Get(headerRedrivenFrom) != "" {
+			t.Errorf("redriven %s shows the internal header %s", p, headerRedrivenFrom)
 		}
 	}
 	expectNothing(t, audit, 200*time.Millisecond)
@@ -219,7 +219,7 @@ func TestDeadLetterLimits(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	st, err := bus.JetStream().Stream(ctx, jetstream.DefaultStream+"_DLQ")
+	st, err := bus.JetStream().Stream(ctx, defaultStream+"_DLQ")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestDeadLetterLimits(t *testing.T) {
 	}
 	_, err = jetstream.OpenJetStream(ctx, bus.JetStream(), jetstream.WithDeadLetterLimits(jetstream.DeadLetterLimits{PerSubscription: 5}))
 	var mm *jetstream.ConfigMismatchError
-	if !errors.As(err, &mm) || mm.Name != jetstream.DefaultStream+"_DLQ" || mm.Diffs[0].Setting != "MaxMsgsPerSubject" {
+	if !errors.As(err, &mm) || mm.Name != defaultStream+"_DLQ" || mm.Diffs[0].Setting != "MaxMsgsPerSubject" {
 		t.Fatalf("Open with other dead-letter limits: %v", err)
 	}
 	other, err := jetstream.OpenJetStream(ctx, bus.JetStream(), jetstream.WithStream("OTHER"), jetstream.WithSubjectPrefix("other"))
@@ -239,7 +239,7 @@ func TestDeadLetterLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := st.CachedInfo().Config; c.MaxMsgsPerSubject != jetstream.DefaultDeadLettersPerSubscription || c.Storage != js.FileStorage {
+	if c := st.CachedInfo().Config; c.MaxMsgsPerSubject != defaultDeadLettersPerSubscription || c.Storage != js.FileStorage {
 		t.Errorf("default dead-letter stream %+v", c)
 	}
 	if _, err := jetstream.OpenJetStream(ctx, bus.JetStream(), jetstream.WithDeadLetterLimits(jetstream.DeadLetterLimits{MaxMsgs: -2})); !errors.Is(err, queue.ErrInvalidArgument) {

@@ -20,12 +20,12 @@ import (
 // and under interest retention it would not keep a schedule no consumer
 // filters on.
 
-// DueRetention is how long a delayed message, once it is due, stays in
+// dueRetention is how long a delayed message, once it is due, stays in
 // the schedules' stream for the topics' stream to source it (its Nats-TTL,
 // set through Nats-Schedule-TTL). Sourcing takes moments; only if the
 // topics' stream is unreachable for longer than this are the delayed
 // messages that came due meanwhile lost.
-const DueRetention = 24 * time.Hour
+const dueRetention = 24 * time.Hour
 
 // serverDuplicateWindow is the duplicate window the server gives a stream
 // without sources that names none.
@@ -38,10 +38,6 @@ const (
 	hdrScheduleTTL    = "Nats-Schedule-TTL"
 )
 
-// ErrNoDelays is matched by the error of a Publish with a delay on a bus
-// opened without WithDelays.
-var ErrNoDelays = errors.New("jetstream: publish delay needs a bus opened WithDelays")
-
 // WithDelays makes the bus take publish delays (WithDelay): Open creates
 // (or binds to) a third stream, the bus's stream name with the suffix
 // "_SCHED" (subjects PREFIX.delay.> for the schedules and PREFIX.due.> for
@@ -52,11 +48,11 @@ var ErrNoDelays = errors.New("jetstream: publish delay needs a bus opened WithDe
 // PREFIX.topic.>. An existing topics' stream without that source is
 // refused with a *ConfigMismatchError (setting "Sources"), unless
 // WithUpdateStreams adds it. A topics' stream Open creates with it has a
-// duplicate window of 2 minutes unless WithDuplicateWindow names one (the
+// duplicate window of 2 minutes unless WithDedupWindow names one (the
 // server gives a stream with sources none of its own). It needs
 // nats-server 2.12 or later: on an older server Open fails, naming the
 // setting the server does not keep.
-func WithDelays() Option { return func(c *busConfig) { c.delays = true } }
+func WithDelays() Option { return Option{func(c *busConfig) { c.delays = true }} }
 
 // schedName is the name of the schedules' stream.
 func (c *busConfig) schedName() string { return c.stream + "_SCHED" }
@@ -159,8 +155,8 @@ func ensureSchedules(ctx context.Context, j js.JetStream, cfg *busConfig) (js.St
 // due at due: it goes to the schedules' stream, which fires it into the
 // topic when due.
 func (b *Bus) schedule(m *nats.Msg, topic string, due time.Time) {
-	m.Subject = b.cfg.prefix + ".delay." + m.Header.Get(HeaderID)
+	m.Subject = b.cfg.prefix + ".delay." + m.Header.Get(headerID)
 	m.Header.Set(hdrSchedule, "@at "+due.UTC().Format(time.RFC3339Nano))
 	m.Header.Set(hdrScheduleTarget, b.cfg.prefix+".due."+topic)
-	m.Header.Set(hdrScheduleTTL, DueRetention.String())
+	m.Header.Set(hdrScheduleTTL, dueRetention.String())
 }

@@ -78,10 +78,10 @@ func TestPublishDelay(t *testing.T) {
 	}
 	// Every subscription settled them: the topics' stream is empty. The
 	// schedules are gone (each purged as it fired), the three due copies
-	// stay for DueRetention.
+	// stay for dueRetention.
 	for _, c := range []struct{ stream, filter string }{
-		{jetstream.DefaultStream, ">"},
-		{jetstream.DefaultStream + "_SCHED", "leasebus.delay.>"},
+		{defaultStream, ">"},
+		{defaultStream + "_SCHED", "leasebus.delay.>"},
 	} {
 		if err := eventually(ctx, func() error {
 			if n := streamSubjects(t, bus, c.stream, c.filter); n != 0 {
@@ -92,7 +92,7 @@ func TestPublishDelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := streamSubjects(t, bus, jetstream.DefaultStream+"_SCHED", "leasebus.due.>"); n != 3 { // one each, whatever the subscriptions
+	if n := streamSubjects(t, bus, defaultStream+"_SCHED", "leasebus.due.>"); n != 3 { // one each, whatever the subscriptions
 		t.Fatalf("%d due copies, want 3", n)
 	}
 }
@@ -129,7 +129,7 @@ func TestPublishOptionsRefused(t *testing.T) {
 		opt  jetstream.PublishOption
 		want error
 	}{
-		"delay without WithDelays": {jetstream.WithDelay(time.Second), jetstream.ErrNoDelays},
+		"delay without WithDelays": {jetstream.WithDelay(time.Second), jetstream.ErrUnsupported},
 		"negative delay":           {jetstream.WithDelay(-time.Second), queue.ErrInvalidArgument},
 		"priority":                 {jetstream.WithPriority(queue.PriorityHigh), jetstream.ErrUnsupported},
 		"invalid priority":         {jetstream.WithPriority(queue.Priority(99)), queue.ErrInvalidArgument},
@@ -161,11 +161,11 @@ func TestPublishDelayDedup(t *testing.T) {
 	bus, billing, _ := twoSubs(t, jetstream.WithDelays())
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	first, err := jetstream.Publish(ctx, bus, "orders", "original", jetstream.WithDelay(300*time.Millisecond), jetstream.WithMsgID("d-1"))
+	first, err := jetstream.Publish(ctx, bus, "orders", "original", jetstream.WithDelay(300*time.Millisecond), jetstream.WithDedupID("d-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := jetstream.Publish(ctx, bus, "orders", "copy", jetstream.WithDelay(300*time.Millisecond), jetstream.WithMsgID("d-1"))
+	again, err := jetstream.Publish(ctx, bus, "orders", "copy", jetstream.WithDelay(300*time.Millisecond), jetstream.WithDedupID("d-1"))
 	if err != nil || again.ID != first.ID || again.Payload != "original" || !again.PublishedAt.Equal(first.PublishedAt) {
 		t.Fatalf("duplicate: %+v, %v; want the original %+v", again, err, first)
 	}
@@ -196,15 +196,15 @@ func TestOpenWithDelaysOnAnExistingBus(t *testing.T) {
 	defer cancel()
 	_, err := jetstream.Open(ctx, nc, jetstream.WithDelays())
 	var mm *jetstream.ConfigMismatchError
-	if !errors.As(err, &mm) || mm.Name != jetstream.DefaultStream || mm.Diffs[0].Setting != "Sources" || mm.Diffs[0].Option != "WithDelays" {
+	if !errors.As(err, &mm) || mm.Name != defaultStream || mm.Diffs[0].Setting != "Sources" || mm.Diffs[0].Option != "WithDelays" {
 		t.Fatalf("Open WithDelays on a bus without: %v", err)
 	}
 	bus := open(t, nc, jetstream.WithDelays(), jetstream.WithUpdateStreams())
-	c := streamConfig(t, bus.JetStream(), jetstream.DefaultStream)
-	if len(c.Sources) != 1 || c.Sources[0].Name != jetstream.DefaultStream+"_SCHED" || c.Duplicates != 2*time.Minute {
+	c := streamConfig(t, bus.JetStream(), defaultStream)
+	if len(c.Sources) != 1 || c.Sources[0].Name != defaultStream+"_SCHED" || c.Duplicates != 2*time.Minute {
 		t.Fatalf("after the update: sources %+v, duplicate window %v", c.Sources, c.Duplicates)
 	}
-	if sc := streamConfig(t, bus.JetStream(), jetstream.DefaultStream+"_SCHED"); sc.Storage != js.MemoryStorage {
+	if sc := streamConfig(t, bus.JetStream(), defaultStream+"_SCHED"); sc.Storage != js.MemoryStorage {
 		t.Errorf("schedules' stream storage %v, want memory as the others", sc.Storage)
 	}
 	// Bound as it is now, with or without the option.

@@ -29,7 +29,7 @@
 //     T's subject and PREFIX.sub.T_S (messages for it alone), explicit ack, AckWait = the visibility timeout,
 //     MaxAckPending = the in-flight cap, DeliverPolicy new (it sees what is
 //     published after it exists), MaxDeliver unlimited and the maximum
-//     attempts in its metadata (MetaMaxAttempts): the handles enforce it.
+//     attempts in its metadata (key "leasebus.max-attempts"): the handles enforce it.
 //     Several Subscription handles on one durable compete for its
 //     messages. Subscribe binds to an existing durable as it is and takes
 //     its settings from the server; an explicit option that differs makes
@@ -58,7 +58,7 @@
 //     before each AckWait runs out, until the deadline; for d shorter it
 //     Naks the message at the deadline.
 //   - Release: the message is republished to PREFIX.sub.T_S with the
-//     attempts it had spent (header HeaderAttemptsSpent; Attempt counts
+//     attempts it had spent (header Leasebus-Attempts-Spent; Attempt counts
 //     from it) and this delivery terminated, so no attempt is spent.
 //   - Reject, and Nack or Fail on the last allowed attempt: the message is
 //     copied to PREFIX.dlq.T.S with its reason, attempts, last error,
@@ -77,7 +77,7 @@
 //   - Stats: the consumer's info (NumPending, NumAckPending, delivery
 //     sequence). Purge: the consumer deleted and created again.
 //     PublishBatch: asynchronous publishes, then their acks. A duplicate
-//     publish (WithMsgID) returns the original, read back by sequence.
+//     publish (WithDedupID) returns the original, read back by sequence.
 //   - Publish delay (WithDelay, on a bus opened WithDelays): a JetStream
 //     message schedule ("Nats-Schedule: @at T") on PREFIX.delay.ID in a
 //     third stream, "LEASEBUS_SCHED"; the server fires it at T into
@@ -86,7 +86,7 @@
 //     to run for it.
 //   - FetchDeadLetters reads a subscription's dead letters back as
 //     queue.DeadLetter values. The dead letters' stream is bounded: Open
-//     creates it keeping DefaultDeadLettersPerSubscription per
+//     creates it keeping 10,000 per
 //     subscription (MaxMsgsPerSubject), oldest dropped first; see
 //     WithDeadLetterLimits.
 //   - Redrive republishes matching dead letters to PREFIX.sub.T_S, a

@@ -136,7 +136,7 @@ func drainN(b *testing.B, sub *jetstream.Subscription[[]byte], batch int, acked 
 // same stream and filter, Fetch(batch) and an ack per message.
 func natsDrain(b *testing.B, bus *jetstream.Bus, ready func(), n int64, workers, batch int, double bool) {
 	ctx := context.Background()
-	st, err := bus.JetStream().Stream(ctx, jetstream.DefaultStream)
+	st, err := bus.JetStream().Stream(ctx, defaultStream)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -77,7 +77,7 @@ func TestExpiredLastLeaseWithNoHandle(t *testing.T) {
 	if info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Errorf("consumer after dead-lettering: %d pending, %d ack pending", info.NumPending, info.NumAckPending)
 	}
-	si, err := bus.JetStream().Stream(ctx, jetstream.DefaultStream)
+	si, err := bus.JetStream().Stream(ctx, defaultStream)
 	if err != nil {
 		t.Fatal(err)
 	}

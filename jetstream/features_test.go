@@ -94,21 +94,21 @@ func TestPurge(t *testing.T) {
 	drainDistinct(t, audit, 6, 100*time.Millisecond)
 }
 
-// TestPublishDedup: a publish with the WithMsgID of one in the window
+// TestPublishDedup: a publish with the WithDedupID of one in the window
 // returns the original message and stores nothing.
 func TestPublishDedup(t *testing.T) {
 	bus, billing, audit := twoSubs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	first, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithMsgID("order-1"), jetstream.WithHeaders(map[string]string{"k": "v"}))
+	first, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithDedupID("order-1"), jetstream.WithHeaders(map[string]string{"k": "v"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := jetstream.Publish(ctx, bus, "orders", "o1 again", jetstream.WithMsgID("order-1"))
+	again, err := jetstream.Publish(ctx, bus, "orders", "o1 again", jetstream.WithDedupID("order-1"))
 	if err != nil || again.ID != first.ID || again.Payload != "o1" || again.Headers.Get("k") != "v" {
 		t.Fatalf("duplicate publish: %+v, %v; want the original %+v", again, err, first)
 	}
-	batch, err := jetstream.PublishBatch(ctx, bus, "orders", []string{"o2", "o1 once more"}, jetstream.WithMsgIDs([]string{"order-2", "order-1"}))
+	batch, err := jetstream.PublishBatch(ctx, bus, "orders", []string{"o2", "o1 once more"}, jetstream.WithDedupIDs([]string{"order-2", "order-1"}))
 	if err != nil || batch[1].ID != first.ID || batch[0].ID == first.ID {
 		t.Fatalf("batch with a duplicate: %+v, %v", batch, err)
 	}
@@ -118,7 +118,7 @@ func TestPublishDedup(t *testing.T) {
 	}
 	// Once every subscription has settled it, the original is gone.
 	drainDistinct(t, audit, 2, 100*time.Millisecond)
-	if _, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithMsgID("order-1")); !errors.Is(err, jetstream.ErrDuplicateGone) {
+	if _, err := jetstream.Publish(ctx, bus, "orders", "o1", jetstream.WithDedupID("order-1")); !errors.Is(err, jetstream.ErrDuplicateGone) {
 		t.Fatalf("duplicate of a settled message: %v", err)
 	}
 	expectNothing(t, billing, 200*time.Millisecond)
@@ -153,7 +153,7 @@ func TestPublishBatch(t *testing.T) {
 	if msgs, err := jetstream.PublishBatch[string](ctx, bus, "orders", nil); msgs != nil || err != nil {
 		t.Fatalf("empty batch: %v, %v", msgs, err)
 	}
-	for _, opt := range []jetstream.PublishOption{jetstream.WithMsgID("x"), jetstream.WithMsgIDs([]string{"a"})} {
+	for _, opt := range []jetstream.PublishOption{jetstream.WithDedupID("x"), jetstream.WithDedupIDs([]string{"a"})} {
 		if _, err := jetstream.PublishBatch(ctx, bus, "orders", ps[:2], opt); !errors.Is(err, queue.ErrInvalidArgument) {
 			t.Fatalf("PublishBatch with a bad id option: %v", err)
 		}

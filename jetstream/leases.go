@@ -9,13 +9,14 @@ import (
 	"github.com/nats-io/nats.go"
 	js "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
 
-// HeaderAttemptsSpent is set on a message Release put back: the attempts
+// headerAttemptsSpent is set on a message Release put back: the attempts
 // it had spent, which its next delivery's Attempt counts from.
-const HeaderAttemptsSpent = "Leasebus-Attempts-Spent"
+const headerAttemptsSpent = "Leasebus-Attempts-Spent"
 
 // lease records a fetched message as held and returns its delivery. A
 // delivery past the attempt limit is dead-lettered instead (false), and so
@@ -30,18 +31,18 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	h := m.Headers()
 	seq, dc := md.Sequence.Stream, uint32(md.NumDelivered)
 	var spent int
-	if v := h.Get(HeaderAttemptsSpent); v != "" {
+	if v := h.Get(headerAttemptsSpent); v != "" {
 		spent, _ = strconv.Atoi(v)
 	}
 	published := md.Timestamp
-	if v := h.Get(HeaderPublishedAt); v != "" {
+	if v := h.Get(headerPublishedAt); v != "" {
 		if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 			published = t // a released or delayed message keeps its publish time
 		}
 	}
 	topic, ok := s.bus.topicOf(m.Subject())
 	if !ok { // released or redriven: on the subscription's own subject
-		if topic = h.Get(HeaderTopic); topic == "" {
+		if topic = h.Get(backend.HeaderTopic); topic == "" {
 			topic = s.topic
 		}
 	}
@@ -68,7 +69,7 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 		s.deadLetter(hm, queue.ReasonRejected, "decode: "+err.Error())
 		return queue.Delivery[T]{}, false
 	}
-	mid, _ := uuid.Parse(h.Get(HeaderID))
+	mid, _ := uuid.Parse(h.Get(headerID))
 	msg := queue.Message[T]{ID: mid, Topic: topic, Payload: payload, Headers: userHeaders(h), PublishedAt: published}
 	if s.filter != nil && !s.filter(msg) {
 		_ = m.Ack() // not for this subscription; if the ack is lost, it is filtered again
@@ -296,9 +297,9 @@ func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 	s.mu.Unlock()
 }
 
-// ttlOf reads a message's time to live (HeaderTTL); false if it has none.
+// ttlOf reads a message's time to live (headerTTL); false if it has none.
 func ttlOf(h nats.Header) (time.Duration, bool) {
-	v := h.Get(HeaderTTL)
+	v := h.Get(headerTTL)
 	if v == "" {
 		return 0, false
 	}

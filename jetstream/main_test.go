@@ -13,6 +13,15 @@ import (
 	"github.com/leasebus/leasebus/jetstream"
 )
 
+// The defaults and names the package documents, which the tests check
+// against what the server holds.
+const (
+	defaultStream                     = "LEASEBUS"               // Open's stream (WithStream)
+	defaultDeadLettersPerSubscription = 10_000                   // WithDeadLetterLimits' PerSubscription
+	defaultDeadLetterDuplicates       = 10 * time.Minute         // the dead letters' stream's duplicate window
+	headerRedrivenFrom                = "Leasebus-Redriven-From" // internal: never shown to a consumer
+)
+
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		// The nats client's and server's process-wide helpers.

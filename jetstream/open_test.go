@@ -20,14 +20,14 @@ func operatorStreams(t *testing.T, j js.JetStream) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	if _, err := j.CreateStream(ctx, js.StreamConfig{
-		Name: jetstream.DefaultStream, Subjects: []string{"leasebus.topic.>", "leasebus.sub.>"},
+		Name: defaultStream, Subjects: []string{"leasebus.topic.>", "leasebus.sub.>"},
 		Retention: js.InterestPolicy, Storage: js.FileStorage,
 		MaxAge: time.Hour, MaxBytes: 1 << 30,
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := j.CreateStream(ctx, js.StreamConfig{
-		Name: jetstream.DefaultStream + "_DLQ", Subjects: []string{"leasebus.dlq.>"},
+		Name: defaultStream + "_DLQ", Subjects: []string{"leasebus.dlq.>"},
 		Storage: js.FileStorage, MaxAge: 24 * time.Hour, Duplicates: time.Minute,
 	}); err != nil {
 		t.Fatal(err)
@@ -56,10 +56,10 @@ func TestOpenKeepsOperatorLimits(t *testing.T) {
 	}
 	operatorStreams(t, j)
 	open(t, nc)
-	if c := streamConfig(t, j, jetstream.DefaultStream); c.MaxAge != time.Hour || c.MaxBytes != 1<<30 {
+	if c := streamConfig(t, j, defaultStream); c.MaxAge != time.Hour || c.MaxBytes != 1<<30 {
 		t.Errorf("after Open: stream MaxAge %v MaxBytes %d, want the operator's 1h and 1GiB", c.MaxAge, c.MaxBytes)
 	}
-	if c := streamConfig(t, j, jetstream.DefaultStream+"_DLQ"); c.MaxAge != 24*time.Hour || c.Duplicates != time.Minute {
+	if c := streamConfig(t, j, defaultStream+"_DLQ"); c.MaxAge != 24*time.Hour || c.Duplicates != time.Minute {
 		t.Errorf("after Open: DLQ stream MaxAge %v Duplicates %v, want the operator's 24h and 1m", c.MaxAge, c.Duplicates)
 	}
 }
@@ -89,11 +89,11 @@ func TestOpenRefusesWhatDiffers(t *testing.T) {
 		if !errors.As(err, &mm) || !errors.Is(err, jetstream.ErrConfigMismatch) {
 			t.Fatalf("Open with %s differing: err = %v, want a *ConfigMismatchError", tc.setting, err)
 		}
-		if mm.Kind != "stream" || mm.Name != jetstream.DefaultStream || len(mm.Diffs) != 1 || mm.Diffs[0].Setting != tc.setting {
+		if mm.Kind != "stream" || mm.Name != defaultStream || len(mm.Diffs) != 1 || mm.Diffs[0].Setting != tc.setting {
 			t.Errorf("Open with %s differing: %+v", tc.setting, mm)
 		}
 	}
-	if c := streamConfig(t, j, jetstream.DefaultStream); c.Storage != js.FileStorage || c.Replicas != 1 || c.MaxAge != time.Hour {
+	if c := streamConfig(t, j, defaultStream); c.Storage != js.FileStorage || c.Replicas != 1 || c.MaxAge != time.Hour {
 		t.Errorf("a refused Open changed the stream: %+v", c)
 	}
 }
@@ -109,17 +109,17 @@ func TestOpenBindsWhenOptionsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	operatorStreams(t, j)
-	open(t, nc, jetstream.WithMaxAge(time.Hour), jetstream.WithMaxBytes(1<<30), jetstream.WithStorage(js.FileStorage), jetstream.WithReplicas(1))
+	open(t, nc, jetstream.WithMaxAge(time.Hour), jetstream.WithMaxBytes(1<<30), jetstream.WithReplicas(1))
 
 	opts := []jetstream.Option{jetstream.WithStream("OTHER"), jetstream.WithSubjectPrefix("other"), jetstream.WithMemoryStorage(),
-		jetstream.WithMaxMsgs(100), jetstream.WithDuplicateWindow(time.Minute)}
+		jetstream.WithMaxMsgs(100), jetstream.WithDedupWindow(time.Minute)}
 	open(t, nc, opts...)
 	open(t, nc, opts...)
 	c := streamConfig(t, j, "OTHER")
 	if c.Storage != js.MemoryStorage || c.MaxMsgs != 100 || c.Duplicates != time.Minute || c.Retention != js.InterestPolicy || c.Discard != js.DiscardNew {
 		t.Errorf("created stream: %+v", c)
 	}
-	if c := streamConfig(t, j, "OTHER_DLQ"); c.Storage != js.MemoryStorage || c.Duplicates != jetstream.DefaultDeadLetterDuplicates {
+	if c := streamConfig(t, j, "OTHER_DLQ"); c.Storage != js.MemoryStorage || c.Duplicates != defaultDeadLetterDuplicates {
 		t.Errorf("created dead-letter stream: %+v", c)
 	}
 }
@@ -145,11 +145,11 @@ func TestOpenUpdatesOnlyWhenAsked(t *testing.T) {
 	}
 	t.Log(err)
 	open(t, nc, jetstream.WithMaxAge(2*time.Hour), jetstream.WithMaxMsgs(500), jetstream.WithUpdateStreams())
-	c := streamConfig(t, j, jetstream.DefaultStream)
+	c := streamConfig(t, j, defaultStream)
 	if c.MaxAge != 2*time.Hour || c.MaxMsgs != 500 || c.MaxBytes != 1<<30 || c.Storage != js.FileStorage {
 		t.Errorf("after the update: MaxAge %v MaxMsgs %d MaxBytes %d Storage %v, want 2h, 500, the operator's 1GiB, file", c.MaxAge, c.MaxMsgs, c.MaxBytes, c.Storage)
 	}
-	if c := streamConfig(t, j, jetstream.DefaultStream+"_DLQ"); c.MaxAge != 24*time.Hour {
+	if c := streamConfig(t, j, defaultStream+"_DLQ"); c.MaxAge != 24*time.Hour {
 		t.Errorf("the update changed the dead-letter stream's MaxAge: %v", c.MaxAge)
 	}
 	_, err = jetstream.Open(ctx, nc, jetstream.WithMemoryStorage(), jetstream.WithUpdateStreams())
@@ -170,7 +170,7 @@ func TestOpenNeedsItsSubjects(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: jetstream.DefaultStream, Subjects: []string{"audit.>"}, Retention: js.InterestPolicy}); err != nil {
+	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: defaultStream, Subjects: []string{"audit.>"}, Retention: js.InterestPolicy}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = jetstream.Open(ctx, nc)
@@ -179,11 +179,11 @@ func TestOpenNeedsItsSubjects(t *testing.T) {
 		t.Fatalf("Open on a stream without its subjects: %v", err)
 	}
 	open(t, nc, jetstream.WithUpdateStreams())
-	if c := streamConfig(t, j, jetstream.DefaultStream); !slices.Equal(c.Subjects, []string{"audit.>", "leasebus.topic.>", "leasebus.sub.>"}) {
+	if c := streamConfig(t, j, defaultStream); !slices.Equal(c.Subjects, []string{"audit.>", "leasebus.topic.>", "leasebus.sub.>"}) {
 		t.Errorf("subjects after the update: %q", c.Subjects)
 	}
 	// The dead-letter stream was missing: created.
-	streamConfig(t, j, jetstream.DefaultStream+"_DLQ")
+	streamConfig(t, j, defaultStream+"_DLQ")
 
 	if _, err := j.CreateStream(ctx, js.StreamConfig{Name: "LIMITS", Subjects: []string{"lim.topic.>", "lim.sub.>"}}); err != nil {
 		t.Fatal(err)

@@ -23,6 +23,9 @@ type busConfig struct {
 	err                        error
 }
 
+// errZeroOption refuses an option not made by a With function.
+var errZeroOption = backend.Invalid("zero option: make options with the With functions")
+
 func (c *busConfig) fail(err error) {
 	if c.err == nil {
 		c.err = err
@@ -45,64 +48,59 @@ func (c *busConfig) all(s setting[js.StreamConfig], set func(*js.StreamConfig)) 
 // with them, and refuses an existing stream that differs
 // (ConfigMismatchError) unless WithUpdateStreams is given. A setting no
 // option names is taken from the server as it is.
-type Option func(*busConfig)
+type Option struct{ apply func(*busConfig) }
 
-// WithStream names the stream of the topics (default DefaultStream); the
+// WithStream names the stream of the topics (default "LEASEBUS"); the
 // dead letters' stream is named the same with the suffix "_DLQ".
 func WithStream(name string) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if name == "" {
 			c.fail(backend.Invalid("WithStream: empty name"))
 		}
 		c.stream = name
-	}
+	}}
 }
 
-// WithSubjectPrefix sets the subject prefix (default DefaultSubjectPrefix):
+// WithSubjectPrefix sets the subject prefix (default "leasebus"):
 // topic T is the subject PREFIX.topic.T, the messages for its subscription
 // S alone (redriven dead letters) go to PREFIX.sub.T_S, and its dead
 // letters to PREFIX.dlq.T.S.
 func WithSubjectPrefix(p string) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if p == "" {
 			c.fail(backend.Invalid("WithSubjectPrefix: empty prefix"))
 		}
 		c.prefix = p
-	}
+	}}
 }
 
 // WithMemoryStorage keeps the bus's streams in memory rather than in
 // files (the default for a stream Open creates): faster, and lost when the
 // server stops. JetStream cannot change an existing stream's storage.
-func WithMemoryStorage() Option { return WithStorage(js.MemoryStorage) }
-
-// WithStorage sets the bus's streams' storage (default for a stream Open
-// creates: js.FileStorage). JetStream cannot change an existing stream's
-// storage.
-func WithStorage(st js.StorageType) Option {
-	return func(c *busConfig) {
-		s := field("Storage", "WithStorage", func(c *js.StreamConfig) *js.StorageType { return &c.Storage })
+func WithMemoryStorage() Option {
+	return Option{func(c *busConfig) {
+		s := field("Storage", "WithMemoryStorage", func(c *js.StreamConfig) *js.StorageType { return &c.Storage })
 		s.fixed = true
-		c.all(s, func(sc *js.StreamConfig) { sc.Storage = st })
-	}
+		c.all(s, func(sc *js.StreamConfig) { sc.Storage = js.MemoryStorage })
+	}}
 }
 
 // WithReplicas sets the bus's streams' replica count in a cluster
 // (default for a stream Open creates: 1).
 func WithReplicas(n int) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if n < 1 {
 			c.fail(backend.Invalid("WithReplicas: %d, must be >= 1", n))
 		}
 		c.all(field("Replicas", "WithReplicas", func(c *js.StreamConfig) *int { return &c.Replicas }),
 			func(sc *js.StreamConfig) { sc.Replicas = n })
-	}
+	}}
 }
 
 // WithPlacement places the bus's streams in a cluster, on servers with the
 // given tags (default: wherever the server puts them).
 func WithPlacement(cluster string, tags ...string) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		p := js.Placement{Cluster: cluster, Tags: slices.Clone(tags)}
 		s := setting[js.StreamConfig]{
 			name: "Placement", option: "WithPlacement",
@@ -116,7 +114,7 @@ func WithPlacement(cluster string, tags ...string) Option {
 			copy: func(d, s *js.StreamConfig) { d.Placement = s.Placement },
 		}
 		c.all(s, func(sc *js.StreamConfig) { pp := p; sc.Placement = &pp })
-	}
+	}}
 }
 
 func samePlacement(a, b *js.Placement) bool {
@@ -134,13 +132,13 @@ func samePlacement(a, b *js.Placement) bool {
 // message older than that is deleted unprocessed: a limit for an operator
 // to choose, not a TTL.
 func WithMaxAge(d time.Duration) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if d < 0 {
 			c.fail(backend.Invalid("WithMaxAge: %v, must be >= 0 (0: no limit)", d))
 		}
 		c.topic.MaxAge = d
 		c.topicSet.add(field("MaxAge", "WithMaxAge", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
-	}
+	}}
 }
 
 // WithMaxBytes caps the topics' stream's size in bytes (its MaxBytes;
@@ -148,45 +146,45 @@ func WithMaxAge(d time.Duration) Option {
 // discards new messages when full: Publish fails rather than a queued
 // message being dropped.
 func WithMaxBytes(n int64) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if n < 1 && n != -1 {
 			c.fail(backend.Invalid("WithMaxBytes: %d, must be >= 1 or -1 (no limit)", n))
 		}
 		c.topic.MaxBytes = n
 		c.topicSet.add(field("MaxBytes", "WithMaxBytes", func(c *js.StreamConfig) *int64 { return &c.MaxBytes }))
-	}
+	}}
 }
 
 // WithMaxMsgs caps the messages the topics' stream holds (its MaxMsgs;
 // default for a stream Open creates: -1, no limit). A stream Open creates
 // discards new messages when full: Publish fails.
 func WithMaxMsgs(n int64) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		if n < 1 && n != -1 {
 			c.fail(backend.Invalid("WithMaxMsgs: %d, must be >= 1 or -1 (no limit)", n))
 		}
 		c.topic.MaxMsgs = n
 		c.topicSet.add(field("MaxMsgs", "WithMaxMsgs", func(c *js.StreamConfig) *int64 { return &c.MaxMsgs }))
-	}
+	}}
 }
 
-// WithDuplicateWindow sets the topics' stream's duplicate window, within
-// which a second Publish with one WithMsgID is dropped (its Duplicates;
+// WithDedupWindow sets the topics' stream's duplicate window, within
+// which a second Publish with one WithDedupID is dropped (its Duplicates;
 // default for a stream Open creates: the server's, 2 minutes).
-func WithDuplicateWindow(d time.Duration) Option {
-	return func(c *busConfig) {
+func WithDedupWindow(d time.Duration) Option {
+	return Option{func(c *busConfig) {
 		if d <= 0 {
-			c.fail(backend.Invalid("WithDuplicateWindow: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithDedupWindow: %v, must be > 0", d))
 		}
 		c.topic.Duplicates = d
-		c.topicSet.add(field("Duplicates", "WithDuplicateWindow", func(c *js.StreamConfig) *time.Duration { return &c.Duplicates }))
-	}
+		c.topicSet.add(field("Duplicates", "WithDedupWindow", func(c *js.StreamConfig) *time.Duration { return &c.Duplicates }))
+	}}
 }
 
 // WithDeadLetterLimits bounds the dead letters' stream; the fields set
 // are explicit options, compared with an existing stream's (see Option).
 func WithDeadLetterLimits(l DeadLetterLimits) Option {
-	return func(c *busConfig) {
+	return Option{func(c *busConfig) {
 		count := func(name, setting string, v int64, dst *int64, p func(*js.StreamConfig) *int64) {
 			switch {
 			case v == 0:
@@ -208,11 +206,11 @@ func WithDeadLetterLimits(l DeadLetterLimits) Option {
 			c.dlq.MaxAge = max(l.MaxAge, 0)
 			c.dlqSet.add(field("MaxAge", "WithDeadLetterLimits", func(c *js.StreamConfig) *time.Duration { return &c.MaxAge }))
 		}
-	}
+	}}
 }
 
 // WithUpdateStreams lets Open change an existing stream whose settings
 // differ from the explicit options, instead of refusing: the settings the
 // options name are set, every other setting stays as the server holds it.
 // Storage cannot be changed in place.
-func WithUpdateStreams() Option { return func(c *busConfig) { c.update = true } }
+func WithUpdateStreams() Option { return Option{func(c *busConfig) { c.update = true }} }

@@ -12,10 +12,11 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
-// ErrDuplicateGone is returned by Publish for a message whose WithMsgID
+// ErrDuplicateGone is returned by Publish for a message whose WithDedupID
 // names one published within the stream's duplicate window that is no
 // longer in the stream (every subscription has settled it; for a delayed
 // one, its schedule has fired), so it cannot be returned in place of the
@@ -23,7 +24,7 @@ import (
 var ErrDuplicateGone = errors.New("jetstream: duplicate of a message no longer in the stream")
 
 // PublishOption adjusts one Publish or PublishBatch.
-type PublishOption func(*publishConfig)
+type PublishOption struct{ apply func(*publishConfig) }
 
 type publishConfig struct {
 	ttl     time.Duration
@@ -44,7 +45,9 @@ func (c *publishConfig) fail(err error) {
 
 // ErrUnsupported is matched (errors.Is) by the error of an option that
 // asks for what this backend cannot do correctly on JetStream: a message
-// priority other than normal (WithPriority), an ordering key (WithKey).
+// priority other than normal (WithPriority), an ordering key (WithKey); or
+// for what the bus was not opened to do: a delay (WithDelay) on a bus
+// opened without WithDelays.
 // It also matches errors.ErrUnsupported. The error names the feature and
 // says why; nothing is published.
 var ErrUnsupported = fmt.Errorf("jetstream: not supported on JetStream: %w", errors.ErrUnsupported)
@@ -60,14 +63,14 @@ var ErrUnsupported = fmt.Errorf("jetstream: not supported on JetStream: %w", err
 // messages the others hold, so a handle would work on a low-priority
 // message while a critical one waits behind another handle's leases.
 func WithPriority(p queue.Priority) PublishOption {
-	return func(c *publishConfig) {
+	return PublishOption{func(c *publishConfig) {
 		switch {
 		case p < queue.PriorityLow || p > queue.PriorityCritical:
 			c.fail(backend.Invalid("WithPriority: %d is not a priority", p))
 		case p != queue.PriorityNormal:
 			c.fail(fmt.Errorf("WithPriority(%v): %w: a stream delivers in publish order, and JetStream's priority groups rank clients, not messages", p, ErrUnsupported))
 		}
-	}
+	}}
 }
 
 // WithKey is the broker's WithKey, refused: a non-empty key makes Publish
@@ -79,17 +82,17 @@ func WithPriority(p queue.Priority) PublishOption {
 // knows the leases it holds itself: holding back in the client would be
 // correct within one handle only.
 func WithKey(key string) PublishOption {
-	return func(c *publishConfig) {
+	return PublishOption{func(c *publishConfig) {
 		if key != "" {
 			c.fail(fmt.Errorf("WithKey(%q): %w: JetStream bounds what is in flight per consumer, not per key, and one handle does not see another's leases", key, ErrUnsupported))
 		}
-	}
+	}}
 }
 
 // WithDelay makes the message visible d after the publish, as the
 // broker's WithDelay does, with JetStream's message schedules (the bus
 // must be opened WithDelays; else Publish fails with an error matching
-// ErrNoDelays). The message's PublishedAt is the publish; waiting spends
+// ErrUnsupported). The message's PublishedAt is the publish; waiting spends
 // no attempt. Every subscription of the topic when the message comes due
 // receives it (the broker fans out at the publish): one created after the
 // publish gets it too, and one purged meanwhile does not drop it. It
@@ -98,34 +101,36 @@ func WithKey(key string) PublishOption {
 // it may come a little late, never early. 0, the default, is at once; d
 // must be >= 0.
 func WithDelay(d time.Duration) PublishOption {
-	return func(c *publishConfig) {
+	return PublishOption{func(c *publishConfig) {
 		if d < 0 {
 			c.fail(backend.Invalid("WithDelay: %v, must be >= 0", d))
 		}
 		c.delay = d
-	}
+	}}
 }
 
 // WithHeaders adds headers to the message.
 func WithHeaders(h map[string]string) PublishOption {
-	return func(c *publishConfig) { c.headers = maps.Clone(h) }
+	return PublishOption{func(c *publishConfig) { c.headers = maps.Clone(h) }}
 }
 
-// WithMsgID sets the JetStream deduplication id (Nats-Msg-Id): a second
+// WithDedupID sets the JetStream deduplication id (Nats-Msg-Id): a second
 // publish of one id within the topics' stream's duplicate window
-// (WithDuplicateWindow) stores nothing and returns the original message,
+// (WithDedupWindow) stores nothing and returns the original message,
 // or ErrDuplicateGone if every subscription has settled it since. Invalid
-// in PublishBatch (see WithMsgIDs).
-func WithMsgID(id string) PublishOption { return func(c *publishConfig) { c.msgID = id } }
-
-// WithMsgIDs gives each payload of a PublishBatch its deduplication id, as
-// WithMsgID does for one ("" for none). It must hold one id per payload.
-func WithMsgIDs(ids []string) PublishOption {
-	return func(c *publishConfig) { c.msgIDs = append([]string(nil), ids...) }
+// in PublishBatch (see WithDedupIDs).
+func WithDedupID(id string) PublishOption {
+	return PublishOption{func(c *publishConfig) { c.msgID = id }}
 }
 
-// HeaderTTL carries a message's time to live (WithTTL), as a Go duration.
-const HeaderTTL = "Leasebus-Ttl"
+// WithDedupIDs gives each payload of a PublishBatch its deduplication id, as
+// WithDedupID does for one ("" for none). It must hold one id per payload.
+func WithDedupIDs(ids []string) PublishOption {
+	return PublishOption{func(c *publishConfig) { c.msgIDs = append([]string(nil), ids...) }}
+}
+
+// headerTTL carries a message's time to live (WithTTL), as a Go duration.
+const headerTTL = "Leasebus-Ttl"
 
 // WithTTL gives the message a time to live, as the broker's WithTTL does:
 // a delivery at or after PublishedAt + d dead-letters it (ReasonExpired)
@@ -135,18 +140,23 @@ const HeaderTTL = "Leasebus-Ttl"
 // letter. A redriven message counts its TTL from the redrive. d must be >
 // 0.
 func WithTTL(d time.Duration) PublishOption {
-	return func(c *publishConfig) { c.ttl, c.ttlSet = d, true }
+	return PublishOption{func(c *publishConfig) { c.ttl, c.ttlSet = d, true }}
 }
 
-// WithPublishCodec encodes the payload with c instead of DefaultCodec.
-func WithPublishCodec[T any](c Codec[T]) PublishOption {
-	return func(p *publishConfig) { p.codec = c }
+// WithPublishCodec encodes the payload with c instead of the default
+// (JSON; []byte and string payloads pass through as the data).
+func WithPublishCodec[T any](c broker.Codec[T]) PublishOption {
+	return PublishOption{func(p *publishConfig) { p.codec = c }}
 }
 
-func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Codec[T], error) {
+func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, broker.Codec[T], error) {
 	var pc publishConfig
 	for _, o := range opts {
-		o(&pc)
+		if o.apply == nil {
+			pc.fail(errZeroOption)
+			continue
+		}
+		o.apply(&pc)
 	}
 	if err := validTopic(topic, false); err != nil {
 		return pc, nil, err
@@ -166,7 +176,7 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, Cod
 
 // prepare encodes payload into a message to topic, published at now (a
 // schedule, with a delay), and the message as subscribers will see it.
-func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Codec[T], msgID string, now time.Time) (*nats.Msg, queue.Message[T], error) {
+func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec broker.Codec[T], msgID string, now time.Time) (*nats.Msg, queue.Message[T], error) {
 	data, err := codec.Encode(nil, payload)
 	if err != nil {
 		return nil, queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
@@ -177,15 +187,15 @@ func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Co
 	for k, v := range pc.headers {
 		m.Header.Set(k, v)
 	}
-	m.Header.Set(HeaderID, id.String())
+	m.Header.Set(headerID, id.String())
 	if pc.ttl > 0 {
-		m.Header.Set(HeaderTTL, pc.ttl.String())
+		m.Header.Set(headerTTL, pc.ttl.String())
 	}
 	if msgID != "" {
 		m.Header.Set(nats.MsgIdHdr, msgID)
 	}
 	if pc.delay > 0 {
-		m.Header.Set(HeaderPublishedAt, now.Format(time.RFC3339Nano)) // not the time it is sourced
+		m.Header.Set(headerPublishedAt, now.Format(time.RFC3339Nano)) // not the time it is sourced
 		b.schedule(m, topic, now.Add(pc.delay))
 	}
 	return m, queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: queue.NewHeaders(pc.headers), PublishedAt: now}, nil
@@ -194,7 +204,7 @@ func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec Co
 // checkDelay refuses a delay on a bus without the schedules' stream.
 func checkDelay(b *Bus, topic string, pc *publishConfig) error {
 	if pc.delay > 0 && b.schedStream == nil {
-		return fmt.Errorf("publish to %q with a delay of %v: %w (JetStream message schedules, in a stream of their own)", topic, pc.delay, ErrNoDelays)
+		return fmt.Errorf("publish to %q with a delay of %v: %w: open the bus WithDelays (JetStream message schedules, in a stream of their own)", topic, pc.delay, ErrUnsupported)
 	}
 	return nil
 }
@@ -211,14 +221,14 @@ func (b *Bus) storedIn(ack *js.PubAck) js.Stream {
 // stream to store it (a delayed one: the schedules' stream). It returns
 // the message as subscribers will see it (ID, Topic, Payload, Headers,
 // PublishedAt; a priority or key is refused, see WithPriority and
-// WithKey). A duplicate (WithMsgID) returns the original.
+// WithKey). A duplicate (WithDedupID) returns the original.
 func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts ...PublishOption) (queue.Message[T], error) {
 	pc, codec, err := publishSetup[T](topic, opts)
 	if err != nil {
 		return queue.Message[T]{}, err
 	}
 	if pc.msgIDs != nil {
-		return queue.Message[T]{}, backend.Invalid("WithMsgIDs: only for PublishBatch; Publish takes WithMsgID")
+		return queue.Message[T]{}, backend.Invalid("WithDedupIDs: only for PublishBatch; Publish takes WithDedupID")
 	}
 	if err := checkDelay(b, topic, &pc); err != nil {
 		return queue.Message[T]{}, err
@@ -241,9 +251,9 @@ func Publish[T any](ctx context.Context, b *Bus, topic string, payload T, opts .
 // would with the same options, and returns the messages as stored. It
 // sends them all before it waits for the stream's acks (asynchronous
 // publish, in order on the bus's connection), so a batch costs about one
-// round trip rather than one per message. WithMsgIDs gives each payload
+// round trip rather than one per message. WithDedupIDs gives each payload
 // its dedup ID (a duplicate returns the original message in its place);
-// WithMsgID is invalid here. A payload whose publish failed has the zero
+// WithDedupID is invalid here. A payload whose publish failed has the zero
 // Message in its place, and the error joins each failure (a timeout means
 // the stream may or may not have stored it: publish again with the same
 // dedup ID to be sure it is stored once). An empty batch returns nil.
@@ -253,10 +263,10 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 		return nil, err
 	}
 	if pc.msgID != "" {
-		return nil, backend.Invalid("WithMsgID: one ID cannot name many messages; PublishBatch takes WithMsgIDs")
+		return nil, backend.Invalid("WithDedupID: one ID cannot name many messages; PublishBatch takes WithDedupIDs")
 	}
 	if pc.msgIDs != nil && len(pc.msgIDs) != len(payloads) {
-		return nil, backend.Invalid("WithMsgIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
+		return nil, backend.Invalid("WithDedupIDs: %d ids for %d payloads", len(pc.msgIDs), len(payloads))
 	}
 	if err := checkDelay(b, topic, &pc); err != nil {
 		return nil, err
@@ -314,7 +324,7 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 
 // original reads back the message stored at seq, of which a publish was a
 // duplicate.
-func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64, codec Codec[T]) (queue.Message[T], error) {
+func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64, codec broker.Codec[T]) (queue.Message[T], error) {
 	raw, err := st.GetMsg(ctx, seq)
 	if errors.Is(err, js.ErrMsgNotFound) {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: %w", topic, seq, ErrDuplicateGone)
@@ -326,9 +336,9 @@ func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: decode: %w", topic, seq, err)
 	}
-	id, _ := uuid.Parse(raw.Header.Get(HeaderID))
+	id, _ := uuid.Parse(raw.Header.Get(headerID))
 	published := raw.Time
-	if t, err := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderPublishedAt)); err == nil {
+	if t, err := time.Parse(time.RFC3339Nano, raw.Header.Get(headerPublishedAt)); err == nil {
 		published = t // a delayed message's schedule
 	}
 	return queue.Message[T]{ID: id, Topic: topic, Payload: payload, Headers: userHeaders(raw.Header), PublishedAt: published}, nil

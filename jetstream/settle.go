@@ -227,7 +227,7 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 // in-memory broker. JetStream counts every delivery, so the handle
 // emulates it: it republishes the message to the subscription's own
 // subject with the attempts spent so far in a header
-// (HeaderAttemptsSpent), its ID, headers and publish time kept, then
+// (headerAttemptsSpent), its ID, headers and publish time kept, then
 // terminates this delivery (both confirmed, and retried like Ack; the
 // copy carries a Nats-Msg-Id, so a retried Release makes one copy). The
 // message goes to the back of the queue. It needs a live lease.
@@ -243,12 +243,12 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 			m.Header[k] = vs
 		}
 	}
-	m.Header.Set(HeaderAttemptsSpent, strconv.Itoa(h.attempt-1))
-	m.Header.Set(HeaderTopic, h.topic)
-	if ttl := h.msg.Headers().Get(HeaderTTL); ttl != "" {
-		m.Header.Set(HeaderTTL, ttl)
+	m.Header.Set(headerAttemptsSpent, strconv.Itoa(h.attempt-1))
+	m.Header.Set(backend.HeaderTopic, h.topic)
+	if ttl := h.msg.Headers().Get(headerTTL); ttl != "" {
+		m.Header.Set(headerTTL, ttl)
 	}
-	m.Header.Set(HeaderPublishedAt, h.published.Format(time.RFC3339Nano))
+	m.Header.Set(headerPublishedAt, h.published.Format(time.RFC3339Nano))
 	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%d.%d", s.bus.cfg.stream, s.durable, h.seq, id.Delivery()))
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
 		_, err := s.bus.js.PublishMsg(ctx, m)

@@ -13,6 +13,7 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -29,7 +30,7 @@ type Subscription[T any] struct {
 	name    string
 	durable string
 	cons    js.Consumer
-	codec   Codec[T]
+	codec   broker.Codec[T]
 	cfg     subConfig
 	scope   uint64 // the scope of the lease ids this handle mints
 	// maxAttempts is the consumer's limit as the server held it when the
@@ -107,7 +108,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		MaxDeliver:     -1, // the handles enforce the limit (see WithMaxAttempts)
 		MaxAckPending:  cfg.maxInFlight,
 		DeliverPolicy:  js.DeliverNewPolicy,
-		Metadata:       map[string]string{MetaMaxAttempts: strconv.Itoa(cfg.maxAttempts)},
+		Metadata:       map[string]string{metaMaxAttempts: strconv.Itoa(cfg.maxAttempts)},
 	}
 	needs := append(settings[js.ConsumerConfig]{filterSetting, ackPolicySetting, maxDeliverSetting}, cfg.set...)
 	cons, err := ensureConsumer(ctx, b.stream, want, needs, cfg.update)
