@@ -21,7 +21,7 @@ const vis = 10 * time.Second
 // topic "t" whose visibility timeout is vis, and one message published.
 func setup(t *testing.T, opts ...broker.SubscribeOption) (*broker.Broker[string], *broker.Subscription[string], func(time.Duration)) {
 	t.Helper()
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", opts...)
 	return b, s, mock.Add
 }

@@ -26,8 +26,7 @@ import (
 // failures: each key's messages are acked in publish order.
 func TestPollerKeepsPerKeyOrder(t *testing.T) {
 	const keys, perKey = 100, 20
-	b, err := broker.New[int](broker.WithMaxAttempts(queue.UnlimitedAttempts),
-		broker.WithRetry(queue.RetryPolicy{Initial: time.Millisecond, Max: 5 * time.Millisecond}))
+	b, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithMaxAttempts(queue.UnlimitedAttempts), broker.WithRetry(queue.RetryPolicy{Initial: time.Millisecond, Max: 5 * time.Millisecond})))
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.CreateTopic("t"))

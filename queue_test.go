@@ -21,7 +21,7 @@ import (
 )
 
 func TestFanOutIsolation(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	lazy := brokertest.Subscribe(t, b, "t", "lazy")
 	busy := brokertest.Subscribe(t, b, "t", "busy")
 	brokertest.Publish(t, b, "t", "a", "b", "c")
@@ -72,7 +72,7 @@ func TestHeadersOfSeveralOptionsAddUp(t *testing.T) {
 }
 
 func TestPriorityThenFIFOIncludingRedeliveries(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s")
 	pub := func(p string, prio queue.Priority) {
 		_, err := b.Publish(ctx, "t", p, broker.WithPriority(prio))
@@ -231,7 +231,7 @@ func TestOverflowBlock(t *testing.T) {
 }
 
 func TestMaxInFlight(t *testing.T) {
-	b, mock := brokertest.New[int](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[int](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxInFlight(2))
 	brokertest.Publish(t, b, "t", 1, 2, 3, 4)
 	first := s.TryPoll(10)
@@ -269,7 +269,7 @@ func TestDelayedPublish(t *testing.T) {
 }
 
 func TestRedriveResetsAttemptsAndKeepsPlace(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(1))
 	other := brokertest.Subscribe(t, b, "t", "other")
 	brokertest.Publish(t, b, "t", "first", "second", "third")
@@ -315,7 +315,7 @@ func TestDeadLetterStoreIsBounded(t *testing.T) {
 }
 
 func TestStatsCounters(t *testing.T) {
-	b, mock := brokertest.New[int](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[int](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(2))
 	brokertest.Publish(t, b, "t", 1, 2, 3)
 	_, err := b.Publish(ctx, "t", 4, broker.WithDelay(time.Hour))
@@ -337,7 +337,7 @@ func TestStatsCounters(t *testing.T) {
 }
 
 func TestStatsOldestVisibleAgeAndDeadLettersByReason(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(2), broker.WithMaxQueue(3))
 	age := func() time.Duration { return s.Stats().OldestVisibleAge }
 	assert.Zero(t, age(), "nothing visible")

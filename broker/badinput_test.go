@@ -43,7 +43,7 @@ type badFixture struct {
 
 func newBadFixture(t *testing.T) *badFixture {
 	t.Helper()
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	f := &badFixture{b: b, mock: mock}
 	f.s = brokertest.Subscribe(t, b, "t", "s", broker.WithMaxAttempts(3))
 	f.other = brokertest.Subscribe(t, b, "t", "other")
@@ -147,7 +147,7 @@ func TestBadInputBroker(t *testing.T) {
 		{"Subscribe(256-byte name)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", long); return err }},
 		{"Subscribe(invalid UTF-8 name)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", "\xff"); return err }},
 		{"Subscribe(again)", broker.ErrAlreadySubscribed, func(f *badFixture) error { _, err := f.b.Subscribe("t", "s"); return err }},
-		{"Subscribe(nil option)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", "x", nil); return err }},
+		{"Subscribe(zero option)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t", "x", broker.SubscribeOption{}); return err }},
 		{"Subscribe(bad pattern **)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t.**", "x"); return err }},
 		{"Subscribe(bad pattern >.x)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t.>.x", "x"); return err }},
 		{"Subscribe(bad pattern a*)", queue.ErrInvalidArgument, func(f *badFixture) error { _, err := f.b.Subscribe("t.a*", "x"); return err }},
@@ -228,14 +228,17 @@ func TestBadInputBrokerOptions(t *testing.T) {
 		{Jitter: -0.1}, {Jitter: 1.1}, {Jitter: math.NaN()}, {Initial: time.Minute, Max: time.Second},
 	}
 	opts := map[string]broker.Option{
-		"nil":                        nil,
-		"WithClock(nil)":             broker.WithClock(nil),
-		"WithDeadLetterLimit(0)":     broker.WithDeadLetterLimit(0),
-		"WithDeadLetterLimit(Min)":   broker.WithDeadLetterLimit(math.MinInt),
-		"WithDedupWindow(0)":         broker.WithDedupWindow(0),
-		"WithDedupWindow(-1)":        broker.WithDedupWindow(-1),
-		"WithDedupLimit(0)":          broker.WithDedupLimit(0),
-		"WithDedupLimit(-1)":         broker.WithDedupLimit(-1),
+		"Option{}":                 {},
+		"WithClock(nil)":           broker.WithClock(nil),
+		"WithDeadLetterLimit(0)":   broker.WithDeadLetterLimit(0),
+		"WithDeadLetterLimit(Min)": broker.WithDeadLetterLimit(math.MinInt),
+		"WithDedupWindow(0)":       broker.WithDedupWindow(0),
+		"WithDedupWindow(-1)":      broker.WithDedupWindow(-1),
+		"WithDedupLimit(0)":        broker.WithDedupLimit(0),
+		"WithDedupLimit(-1)":       broker.WithDedupLimit(-1),
+	}
+	subOpts := map[string]broker.SubscribeOption{
+		"SubscribeOption{}":          {},
 		"WithVisibilityTimeout(0)":   broker.WithVisibilityTimeout(0),
 		"WithVisibilityTimeout(Min)": broker.WithVisibilityTimeout(math.MinInt64),
 		"WithMaxAttempts(0)":         broker.WithMaxAttempts(0),
@@ -247,8 +250,8 @@ func TestBadInputBrokerOptions(t *testing.T) {
 		"WithOverflow(255)":          broker.WithOverflow(255),
 		"WithMaxInFlight(0)":         broker.WithMaxInFlight(0),
 		"WithMaxInFlight(-1)":        broker.WithMaxInFlight(-1),
-		"WithMessageTTL(0)":          broker.WithMessageTTL(0),
-		"WithMessageTTL(-1)":         broker.WithMessageTTL(-1),
+		"WithDefaultTTL(0)":          broker.WithDefaultTTL(0),
+		"WithDefaultTTL(-1)":         broker.WithDefaultTTL(-1),
 		"WithDeadLetterTopic(\"\")":  broker.WithDeadLetterTopic(""),
 		"WithDeadLetterTopic(a b)":   broker.WithDeadLetterTopic("a b"),
 		"WithDeadLetterTopic(t.*)":   broker.WithDeadLetterTopic("t.*"),
@@ -256,7 +259,7 @@ func TestBadInputBrokerOptions(t *testing.T) {
 		"WithFilter[string] for int": broker.WithFilter(func(queue.Message[string]) bool { return true }),
 	}
 	for i, r := range badRetries {
-		opts[fmt.Sprintf("WithRetry(%d: %+v)", i, r)] = broker.WithRetry(r)
+		subOpts[fmt.Sprintf("WithRetry(%d: %+v)", i, r)] = broker.WithRetry(r)
 	}
 	b, _ := brokertest.New[int](t)
 	brokertest.Subscribe(t, b, "t", "s")
@@ -264,24 +267,26 @@ func TestBadInputBrokerOptions(t *testing.T) {
 	for name, o := range opts {
 		err := callSafely(func() error { _, err := broker.New[int](o); return err })
 		wantErr(t, "New("+name+")", err, queue.ErrInvalidArgument)
-		// The same option, where it is a subscribe option, refused by Subscribe too.
-		if so, ok := o.(broker.SubscribeOption); ok {
-			err := callSafely(func() error { _, err := b.Subscribe("t", "x", so); return err })
-			wantErr(t, "Subscribe(t, x, "+name+")", err, queue.ErrInvalidArgument)
-		}
+	}
+	// A subscribe option, refused by Subscribe and as a default of New.
+	for name, so := range subOpts {
+		err := callSafely(func() error { _, err := broker.New[int](broker.WithSubscriptionDefaults(so)); return err })
+		wantErr(t, "New(WithSubscriptionDefaults("+name+"))", err, queue.ErrInvalidArgument)
+		err = callSafely(func() error { _, err := b.Subscribe("t", "x", so); return err })
+		wantErr(t, "Subscribe(t, x, "+name+")", err, queue.ErrInvalidArgument)
 	}
 	if subs, err := b.Subscriptions("t"); err != nil || !slices.Equal(subs, []string{"s"}) || !slices.Equal(b.Topics(), before) {
 		t.Errorf("a refused Subscribe left subscriptions %v (%v), topics %v", subs, err, b.Topics())
 	}
 	// Extremes that are valid must work, not panic.
 	for name, o := range map[string]broker.Option{
-		"WithMaxQueue(MaxInt)":               broker.WithMaxQueue(math.MaxInt),
-		"WithMaxInFlight(MaxInt)":            broker.WithMaxInFlight(math.MaxInt),
-		"WithMaxAttempts(MaxInt)":            broker.WithMaxAttempts(math.MaxInt),
-		"WithVisibilityTimeout(MaxInt64)":    broker.WithVisibilityTimeout(math.MaxInt64),
+		"WithMaxQueue(MaxInt)":               broker.WithSubscriptionDefaults(broker.WithMaxQueue(math.MaxInt)),
+		"WithMaxInFlight(MaxInt)":            broker.WithSubscriptionDefaults(broker.WithMaxInFlight(math.MaxInt)),
+		"WithMaxAttempts(MaxInt)":            broker.WithSubscriptionDefaults(broker.WithMaxAttempts(math.MaxInt)),
+		"WithVisibilityTimeout(MaxInt64)":    broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(math.MaxInt64)),
 		"WithDeadLetterLimit(MaxInt)":        broker.WithDeadLetterLimit(math.MaxInt),
 		"WithDedupLimit(MaxInt)":             broker.WithDedupLimit(math.MaxInt),
-		"WithMaxAttempts(UnlimitedAttempts)": broker.WithMaxAttempts(queue.UnlimitedAttempts),
+		"WithMaxAttempts(UnlimitedAttempts)": broker.WithSubscriptionDefaults(broker.WithMaxAttempts(queue.UnlimitedAttempts)),
 	} {
 		err := callSafely(func() error {
 			b, mock := brokertest.New[int](t, o)

@@ -17,7 +17,7 @@ import (
 
 func benchBroker(b *testing.B, subs int, opts ...broker.Option) (*broker.Broker[[]byte], []*broker.Subscription[[]byte]) {
 	b.Helper()
-	br, err := broker.New[[]byte](append([]broker.Option{broker.WithMaxQueue(1 << 30)}, opts...)...)
+	br, err := broker.New[[]byte](append([]broker.Option{broker.WithSubscriptionDefaults(broker.WithMaxQueue(1 << 30))}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,8 +124,7 @@ func BenchmarkExtend(b *testing.B) {
 // and measures the sweep that returns them, per lease.
 func BenchmarkExpirySweep(b *testing.B) {
 	mock := clock.NewMock()
-	br, ss := benchBroker(b, 1, broker.WithClock(mock), broker.WithVisibilityTimeout(time.Second),
-		broker.WithMaxAttempts(queue.UnlimitedAttempts))
+	br, ss := benchBroker(b, 1, broker.WithClock(mock), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Second), broker.WithMaxAttempts(queue.UnlimitedAttempts)))
 	s := ss[0]
 	const n = 10_000
 	for range n {
@@ -148,8 +147,7 @@ func BenchmarkExpirySweep(b *testing.B) {
 func BenchmarkTTLSweep(b *testing.B) {
 	const n = 10_000
 	mock := clock.NewMock()
-	br, ss := benchBroker(b, 1, broker.WithClock(mock), broker.WithMessageTTL(time.Second),
-		broker.WithDeadLetterLimit(1))
+	br, ss := benchBroker(b, 1, broker.WithClock(mock), broker.WithDeadLetterLimit(1), broker.WithSubscriptionDefaults(broker.WithDefaultTTL(time.Second)))
 	s := ss[0]
 	b.ReportAllocs()
 	for b.Loop() {
@@ -169,8 +167,7 @@ func BenchmarkTTLSweep(b *testing.B) {
 // dead-lettered, plus the history of as many messages published and acked.
 func durableFixture(b *testing.B, dir string, live int) {
 	b.Helper()
-	br, err := broker.Open(dir, broker.BytesCodec{}, broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1),
-		broker.WithMaxQueue(1<<30), broker.WithDeadLetterLimit(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true}))
+	br, err := broker.Open(dir, broker.BytesCodec{}, broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -245,7 +242,7 @@ func BenchmarkDurableCompact(b *testing.B) {
 func BenchmarkDurablePublish(b *testing.B) {
 	for _, batch := range []int{1, 100} {
 		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {
-			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithMaxQueue(1<<30))
+			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -283,8 +280,7 @@ func BenchmarkDurablePublishGroup(b *testing.B) {
 		dedup       bool
 	}{{"subs=2", 2, 1, false}, {"dedup", 1, 1, true}, {"dedup/batch=100", 1, 100, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithMaxQueue(1<<30),
-				broker.WithDedupLimit(1<<30), broker.WithSync(broker.SyncNone))
+			br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithDedupLimit(1<<30), broker.WithSync(broker.SyncNone), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -348,8 +344,7 @@ func BenchmarkDurableEnqueue100k(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithMaxQueue(1<<30),
-					broker.WithDedupLimit(items), broker.WithDedupWindow(24*time.Hour))
+				br, err := broker.Open(b.TempDir(), broker.BytesCodec{}, broker.WithDedupLimit(items), broker.WithDedupWindow(24*time.Hour), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -390,7 +385,7 @@ func BenchmarkDedupMemory(b *testing.B) {
 		ids[i] = fmt.Sprintf("item-%08d", i)
 	}
 	held := func(b *testing.B, withIDs bool, gcEvery int) float64 {
-		br, err := broker.New[[]byte](broker.WithDedupLimit(n), broker.WithMaxQueue(1<<30))
+		br, err := broker.New[[]byte](broker.WithDedupLimit(n), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,6 +9,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,10 +117,10 @@ func newBroker[T any](opts []Option) (*Broker[T], config, error) {
 	cfg := config{deadLetterLimit: defaultDeadLetterLimit, dedupWindow: defaultDedupWindow, dedupLimit: defaultDedupLimit,
 		compactMin: defaultCompactMin}
 	for i, o := range opts {
-		if o == nil {
-			return nil, cfg, backend.Invalid("option %d is nil", i)
+		if o.apply == nil {
+			return nil, cfg, fmt.Errorf("option %d: %w", i, errZeroOption)
 		}
-		o.applyBroker(&cfg)
+		o.apply(&cfg)
 	}
 	if cfg.sub.err != nil {
 		return nil, cfg, cfg.sub.err

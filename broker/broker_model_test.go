@@ -34,7 +34,7 @@ func TestBrokerModel(t *testing.T) {
 	var runs, ops int
 	cover := map[string]int{}
 	rapid.Check(t, func(rt *rapid.T) {
-		b, mock := brokertest.New[int](t, broker.WithDedupWindow(bmWindow), broker.WithVisibilityTimeout(time.Hour))
+		b, mock := brokertest.New[int](t, broker.WithDedupWindow(bmWindow), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Hour)))
 		defer b.Close()
 		m := &brokerModel{t: t, rt: rt, b: b, mock: mock, now: mock.Now(),
 			topics: map[string]*bmTopic{}, subs: map[string]*bmSub{}, cover: cover}

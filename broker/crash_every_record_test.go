@@ -154,8 +154,7 @@ func erWorkload(t *testing.T, dir string) ([]erOp, map[string][]byte, map[string
 }
 
 func erOptions(mock clock.Clock) []broker.Option {
-	return []broker.Option{broker.WithClock(mock), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1),
-		broker.WithDedupWindow(3 * 365 * 24 * time.Hour), broker.WithVisibilityTimeout(time.Hour)}
+	return []broker.Option{broker.WithClock(mock), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1), broker.WithDedupWindow(3 * 365 * 24 * time.Hour), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Hour))}
 }
 
 func erDeclare(t *testing.T, b *broker.Broker[string]) (work, audit, triage *broker.Subscription[string]) {

@@ -77,7 +77,7 @@ func seedJournal(f *testing.F) []byte {
 	ctx := context.Background()
 	b.CreateTopic("t")
 	b.CreateTopic("gone")
-	s, _ := b.Subscribe("t", "s", WithMaxAttempts(2), WithMessageTTL(time.Hour))
+	s, _ := b.Subscribe("t", "s", WithMaxAttempts(2), WithDefaultTTL(time.Hour))
 	b.Subscribe("t.*", "w")
 	for _, p := range []string{"a", "b", "c", "d"} {
 		b.Publish(ctx, "t", p, WithHeaders(map[string]string{"h": p}), WithDedupID(p))

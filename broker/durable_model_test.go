@@ -180,7 +180,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 	}
 	subOpts := map[string][]SubscribeOption{
 		"a": {WithMaxAttempts(3), WithVisibilityTimeout(10 * time.Second), WithRetry(queue.RetryPolicy{Initial: time.Second, Max: 4 * time.Second})},
-		"b": {WithMaxAttempts(queue.UnlimitedAttempts), WithMessageTTL(time.Minute), WithMaxQueue(25), WithOverflow(queue.OverflowDropOldest)},
+		"b": {WithMaxAttempts(queue.UnlimitedAttempts), WithDefaultTTL(time.Minute), WithMaxQueue(25), WithOverflow(queue.OverflowDropOldest)},
 	}
 	declare := func(b *Broker[string]) map[string]*Subscription[string] {
 		require.NoError(t, b.CreateTopic("t"))

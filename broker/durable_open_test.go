@@ -65,7 +65,7 @@ func TestOpenErrors(t *testing.T) {
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
 		_, err = broker.Open(dir, broker.StringCodec{}, broker.WithSync(broker.SyncMode(9)))
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
-		_, err = broker.Open(dir, broker.StringCodec{}, broker.WithMaxAttempts(0))
+		_, err = broker.Open(dir, broker.StringCodec{}, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(0)))
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
 		b, err := broker.Open(dir, broker.StringCodec{}, broker.WithSync(broker.SyncNone)) // nothing left locked
 		require.NoError(t, err)

@@ -87,7 +87,7 @@ func TestDurableResubscribeFilter(t *testing.T) {
 // recovered subscription is declared with (filters are not stored).
 func TestDurableResubscribeDefaultFilter(t *testing.T) {
 	keep := broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" })
-	d := openDur[string](t, broker.StringCodec{}, keep)
+	d := openDur[string](t, broker.StringCodec{}, broker.WithSubscriptionDefaults(keep))
 	d.subscribe("t", "s")
 	d.restart()
 	s, err := d.Subscribe("t", "s")

@@ -200,7 +200,7 @@ func TestDurableRoundTrip(t *testing.T) {
 			require.NoError(t, d.CreateTopic("audit"))
 			s := d.subscribe("orders", "billing", broker.WithMaxAttempts(7), broker.WithVisibilityTimeout(45*time.Second),
 				broker.WithRetry(queue.RetryPolicy{Initial: 3 * time.Second, Max: 40 * time.Second, Multiplier: 3}),
-				broker.WithMaxQueue(1000), broker.WithMaxInFlight(50), broker.WithMessageTTL(2*time.Hour))
+				broker.WithMaxQueue(1000), broker.WithMaxInFlight(50), broker.WithDefaultTTL(2*time.Hour))
 			wantCfg := s.Config()
 
 			pub := func(n int, opts ...broker.PublishOption) queue.Message[durOrder] {

@@ -53,8 +53,7 @@ func Example() {
 // with its attempt raised; past MaxAttempts it is dead-lettered.
 func Example_redelivery() {
 	mock := clock.NewMock()
-	b, _ := broker.New[string](broker.WithClock(mock),
-		broker.WithVisibilityTimeout(30*time.Second), broker.WithMaxAttempts(2))
+	b, _ := broker.New[string](broker.WithClock(mock), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(30*time.Second), broker.WithMaxAttempts(2)))
 	defer b.Close()
 	b.CreateTopic("jobs")
 	sub, _ := b.Subscribe("jobs", "workers")
@@ -80,8 +79,7 @@ func Example_redelivery() {
 // and the dead letter keeps the last error. Redrive puts it back.
 func ExampleBroker_Redrive() {
 	mock := clock.NewMock()
-	b, _ := broker.New[string](broker.WithClock(mock), broker.WithMaxAttempts(2),
-		broker.WithRetry(queue.RetryPolicy{Initial: time.Second}))
+	b, _ := broker.New[string](broker.WithClock(mock), broker.WithSubscriptionDefaults(broker.WithMaxAttempts(2), broker.WithRetry(queue.RetryPolicy{Initial: time.Second})))
 	defer b.Close()
 	b.CreateTopic("webhooks")
 	sub, _ := b.Subscribe("webhooks", "deliver")
@@ -110,7 +108,7 @@ func ExampleBroker_Redrive() {
 // consumer of their own; DeadLetterOf reads one back.
 func ExampleDeadLetterOf() {
 	ctx := context.Background()
-	b, _ := broker.New[string](broker.WithMaxAttempts(1))
+	b, _ := broker.New[string](broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
 	defer b.Close()
 	b.CreateTopic("payments")
 	b.CreateTopic("payments.dead")

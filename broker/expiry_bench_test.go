@@ -26,8 +26,7 @@ func BenchmarkExpiryFirstPoll(b *testing.B) {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
 			const vis = time.Minute
 			mock := clock.NewMock()
-			br, err := broker.New[int](broker.WithClock(mock), broker.WithMaxQueue(2*n),
-				broker.WithVisibilityTimeout(vis), broker.WithMaxAttempts(queue.UnlimitedAttempts))
+			br, err := broker.New[int](broker.WithClock(mock), broker.WithSubscriptionDefaults(broker.WithMaxQueue(2*n), broker.WithVisibilityTimeout(vis), broker.WithMaxAttempts(queue.UnlimitedAttempts)))
 			if err != nil {
 				b.Fatal(err)
 			}

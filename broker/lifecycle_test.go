@@ -65,24 +65,24 @@ func TestCalls(t *testing.T) {
 func TestInvalidOptions(t *testing.T) {
 	cases := map[string]broker.Option{
 		"nil clock":          broker.WithClock(nil),
-		"zero visibility":    broker.WithVisibilityTimeout(0),
-		"negative vis":       broker.WithVisibilityTimeout(-time.Second),
-		"zero attempts":      broker.WithMaxAttempts(0),
-		"negative attempts":  broker.WithMaxAttempts(-2),
-		"zero queue":         broker.WithMaxQueue(0),
-		"bad overflow":       broker.WithOverflow(queue.OverflowPolicy(42)),
-		"zero in flight":     broker.WithMaxInFlight(0),
-		"negative retry":     broker.WithRetry(queue.RetryPolicy{Initial: -1}),
-		"jitter above one":   broker.WithRetry(queue.RetryPolicy{Jitter: 2}),
-		"multiplier below 1": broker.WithRetry(queue.RetryPolicy{Multiplier: 0.5}),
+		"zero visibility":    broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(0)),
+		"negative vis":       broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(-time.Second)),
+		"zero attempts":      broker.WithSubscriptionDefaults(broker.WithMaxAttempts(0)),
+		"negative attempts":  broker.WithSubscriptionDefaults(broker.WithMaxAttempts(-2)),
+		"zero queue":         broker.WithSubscriptionDefaults(broker.WithMaxQueue(0)),
+		"bad overflow":       broker.WithSubscriptionDefaults(broker.WithOverflow(queue.OverflowPolicy(42))),
+		"zero in flight":     broker.WithSubscriptionDefaults(broker.WithMaxInFlight(0)),
+		"negative retry":     broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Initial: -1})),
+		"jitter above one":   broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Jitter: 2})),
+		"multiplier below 1": broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Multiplier: 0.5})),
 		"zero DLQ limit":     broker.WithDeadLetterLimit(0),
-		"nil option":         nil,
+		"zero option":        {},
 	}
 	for name, opt := range cases {
 		_, err := broker.New[int](opt)
 		assert.ErrorIs(t, err, queue.ErrInvalidArgument, name)
 	}
-	b, err := broker.New[int](broker.WithMaxAttempts(queue.UnlimitedAttempts))
+	b, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithMaxAttempts(queue.UnlimitedAttempts)))
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
 }

@@ -48,13 +48,13 @@ func (m SyncMode) String() string {
 // WithSync sets a durable broker's SyncMode (default SyncAlways). It is an
 // option of Open only: New rejects it.
 func WithSync(m SyncMode) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		if m > SyncNone {
 			cfg.sub.fail(backend.Invalid("WithSync: unknown mode %v", m))
 			return
 		}
 		cfg.sync, cfg.durableOnly = m, "WithSync"
-	})
+	}}
 }
 
 // defaultCompactMin is the journal size below which a durable broker does
@@ -69,7 +69,7 @@ const defaultCompactMin = journal.DefaultMinCompact
 // n < 0 turns automatic compaction off (Broker.Compact still works). It is
 // an option of Open only: New rejects it.
 func WithCompactMin(n int64) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		switch {
 		case n < 0:
 			cfg.compactMin = 0 // the journal's "never"
@@ -79,7 +79,7 @@ func WithCompactMin(n int64) Option {
 			cfg.compactMin = n
 		}
 		cfg.durableOnly = "WithCompactMin"
-	})
+	}}
 }
 
 // RecoveryInfo describes what Open found in its directory.

@@ -16,20 +16,19 @@ import (
 // WithDeadLetterLimit says otherwise.
 const defaultDeadLetterLimit = 10_000
 
-// Option configures a Broker in New. Every SubscribeOption is an Option
-// too: given to New, it sets the default for every subscription of the
-// broker, which a subscription's own options override.
-type Option interface {
-	applyBroker(*config)
-}
+// Option configures a Broker in New or Open. Make one with the With
+// functions that return it; WithSubscriptionDefaults sets the default of
+// every subscription option. WithSync and WithCompactMin are Open's alone:
+// New refuses them.
+//
+// The option types (Option, SubscribeOption, PublishOption) are opaque
+// values and not generic, so a caller never writes a type argument; the
+// zero value of each is refused.
+type Option struct{ apply func(*config) }
 
-// SubscribeOption configures one subscription in Subscribe, or, given to
-// New, every subscription's default. Option types are not generic: a
-// caller never writes a type argument.
-type SubscribeOption interface {
-	Option
-	applySub(*subConfig)
-}
+// SubscribeOption configures one subscription in Subscribe; given to
+// WithSubscriptionDefaults, the default of every subscription of a broker.
+type SubscribeOption struct{ apply func(*subConfig) }
 
 // defaultDedupWindow is how long a publish dedup ID is remembered unless
 // WithDedupWindow says otherwise (SQS FIFO's five minutes).
@@ -60,19 +59,29 @@ type subConfig struct {
 	err         error
 }
 
-type brokerOption func(*config)
-
-func (o brokerOption) applyBroker(c *config) { o(c) }
-
-type subOption func(*subConfig)
-
-func (o subOption) applyBroker(c *config) { o(&c.sub) }
-func (o subOption) applySub(c *subConfig) { o(c) }
+// errZeroOption refuses an option value not made by a With function.
+var errZeroOption = backend.Invalid("zero option: make options with the With functions")
 
 func (c *subConfig) fail(err error) {
 	if c.err == nil {
 		c.err = err
 	}
+}
+
+// WithSubscriptionDefaults makes opts the defaults of every subscription of
+// the broker; a subscription's own options override them. On Open,
+// WithSubscriptionDefaults(WithUpdate()) lets every Subscribe change a
+// recovered subscription.
+func WithSubscriptionDefaults(opts ...SubscribeOption) Option {
+	return Option{func(c *config) {
+		for _, o := range opts {
+			if o.apply == nil {
+				c.sub.fail(fmt.Errorf("WithSubscriptionDefaults: %w", errZeroOption))
+				continue
+			}
+			o.apply(&c.sub)
+		}
+	}}
 }
 
 // WithClock sets the clock behind every time read and timer of the broker
@@ -83,39 +92,39 @@ func (c *subConfig) fail(err error) {
 // a step of the system clock by that much; leases, delays and TTLs are
 // timed on the monotonic clock and exact). Clock returns c as given.
 func WithClock(c clock.Clock) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		if c == nil {
 			cfg.sub.fail(backend.Invalid("WithClock: nil clock"))
 			return
 		}
 		cfg.clock = c
-	})
+	}}
 }
 
 // WithDeadLetterLimit bounds the broker's dead-letter store (default
 // 10,000). When it is full the oldest dead letter
 // is dropped and counted (see DeadLettersDropped). n < 1 is invalid.
 func WithDeadLetterLimit(n int) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		if n < 1 {
 			cfg.sub.fail(backend.Invalid("WithDeadLetterLimit: n = %d, must be >= 1", n))
 			return
 		}
 		cfg.deadLetterLimit = n
-	})
+	}}
 }
 
 // WithDedupWindow sets how long a publish dedup ID (WithDedupID) is
 // remembered, from its first publish (default five
 // minutes, SQS FIFO's window). d must be > 0.
 func WithDedupWindow(d time.Duration) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		if d <= 0 {
 			cfg.sub.fail(backend.Invalid("WithDedupWindow: %v, must be > 0", d))
 			return
 		}
 		cfg.dedupWindow = d
-	})
+	}}
 }
 
 // WithDedupLimit bounds the dedup IDs remembered per topic (default
@@ -127,28 +136,28 @@ func WithDedupWindow(d time.Duration) Option {
 // time, and the message only weakly: about 65 bytes plus the ID's own
 // once its message is settled (see BenchmarkDedupMemory). n must be >= 1.
 func WithDedupLimit(n int) Option {
-	return brokerOption(func(cfg *config) {
+	return Option{func(cfg *config) {
 		if n < 1 {
 			cfg.sub.fail(backend.Invalid("WithDedupLimit: %d, must be >= 1", n))
 			return
 		}
 		cfg.dedupLimit = n
-	})
+	}}
 }
 
-// WithMessageTTL sets a subscription's default time to live for its
+// WithDefaultTTL sets a subscription's default time to live for its
 // messages, from publish: a message not acked by then is dead-lettered
 // with reason queue.ReasonExpired instead of being delivered (one in
 // flight may still be acked). A publish's own WithTTL overrides it.
 // Default: none. d must be > 0.
-func WithMessageTTL(d time.Duration) SubscribeOption {
-	return subOption(func(c *subConfig) {
+func WithDefaultTTL(d time.Duration) SubscribeOption {
+	return SubscribeOption{func(c *subConfig) {
 		if d <= 0 {
-			c.fail(backend.Invalid("WithMessageTTL: %v, must be > 0", d))
+			c.fail(backend.Invalid("WithDefaultTTL: %v, must be > 0", d))
 			return
 		}
 		c.queue.TTL = d
-	})
+	}}
 }
 
 // WithDeadLetterTopic routes a subscription's dead letters to a topic
@@ -162,96 +171,96 @@ func WithMessageTTL(d time.Duration) SubscribeOption {
 // so does a dead letter that dies again after coming through a
 // dead-letter topic, so routing cannot loop.
 func WithDeadLetterTopic(topic string) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if err := validTopic(topic); err != nil {
 			c.fail(fmt.Errorf("WithDeadLetterTopic: %w", err))
 			return
 		}
 		c.deadLetters = topic
-	})
+	}}
 }
 
 // WithVisibilityTimeout sets the lease each delivery gets (default 30s, as
 // SQS). d must be > 0.
 func WithVisibilityTimeout(d time.Duration) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if d <= 0 {
 			c.fail(backend.Invalid("WithVisibilityTimeout: %v, must be > 0", d))
 			return
 		}
 		c.queue.VisibilityTimeout = d
-	})
+	}}
 }
 
 // WithMaxAttempts sets the most deliveries a message gets before it is
 // dead-lettered (default 5). n must be >= 1, or queue.UnlimitedAttempts.
 func WithMaxAttempts(n int) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if n < 1 && n != queue.UnlimitedAttempts {
 			c.fail(backend.Invalid("WithMaxAttempts: %d, must be >= 1 or queue.UnlimitedAttempts", n))
 			return
 		}
 		c.queue.MaxAttempts = n
-	})
+	}}
 }
 
 // WithRetry sets the backoff after a reported failure (Fail, or a handler
 // error in the poller). The default is exponential from 1s, doubling,
 // capped at 1m, without jitter (the zero queue.RetryPolicy).
 func WithRetry(p queue.RetryPolicy) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if err := p.Validate(); err != nil {
 			c.fail(err)
 			return
 		}
 		c.queue.Retry = p
-	})
+	}}
 }
 
 // WithMaxQueue bounds the messages a subscription holds: visible, delayed
 // and in flight (default 100,000). n must be >= 1.
 func WithMaxQueue(n int) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if n < 1 {
 			c.fail(backend.Invalid("WithMaxQueue: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxQueue = n
-	})
+	}}
 }
 
 // WithOverflow sets what a full subscription does with a new message
 // (default queue.OverflowDeadLetter: dead-letter it, reason Overflow).
 func WithOverflow(p queue.OverflowPolicy) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if p > queue.OverflowDropOldest {
 			c.fail(backend.Invalid("WithOverflow: %v, not a policy", p))
 			return
 		}
 		c.queue.Overflow = p
-	})
+	}}
 }
 
 // WithMaxInFlight caps the leases out at once on a subscription (default:
 // no cap beyond the queue's bound). n must be >= 1.
 func WithMaxInFlight(n int) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if n < 1 {
 			c.fail(backend.Invalid("WithMaxInFlight: %d, must be >= 1", n))
 			return
 		}
 		c.queue.MaxInFlight = n
-	})
+	}}
 }
 
 // WithUpdate lets Subscribe change a subscription that a durable broker
 // recovered with other settings: the explicit options replace the stored
 // ones (what they do not name stays), and the change is stored. Without
 // it, such a Subscribe fails with a *ConfigMismatchError and changes
-// nothing. Given to Open, it applies to every Subscribe. It changes
-// nothing else: on a new subscription, or one already bound in this
-// process (ErrAlreadySubscribed), it does nothing.
-func WithUpdate() SubscribeOption { return subOption(func(c *subConfig) { c.update = true }) }
+// nothing. Given to Open in WithSubscriptionDefaults, it applies to every
+// Subscribe. It changes nothing else: on a new subscription, or one already
+// bound in this process (ErrAlreadySubscribed), it does nothing.
+func WithUpdate() SubscribeOption { return SubscribeOption{func(c *subConfig) { c.update = true }} }
 
 // WithFilter makes a subscription accept only the messages for which f
 // returns true; the others are not offered to it and leave no trace in its
@@ -260,13 +269,13 @@ func WithUpdate() SubscribeOption { return subOption(func(c *subConfig) { c.upda
 // inferred from f and must be the broker's payload type: Subscribe
 // reports a mismatch as an invalid argument. A nil f is invalid.
 func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
-	return subOption(func(c *subConfig) {
+	return SubscribeOption{func(c *subConfig) {
 		if f == nil {
 			c.fail(backend.Invalid("WithFilter: nil func"))
 			return
 		}
 		c.filter = f
-	})
+	}}
 }
 
 // PublishOption configures one Publish. It is a small value, not a
@@ -398,7 +407,7 @@ func WithKey(key string) PublishOption {
 }
 
 // WithTTL gives the message a time to live from publish, overriding each
-// subscription's WithMessageTTL: a message not acked by PublishedAt + d is
+// subscription's WithDefaultTTL: a message not acked by PublishedAt + d is
 // dead-lettered with reason queue.ReasonExpired instead of being delivered
 // (one in flight may still be acked, and expires if it comes back). d must
 // be > 0.

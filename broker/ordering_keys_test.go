@@ -25,7 +25,7 @@ func publishKeyed(t *testing.T, b *broker.Broker[string], topic, key string, pay
 }
 
 func TestOrderingKeysOneInFlightPerKey(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithRetry(queue.RetryPolicy{Initial: time.Second}))
 	publishKeyed(t, b, "t", "a", "a1", "a2", "a3")
 	publishKeyed(t, b, "t", "b", "b1", "b2")

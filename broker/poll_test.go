@@ -103,7 +103,7 @@ func TestAwaitParkedAfterPublishWaitsForThePollerToParkAgain(t *testing.T) {
 // testing/synctest bubble: time is virtual, and nothing sleeps for real.
 func TestRunsInSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := broker.New[string](broker.WithClock(clock.New()), broker.WithVisibilityTimeout(time.Hour))
+		b, err := broker.New[string](broker.WithClock(clock.New()), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Hour)))
 		require.NoError(t, err)
 		defer b.Close()
 		require.NoError(t, b.CreateTopic("t"))
@@ -125,7 +125,7 @@ func TestRunsInSynctest(t *testing.T) {
 
 func TestConcurrentPublishersAndConsumers(t *testing.T) {
 	const publishers, consumers, perPublisher = 4, 4, 2_000
-	b, err := broker.New[int](broker.WithVisibilityTimeout(time.Minute))
+	b, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Minute)))
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.CreateTopic("t"))

@@ -15,7 +15,7 @@ import (
 )
 
 func TestPollWithVisibilityAndPurge(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	s := brokertest.Subscribe(t, b, "t", "s")
 	brokertest.Publish(t, b, "t", "a", "b", "c")
 	d, err := s.PollWithVisibility(ctx, 1, time.Hour)

@@ -54,7 +54,7 @@ func TestStressNothingLostOrDuplicated(t *testing.T) {
 		consumers    = 3 // per subscription
 		total        = publishers * perPublisher
 	)
-	b, err := broker.New[int](broker.WithVisibilityTimeout(visibility))
+	b, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(visibility)))
 	must(t, err)
 	defer b.Close()
 	must(t, b.CreateTopic("stress"))
@@ -62,7 +62,7 @@ func TestStressNothingLostOrDuplicated(t *testing.T) {
 	work, err := b.Subscribe("stress", "work", broker.WithMaxAttempts(4), retry)
 	must(t, err)
 	bounded, err := b.Subscribe("stress", "bounded", broker.WithMaxAttempts(3), retry,
-		broker.WithMaxQueue(200), broker.WithOverflow(queue.OverflowDropOldest), broker.WithMessageTTL(400*time.Millisecond),
+		broker.WithMaxQueue(200), broker.WithOverflow(queue.OverflowDropOldest), broker.WithDefaultTTL(400*time.Millisecond),
 		broker.WithMaxInFlight(16))
 	must(t, err)
 	subs := []*stressSub{
@@ -308,7 +308,7 @@ func waitAll(t *testing.T, ctx context.Context, wg *sync.WaitGroup, what string)
 // nothing panics, every error is one the docs allow, and once the broker
 // is closed every blocked call returns.
 func TestLifecycleRace(t *testing.T) {
-	b, err := broker.New[int](broker.WithVisibilityTimeout(20 * time.Millisecond))
+	b, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(20 * time.Millisecond)))
 	must(t, err)
 	defer b.Close()
 	topics := []string{"life.a", "life.b"}
@@ -465,7 +465,7 @@ func TestLifecycleRace(t *testing.T) {
 // in a synctest bubble, so "stalled" means durably blocked, not slow.
 func TestFullDeadLetterTopicNeverStallsAConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := broker.New[int](broker.WithClock(clock.New()), broker.WithVisibilityTimeout(time.Minute))
+		b, err := broker.New[int](broker.WithClock(clock.New()), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Minute)))
 		must(t, err)
 		defer b.Close()
 		must(t, b.CreateTopic("t"))

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -47,10 +46,10 @@ func (b *Broker[T]) Subscribe(topic, name string, opts ...SubscribeOption) (*Sub
 	}
 	cfg := b.defs
 	for i, o := range opts {
-		if o == nil {
-			return nil, backend.Invalid("Subscribe: option %d is nil", i)
+		if o.apply == nil {
+			return nil, fmt.Errorf("Subscribe: option %d: %w", i, errZeroOption)
 		}
-		o.applySub(&cfg)
+		o.apply(&cfg)
 	}
 	if cfg.err != nil {
 		return nil, cfg.err
@@ -143,7 +142,7 @@ func (b *Broker[T]) claim(s *Subscription[T], opts []SubscribeOption, update boo
 	// it would to a new subscription.
 	cfg := subConfig{queue: s.spec.config(), deadLetters: s.spec.deadLetters, filter: b.defs.filter}
 	for _, o := range opts {
-		o.applySub(&cfg)
+		o.apply(&cfg) // not zero: checked by Subscribe
 	}
 	var filter func(queue.Message[T]) bool
 	if cfg.filter != nil {
@@ -246,7 +245,7 @@ func specDiffs(stored, want subSpec) []Diff {
 	add("MaxQueue", "WithMaxQueue", stored.maxQueue, want.maxQueue)
 	add("Overflow", "WithOverflow", stored.overflow, want.overflow)
 	add("MaxInFlight", "WithMaxInFlight", stored.maxInFlight, want.maxInFlight)
-	add("TTL", "WithMessageTTL", stored.ttl, want.ttl)
+	add("TTL", "WithDefaultTTL", stored.ttl, want.ttl)
 	if stored.deadLetters != want.deadLetters {
 		diffs = append(diffs, Diff{Setting: "DeadLetterTopic", Option: "WithDeadLetterTopic",
 			Stored: strconv.Quote(stored.deadLetters), Requested: strconv.Quote(want.deadLetters)})

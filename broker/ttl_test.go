@@ -16,8 +16,8 @@ import (
 )
 
 func TestTTL(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(vis))
-	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMessageTTL(time.Minute))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
+	s := brokertest.Subscribe(t, b, "t", "s", broker.WithDefaultTTL(time.Minute))
 	_, err := b.Publish(ctx, "t", "short", broker.WithTTL(5*time.Second))
 	require.NoError(t, err)
 	brokertest.Publish(t, b, "t", "default")

@@ -37,7 +37,7 @@ type backend struct {
 }
 
 func memoryBackend(b *testing.B) backend {
-	br, err := broker.New[[]byte](broker.WithMaxQueue(1<<22), broker.WithMaxInFlight(1<<20))
+	br, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<22), broker.WithMaxInFlight(1<<20)))
 	if err != nil {
 		b.Fatal(err)
 	}

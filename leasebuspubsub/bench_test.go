@@ -23,7 +23,7 @@ func BenchmarkDrivertest(b *testing.B) {
 		ext  time.Duration
 	}{{"leasebus", 0}, {"leasebus-NoExtension", leasebuspubsub.NoExtension}} {
 		b.Run(bc.name, func(b *testing.B) {
-			br, err := broker.New[[]byte](broker.WithMaxQueue(1_000_000))
+			br, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithMaxQueue(1_000_000)))
 			if err != nil {
 				b.Fatal(err)
 			}

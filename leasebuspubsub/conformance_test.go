@@ -27,7 +27,7 @@ func newHarness(_ context.Context, t *testing.T) (drivertest.Harness, error) {
 	b, err := broker.New[[]byte](
 		// TestNack waits for nacked messages to come back: a short
 		// backoff, which the driver's Nack (Fail) does wait out.
-		broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond}))
+		broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Millisecond, Max: 100 * time.Millisecond})))
 	if err != nil {
 		return nil, err
 	}

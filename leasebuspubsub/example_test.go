@@ -18,7 +18,7 @@ import (
 // policy's backoff with its attempt raised.
 func Example() {
 	ctx := context.Background()
-	b, err := broker.New[[]byte](broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Millisecond}))
+	b, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Millisecond})))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func Example() {
 // its last error.
 func ExampleOpenSubscription() {
 	ctx := context.Background()
-	b, err := broker.New[[]byte](broker.WithRetry(queue.RetryPolicy{NoBackoff: true}))
+	b, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (l *armLog) await(t *testing.T, want time.Time) {
 // ends (again, if the test closed it).
 func setup(t *testing.T, opts *SubscriptionOptions, subOpts ...broker.SubscribeOption) (*broker.Broker[[]byte], *clock.Mock, *broker.Subscription[[]byte], *subscription, *armLog) {
 	t.Helper()
-	b, mock := brokertest.New[[]byte](t, broker.WithVisibilityTimeout(vis))
+	b, mock := brokertest.New[[]byte](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(vis)))
 	bsub := brokertest.Subscribe(t, b, "jobs", "work", subOpts...)
 	if opts == nil {
 		opts = &SubscriptionOptions{}

@@ -396,7 +396,7 @@ func TestAcksAfterTheDeadline(t *testing.T) {
 	noExt := &leasebuspubsub.SubscriptionOptions{MaxExtension: leasebuspubsub.NoExtension}
 	t.Run("late ack", func(t *testing.T) {
 		ctx := guard(t)
-		b, mock := brokertest.New[[]byte](t, broker.WithVisibilityTimeout(10*time.Second))
+		b, mock := brokertest.New[[]byte](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(10*time.Second)))
 		bsub := brokertest.Subscribe(t, b, "jobs", "work")
 		top, s := open(t, b, noExt)
 		send(t, ctx, top, "slow", nil)
@@ -412,7 +412,7 @@ func TestAcksAfterTheDeadline(t *testing.T) {
 	})
 	t.Run("stale ack", func(t *testing.T) {
 		ctx := guard(t)
-		b, mock := brokertest.New[[]byte](t, broker.WithVisibilityTimeout(10*time.Second))
+		b, mock := brokertest.New[[]byte](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(10*time.Second)))
 		bsub := brokertest.Subscribe(t, b, "jobs", "work")
 		top, s := open(t, b, noExt)
 		send(t, ctx, top, "slow", nil)

@@ -70,7 +70,7 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkPublish(b *testing.B) {
 	ctx := context.Background()
 	newBroker := func(b *testing.B) *broker.Broker[string] {
-		bk := realBroker(b, broker.WithMaxQueue(1<<30))
+		bk := realBroker(b, broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 		brokertest.Subscribe(b, bk, "jobs", "workers")
 		return bk
 	}

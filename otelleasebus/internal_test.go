@@ -48,7 +48,7 @@ func TestErrorType(t *testing.T) {
 func TestLiveEmptiesAfterOutcomes(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	defer tp.Shutdown(context.Background())
-	b, err := broker.New[string](broker.WithClock(clock.NewMock()), broker.WithRetry(queue.RetryPolicy{NoBackoff: true}), broker.WithMaxAttempts(2))
+	b, err := broker.New[string](broker.WithClock(clock.NewMock()), broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{NoBackoff: true}), broker.WithMaxAttempts(2)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,13 +60,7 @@ var (
 // no use for WithPublisherAsParent, an observation none for a tracer).
 // An invalid option makes the constructor return an error matching
 // queue.ErrInvalidArgument.
-type Option interface {
-	apply(*config)
-}
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
+type Option struct{ apply func(*config) }
 
 type config struct {
 	meterProvider  metric.MeterProvider
@@ -95,8 +89,8 @@ func invalid(format string, args ...any) error {
 func newConfig(opts []Option) (*config, error) {
 	c := &config{}
 	for i, o := range opts {
-		if o == nil {
-			return nil, invalid("option %d is nil", i)
+		if o.apply == nil {
+			return nil, invalid("option %d is the zero Option: make options with the With functions", i)
 		}
 		o.apply(c)
 	}
@@ -141,13 +135,13 @@ func (c *config) tracer() trace.Tracer {
 // provider installed later with otel.SetMeterProvider). nil means the
 // default.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return optionFunc(func(c *config) { c.meterProvider = mp })
+	return Option{func(c *config) { c.meterProvider = mp }}
 }
 
 // WithTracerProvider sets the TracerProvider the spans come from (default:
 // the global one, otel.GetTracerProvider()). nil means the default.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return optionFunc(func(c *config) { c.tracerProvider = tp })
+	return Option{func(c *config) { c.tracerProvider = tp }}
 }
 
 // WithPropagator sets how a span context travels in message headers: a
@@ -157,7 +151,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // Baggage (the traceparent, tracestate and baggage headers). Both sides
 // must use the same. nil means the default.
 func WithPropagator(p propagation.TextMapPropagator) Option {
-	return optionFunc(func(c *config) { c.propagator = p })
+	return Option{func(c *config) { c.propagator = p }}
 }
 
 // WithClock sets the clock that times handlers and spans. It must be the
@@ -166,13 +160,13 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 // *broker.Subscription does, through Config; a Publisher takes its
 // broker's Clock()), else the real clock. nil is invalid.
 func WithClock(clk clock.Clock) Option {
-	return optionFunc(func(c *config) {
+	return Option{func(c *config) {
 		if clk == nil {
 			c.fail(invalid("WithClock: nil clock"))
 			return
 		}
 		c.clock = clk
-	})
+	}}
 }
 
 // WithPublisherAsParent makes each process span a child of the span that
@@ -184,7 +178,7 @@ func WithClock(clk clock.Clock) Option {
 // delivery starts a trace of its own). A message that carries no trace
 // context gets neither parent nor link from it.
 func WithPublisherAsParent() Option {
-	return optionFunc(func(c *config) { c.asParent = true })
+	return Option{func(c *config) { c.asParent = true }}
 }
 
 // WithAttributes adds attrs to every span and every measurement: for
@@ -192,5 +186,5 @@ func WithPublisherAsParent() Option {
 // copied.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	attrs = append([]attribute.KeyValue(nil), attrs...)
-	return optionFunc(func(c *config) { c.attrs = append(c.attrs, attrs...) })
+	return Option{func(c *config) { c.attrs = append(c.attrs, attrs...) }}
 }

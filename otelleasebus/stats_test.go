@@ -272,7 +272,7 @@ func TestInvalidArguments(t *testing.T) {
 		"ObserveBroker(nil)":       func() error { _, err := otelleasebus.ObserveBroker[string](nil); return err },
 		"ObserveStats empty topic": func() error { _, err := otelleasebus.ObserveStats("", "s", stats); return err },
 		"ObserveStats nil func":    func() error { _, err := otelleasebus.ObserveStats("t", "s", nil); return err },
-		"nil option":               func() error { _, err := otelleasebus.ObserveSubscription(sub, nil); return err },
+		"zero option":              func() error { _, err := otelleasebus.ObserveSubscription(sub, otelleasebus.Option{}); return err },
 		"WithClock(nil)":           func() error { _, err := otelleasebus.NewMiddleware(sub, otelleasebus.WithClock(nil)); return err },
 		"NewPublisher(nil)":        func() error { _, err := otelleasebus.NewPublisher[string](nil); return err },
 		"NewMiddleware(nil)":       func() error { _, err := otelleasebus.NewMiddleware[string](nil); return err },

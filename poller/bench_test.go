@@ -20,7 +20,7 @@ import (
 func BenchmarkDrain(b *testing.B) {
 	for _, workers := range []int{1, 8} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			br, err := broker.New[int](broker.WithMaxQueue(b.N + 1))
+			br, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithMaxQueue(b.N + 1)))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -33,7 +33,7 @@ func newBroker(t *testing.T, opts ...broker.SubscribeOption) (*clock.Mock, *brok
 // bubble). The broker is closed when the test ends.
 func newBrokerOn(t *testing.T, clk clock.Clock, opts ...broker.SubscribeOption) (*broker.Broker[string], *broker.Subscription[string]) {
 	t.Helper()
-	b, err := broker.New[string](broker.WithClock(clk), broker.WithVisibilityTimeout(10*time.Second))
+	b, err := broker.New[string](broker.WithClock(clk), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(10*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}

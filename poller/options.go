@@ -22,10 +22,11 @@ const (
 // a lease lasts the source's visibility timeout and no longer.
 const NoExtension time.Duration = -1
 
-// Option configures a Poller in New. Option types are not generic: a caller
-// never writes a type argument. An invalid value makes New return an error
-// matching queue.ErrInvalidArgument.
-type Option func(*config)
+// Option configures a Poller in New: an opaque value, made by the With
+// functions. Option types are not generic: a caller never writes a type
+// argument. An invalid value (or the zero Option) makes New return an
+// error matching queue.ErrInvalidArgument.
+type Option struct{ apply func(*config) }
 
 type config struct {
 	workers        int
@@ -50,26 +51,26 @@ func (c *config) fail(err error) {
 // WithWorkers sets how many handlers may run at once (default 1). n must
 // be >= 0 and at most 262,144 (1<<18); 0 means the default.
 func WithWorkers(n int) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if n < 0 {
 			c.fail(backend.Invalid("WithWorkers: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.workers = n
-	}
+	}}
 }
 
 // WithBatch sets the most messages one Poll asks for (default: the number
 // of workers). A Poll never asks for more than there is room for (see
 // WithMaxOutstanding). n must be >= 0; 0 means the default.
 func WithBatch(n int) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if n < 0 {
 			c.fail(backend.Invalid("WithBatch: %d, must be >= 1 (or 0 for the default)", n))
 			return
 		}
 		c.batch = n
-	}
+	}}
 }
 
 // WithMaxOutstanding bounds the leases the poller holds at once, running
@@ -82,13 +83,13 @@ func WithBatch(n int) Option {
 // them unspent. n must be 0 (the default) or at least the number of
 // workers, and at most 262,144 (1<<18).
 func WithMaxOutstanding(n int) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if n < 0 {
 			c.fail(backend.Invalid("WithMaxOutstanding: %d, must be >= the number of workers (or 0 for the default)", n))
 			return
 		}
 		c.maxOutstanding = n
-	}
+	}}
 }
 
 // WithHandlerTimeout gives every handler call a context whose deadline is
@@ -96,13 +97,13 @@ func WithMaxOutstanding(n int) Option {
 // deadline). When it passes, the context is cancelled and its Err is
 // context.DeadlineExceeded. d must be >= 0.
 func WithHandlerTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if d < 0 {
 			c.fail(backend.Invalid("WithHandlerTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.handlerTimeout = d
-	}
+	}}
 }
 
 // WithExtension tunes how long the poller keeps the leases it holds. A
@@ -119,7 +120,7 @@ func WithHandlerTimeout(d time.Duration) Option {
 // counts as half of it. limit 0 means one hour;
 // NoExtension turns extension off. Other negative values are invalid.
 func WithExtension(margin, limit time.Duration) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if margin < 0 {
 			c.fail(backend.Invalid("WithExtension: margin %v, must be >= 0", margin))
 			return
@@ -129,7 +130,7 @@ func WithExtension(margin, limit time.Duration) Option {
 			return
 		}
 		c.margin, c.maxExtension = margin, limit
-	}
+	}}
 }
 
 // WithDrainTimeout sets how long a drain, once Run's context is done, lets
@@ -137,13 +138,13 @@ func WithExtension(margin, limit time.Duration) Option {
 // 30s), measured on the poller's clock. d must be
 // >= 0; 0 means the default.
 func WithDrainTimeout(d time.Duration) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if d < 0 {
 			c.fail(backend.Invalid("WithDrainTimeout: %v, must be >= 0", d))
 			return
 		}
 		c.drainTimeout = d
-	}
+	}}
 }
 
 // WithClock sets the clock behind every timer of the poller: lease
@@ -153,20 +154,20 @@ func WithDrainTimeout(d time.Duration) Option {
 // Config() queue.Config method (a *broker.Subscription does), else the
 // real clock. nil is invalid.
 func WithClock(clk clock.Clock) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if clk == nil {
 			c.fail(backend.Invalid("WithClock: nil clock"))
 			return
 		}
 		c.clock = clk
-	}
+	}}
 }
 
 // WithLogger makes the poller log what goes wrong: source errors at Warn,
 // handler panics (with their stack) at Error, a drain that times out at
 // Warn. nil, the default, logs nothing.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) { c.logger = l }
+	return Option{func(c *config) { c.logger = l }}
 }
 
 // WithObserver makes the poller call f with every outcome of every message
@@ -178,9 +179,9 @@ func WithLogger(l *slog.Logger) Option {
 // order given (so an instrumentation's observer and your own coexist). A
 // nil f adds nothing; by default nothing observes.
 func WithObserver[T any](f func(Event[T])) Option {
-	return func(c *config) {
+	return Option{func(c *config) {
 		if f != nil {
 			c.observers = append(c.observers, f)
 		}
-	}
+	}}
 }

@@ -115,10 +115,10 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	}
 	var cfg config
 	for i, o := range opts {
-		if o == nil {
-			return nil, backend.Invalid("poller.New: option %d is nil", i)
+		if o.apply == nil {
+			return nil, backend.Invalid("poller.New: option %d is the zero Option: make options with the With functions", i)
 		}
-		o(&cfg)
+		o.apply(&cfg)
 	}
 	if cfg.err != nil {
 		return nil, cfg.err

@@ -159,7 +159,7 @@ func TestInvalidArguments(t *testing.T) {
 		"negative extension limit":      {poller.WithExtension(0, -2)},
 		"negative drain timeout":        {poller.WithDrainTimeout(-time.Second)},
 		"nil clock":                     {poller.WithClock(nil)},
-		"nil option":                    {nil},
+		"zero option":                   {poller.Option{}},
 		"observer of another type":      {poller.WithObserver(func(poller.Event[int]) {})},
 	}
 	for name, opts := range cases {

@@ -15,7 +15,7 @@ const BenchBody = "a message body of about one hundred bytes, like a small JSON 
 // BenchmarkInProcessRoundTrip is the same loop against the broker in
 // process: PublishBatch of 10, Poll of 10, AckBatch.
 func BenchmarkInProcessRoundTrip(b *testing.B) {
-	br, err := broker.New[message](broker.WithMaxAttempts(queue.UnlimitedAttempts))
+	br, err := broker.New[message](broker.WithSubscriptionDefaults(broker.WithMaxAttempts(queue.UnlimitedAttempts)))
 	if err != nil {
 		b.Fatal(err)
 	}

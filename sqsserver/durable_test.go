@@ -112,7 +112,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"empty key":    sqsserver.WithAccessKeys(""),
 		"short secret": sqsserver.WithReceiptKey([]byte("short")),
 		"sync only":    sqsserver.WithSync(broker.SyncNone),
-		"nil":          nil,
+		"zero":         {},
 	} {
 		if s, err := sqsserver.New(o); err == nil {
 			s.Close()

@@ -10,8 +10,9 @@ import (
 	"github.com/leasebus/leasebus/broker"
 )
 
-// Option configures a Server in New.
-type Option func(*config) error
+// Option configures a Server in New: an opaque value, made by the With
+// functions.
+type Option struct{ apply func(*config) error }
 
 type config struct {
 	clock      clock.Clock
@@ -30,13 +31,13 @@ type config struct {
 // Give it a *clock.Mock and the control endpoint (/leasebus/clock) moves
 // it. Default: the real clock. nil is invalid.
 func WithClock(c clock.Clock) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if c == nil {
 			return fmt.Errorf("sqsserver: WithClock: nil clock")
 		}
 		cfg.clock = c
 		return nil
-	}
+	}}
 }
 
 // WithDir makes the server durable: its messages live in a leasebus journal
@@ -47,22 +48,22 @@ func WithClock(c clock.Clock) Option {
 // counted). dir is created if missing; one server at a time may hold it.
 // Default: in memory.
 func WithDir(dir string) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if dir == "" {
 			return fmt.Errorf("sqsserver: WithDir: empty directory")
 		}
 		cfg.dir = dir
 		return nil
-	}
+	}}
 }
 
 // WithSync sets a durable server's sync mode (broker.SyncAlways by
 // default: a send returns once it is on disk). Only with WithDir.
 func WithSync(m broker.SyncMode) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		cfg.sync, cfg.syncSet = m, true
 		return nil
-	}
+	}}
 }
 
 var (
@@ -73,25 +74,25 @@ var (
 // WithRegion sets the region the server's queue ARNs name (default
 // us-east-1). The server answers whatever region a client signs for.
 func WithRegion(region string) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if !regionRE.MatchString(region) {
 			return fmt.Errorf("sqsserver: WithRegion: %q is not a region name", region)
 		}
 		cfg.region = region
 		return nil
-	}
+	}}
 }
 
 // WithAccountID sets the 12-digit account ID in queue URLs and ARNs
 // (default 000000000000).
 func WithAccountID(id string) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if !accountRE.MatchString(id) {
 			return fmt.Errorf("sqsserver: WithAccountID: %q is not 12 digits", id)
 		}
 		cfg.account = id
 		return nil
-	}
+	}}
 }
 
 // WithBaseURL sets the scheme and host of the queue URLs the server hands
@@ -99,13 +100,13 @@ func WithAccountID(id string) Option {
 // each request, so a URL works for the client that asked. Whatever host a
 // URL names, the server finds the queue by its last path segment.
 func WithBaseURL(u string) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 			return fmt.Errorf("sqsserver: WithBaseURL: %q is not an http(s) URL", u)
 		}
 		cfg.baseURL = strings.TrimRight(u, "/")
 		return nil
-	}
+	}}
 }
 
 // WithAccessKeys makes the server accept only requests signed (SigV4) with
@@ -114,7 +115,7 @@ func WithBaseURL(u string) Option {
 // not verified: this is a test server, the check catches a client
 // configured for the wrong account. Default: any credentials, and none.
 func WithAccessKeys(ids ...string) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if len(ids) == 0 {
 			return fmt.Errorf("sqsserver: WithAccessKeys: no key")
 		}
@@ -126,18 +127,18 @@ func WithAccessKeys(ids ...string) Option {
 			cfg.accessKeys[id] = true
 		}
 		return nil
-	}
+	}}
 }
 
 // WithReceiptKey sets the key that authenticates receipt handles (at least
 // 16 bytes). Default: a random key, which a durable server keeps in its
 // directory so that handles stay valid across a restart.
 func WithReceiptKey(key []byte) Option {
-	return func(cfg *config) error {
+	return Option{func(cfg *config) error {
 		if len(key) < 16 {
 			return fmt.Errorf("sqsserver: WithReceiptKey: %d bytes, at least 16", len(key))
 		}
 		cfg.key = append([]byte(nil), key...)
 		return nil
-	}
+	}}
 }

@@ -66,10 +66,10 @@ type Server struct {
 func New(opts ...Option) (*Server, error) {
 	cfg := config{clock: clock.New(), region: "us-east-1", account: "000000000000"}
 	for _, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("sqsserver: nil option")
+		if o.apply == nil {
+			return nil, errors.New("sqsserver: the zero Option: make options with the With functions")
 		}
-		if err := o(&cfg); err != nil {
+		if err := o.apply(&cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -80,9 +80,11 @@ func New(opts ...Option) (*Server, error) {
 	s.mock, _ = cfg.clock.(*clock.Mock)
 	bopts := []broker.Option{
 		broker.WithClock(cfg.clock),
-		broker.WithMaxAttempts(queue.UnlimitedAttempts), // maxReceiveCount is the server's (RedrivePolicy)
-		broker.WithMaxQueue(maxQueued),
-		broker.WithOverflow(queue.OverflowReject),
+		broker.WithSubscriptionDefaults(
+			broker.WithMaxAttempts(queue.UnlimitedAttempts), // maxReceiveCount is the server's (RedrivePolicy)
+			broker.WithMaxQueue(maxQueued),
+			broker.WithOverflow(queue.OverflowReject),
+		),
 		broker.WithDeadLetterLimit(1), // only messages past their retention die, and nobody reads them
 		broker.WithDedupWindow(dedupWindow),
 		broker.WithDedupLimit(dedupLimit),

@@ -21,7 +21,7 @@ import (
 func BenchmarkSubscriber(b *testing.B) {
 	for _, batch := range []int{1, 16} {
 		b.Run("leasebus/batch="+strconv.Itoa(batch), func(b *testing.B) {
-			bk, err := broker.New[[]byte](broker.WithMaxQueue(max(b.N, 1)))
+			bk, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithMaxQueue(max(b.N, 1))))
 			if err != nil {
 				b.Fatal(err)
 			}

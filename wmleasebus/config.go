@@ -177,11 +177,6 @@ func (c SubscriberConfig) Validate() error {
 	if c.MaxExtension < 0 && c.MaxExtension != NoExtension {
 		errs = append(errs, invalidConfig("MaxExtension %v, must be >= 0 or NoExtension", c.MaxExtension))
 	}
-	for i, o := range c.SubscribeOptions {
-		if o == nil {
-			errs = append(errs, invalidConfig("SubscribeOptions[%d] is nil", i))
-		}
-	}
 	return errors.Join(errs...)
 }
 

@@ -31,7 +31,6 @@ func TestBadConfig(t *testing.T) {
 		{"group too long", wmleasebus.SubscriberConfig{ConsumerGroup: strings.Repeat("g", 256)}, "at most 255"},
 		{"group not UTF-8", wmleasebus.SubscriberConfig{ConsumerGroup: "\xff"}, "not UTF-8"},
 		{"no subscription creation without a group", wmleasebus.SubscriberConfig{DoNotCreateSubscriptionIfMissing: true}, "needs a ConsumerGroup"},
-		{"nil subscribe option", wmleasebus.SubscriberConfig{SubscribeOptions: []broker.SubscribeOption{nil}}, "SubscribeOptions[0] is nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

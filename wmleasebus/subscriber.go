@@ -308,7 +308,6 @@ func (r *run) pollerOptions() []poller.Option {
 		poller.WithBatch(cfg.BatchSize),
 		poller.WithMaxOutstanding(max(cfg.BatchSize, cfg.Concurrency)),
 		poller.WithExtension(0, cfg.MaxExtension),
-		poller.WithClock(r.s.b.Clock()),
 		poller.WithLogger(r.s.slogger),
 	}
 	if r.s.observe != nil {

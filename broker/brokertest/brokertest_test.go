@@ -13,7 +13,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestHelpers(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Second))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Second)))
 	if !mock.Now().Equal(brokertest.Epoch) {
 		t.Fatalf("mock starts at %v", mock.Now())
 	}

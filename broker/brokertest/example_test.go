@@ -54,7 +54,7 @@ var errDown = errors.New("smtp: 421 service not available")
 func ExampleRequireAcked() {
 	t := &exampleT{}
 	defer t.end()
-	b, mock := brokertest.New[string](t, broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second}))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second})))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	rec := brokertest.NewRecorder[string]()
 	pool := runPool(t, sub, func(_ context.Context, d queue.Delivery[string]) error {
@@ -80,7 +80,7 @@ func ExampleRequireAcked() {
 func ExampleRequireDeadLettered() {
 	t := &exampleT{}
 	defer t.end()
-	b, _ := brokertest.New[string](t, broker.WithMaxAttempts(1))
+	b, _ := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	rec := brokertest.NewRecorder[string]()
 	runPool(t, sub, func(context.Context, queue.Delivery[string]) error { return errDown }, rec)

@@ -79,7 +79,7 @@ func TestRecorderAndRequireAcked(t *testing.T) {
 // RequireDeadLettered matches the message, the reason and the last error;
 // each mismatch fails with what there is.
 func TestRequireDeadLettered(t *testing.T) {
-	b, _ := brokertest.New[string](t, broker.WithMaxAttempts(1))
+	b, _ := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
 	sub := brokertest.Subscribe(t, b, "t", "s")
 	m := brokertest.Publish(t, b, "t", "x")[0]
 	d := sub.TryPoll(1)[0]
@@ -101,7 +101,7 @@ func TestRequireDeadLettered(t *testing.T) {
 // RequireQueued counts every place a message waits; RequireNothingDelivered
 // fails after any delivery.
 func TestRequireQueuedAndNothingDelivered(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Minute))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Minute)))
 	sub := brokertest.Subscribe(t, b, "t", "s")
 	var f failures
 	brokertest.RequireQueued(&f, sub, 0)

@@ -136,7 +136,7 @@ func main() {
 func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	cfg = cfg.defaults()
 	var r report
-	opts := []broker.Option{broker.WithMaxAttempts(3), broker.WithMaxQueue(cfg.maxItems)}
+	opts := []broker.Option{broker.WithSubscriptionDefaults(broker.WithMaxAttempts(3), broker.WithMaxQueue(cfg.maxItems))}
 	if cfg.clock != nil {
 		opts = append(opts, broker.WithClock(cfg.clock))
 	}

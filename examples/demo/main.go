@@ -37,7 +37,7 @@ func run(w io.Writer) error {
 	ctx := context.Background()
 	// A mock clock makes the retry part instant and the output exact.
 	mock := clock.NewMock()
-	b, err := broker.New[event](broker.WithClock(mock), broker.WithVisibilityTimeout(30*time.Second))
+	b, err := broker.New[event](broker.WithClock(mock), broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(30*time.Second)))
 	if err != nil {
 		return err
 	}

@@ -92,7 +92,7 @@ func next(t *testing.T, events <-chan poller.Event[string], want poller.Outcome)
 }
 
 func TestWelcomeEmailRetriedWithBackoffThenDelivered(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second}))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second})))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	smtp := &smtpClient{down: true}
 	pool, events := harness(t, sub, sendWelcome(smtp))
@@ -123,8 +123,7 @@ func TestWelcomeEmailRetriedWithBackoffThenDelivered(t *testing.T) {
 // say what happened to one message, and wait for the pool where it has
 // work to finish.
 func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
-	b, mock := brokertest.New[string](t,
-		broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second, Multiplier: 2}))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{Initial: 10 * time.Second, Multiplier: 2})))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	rec := brokertest.NewRecorder[string]()
 	pool, _ := harness(t, sub, sendWelcome(&smtpClient{down: true}), rec.Option())
@@ -153,7 +152,7 @@ func TestWelcomeEmailDeadLetteredAfterMaxAttempts(t *testing.T) {
 // timeout (WithHandlerTimeout) is armed before it starts: the Add that
 // reaches it cancels the handler's context, and the failure is retried.
 func TestSlowSendHoldsItsLeaseUntilItsTimeout(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Minute))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Minute)))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	slowSMTP := func(ctx context.Context, d queue.Delivery[string]) error {
 		if d.Attempt == 1 {
@@ -187,7 +186,7 @@ func TestSlowSendHoldsItsLeaseUntilItsTimeout(t *testing.T) {
 // With extension off (poller.NoExtension) a lease lasts the visibility
 // timeout: a handler stuck past it loses its message to another worker.
 func TestStuckHandlerLosesItsLease(t *testing.T) {
-	b, mock := brokertest.New[string](t, broker.WithVisibilityTimeout(time.Minute))
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(time.Minute)))
 	sub := brokertest.Subscribe(t, b, "signups", "welcome")
 	release := make(chan struct{})
 	started := make(chan struct{}, 2)

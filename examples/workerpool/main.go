@@ -184,9 +184,7 @@ wait:
 // pool's, and an audit one that sees every webhook too (fan-out).
 func setUp(cfg config) (b *broker.Broker[webhook], deliver, audit *broker.Subscription[webhook], err error) {
 	b, err = broker.New[webhook](
-		broker.WithVisibilityTimeout(cfg.Visibility),
-		broker.WithMaxAttempts(5),
-		broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.2}),
+		broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(cfg.Visibility), broker.WithMaxAttempts(5), broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: 0.2})),
 	)
 	if err != nil {
 		return nil, nil, nil, err

@@ -97,7 +97,7 @@ func newDurableLeaseBus(s Setup, mode broker.SyncMode) (System, error) {
 }
 
 func leaseBusOptions(s Setup) []broker.Option {
-	opts := []broker.Option{broker.WithMaxQueue(1 << 21), broker.WithVisibilityTimeout(visibility(s))}
+	opts := []broker.Option{broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<21), broker.WithVisibilityTimeout(visibility(s)))}
 	if s.Clock != nil {
 		opts = append(opts, broker.WithClock(s.Clock))
 	}

@@ -135,8 +135,7 @@ func (e smtpError) ErrorType() string { return fmt.Sprintf("smtp_%d", e.Code) }
 // until closeBroker is called.
 func run(ctx context.Context, tel *telemetry, out io.Writer) (closeBroker func(), err error) {
 	b, err := broker.New[Signup](
-		broker.WithMaxAttempts(3),
-		broker.WithRetry(queue.RetryPolicy{Initial: 5 * time.Millisecond}))
+		broker.WithSubscriptionDefaults(broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{Initial: 5 * time.Millisecond})))
 	if err != nil {
 		return nil, err
 	}
