@@ -15,12 +15,21 @@ type Codec[T any] interface {
 	Decode(data []byte) (T, error)
 }
 
-// JSONCodec encodes payloads with encoding/json. Fields that json skips
-// (unexported ones, channels, functions) do not survive a restart.
-type JSONCodec[T any] struct{}
+// JSONCodec returns a codec that encodes payloads with encoding/json.
+// Fields that json skips (unexported ones, channels, functions) do not
+// survive a restart.
+func JSONCodec[T any]() Codec[T] { return jsonCodec[T]{} }
 
-// Encode appends v as JSON.
-func (JSONCodec[T]) Encode(dst []byte, v T) ([]byte, error) {
+// BytesCodec returns a codec that stores []byte payloads as they are. A
+// nil payload comes back as an empty, non-nil slice.
+func BytesCodec() Codec[[]byte] { return bytesCodec{} }
+
+// StringCodec returns a codec that stores string payloads as their bytes.
+func StringCodec() Codec[string] { return stringCodec{} }
+
+type jsonCodec[T any] struct{}
+
+func (jsonCodec[T]) Encode(dst []byte, v T) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return dst, fmt.Errorf("json codec: %w", err)
@@ -28,8 +37,7 @@ func (JSONCodec[T]) Encode(dst []byte, v T) ([]byte, error) {
 	return append(dst, b...), nil
 }
 
-// Decode reads a JSON payload.
-func (JSONCodec[T]) Decode(data []byte) (T, error) {
+func (jsonCodec[T]) Decode(data []byte) (T, error) {
 	var v T
 	if err := json.Unmarshal(data, &v); err != nil {
 		return v, fmt.Errorf("json codec: %w", err)
@@ -37,21 +45,12 @@ func (JSONCodec[T]) Decode(data []byte) (T, error) {
 	return v, nil
 }
 
-// BytesCodec stores []byte payloads as they are. A nil payload comes back
-// as an empty, non-nil slice.
-type BytesCodec struct{}
+type bytesCodec struct{}
 
-// Encode appends v.
-func (BytesCodec) Encode(dst, v []byte) ([]byte, error) { return append(dst, v...), nil }
+func (bytesCodec) Encode(dst, v []byte) ([]byte, error) { return append(dst, v...), nil }
+func (bytesCodec) Decode(data []byte) ([]byte, error)   { return append([]byte{}, data...), nil }
 
-// Decode returns a copy of data.
-func (BytesCodec) Decode(data []byte) ([]byte, error) { return append([]byte{}, data...), nil }
+type stringCodec struct{}
 
-// StringCodec stores string payloads as their bytes.
-type StringCodec struct{}
-
-// Encode appends v.
-func (StringCodec) Encode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
-
-// Decode returns data as a string.
-func (StringCodec) Decode(data []byte) (string, error) { return string(data), nil }
+func (stringCodec) Encode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
+func (stringCodec) Decode(data []byte) (string, error)          { return string(data), nil }

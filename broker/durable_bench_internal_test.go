@@ -12,7 +12,7 @@ import (
 func BenchmarkDurablePublishConcurrent(b *testing.B) {
 	for _, publishers := range []int{1, 8} {
 		b.Run(fmt.Sprint("publishers=", publishers), func(b *testing.B) {
-			br, err := Open(b.TempDir(), BytesCodec{}, WithSubscriptionDefaults(WithMaxQueue(1<<30)))
+			br, err := Open(b.TempDir(), BytesCodec(), WithSubscriptionDefaults(WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}

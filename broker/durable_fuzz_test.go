@@ -36,7 +36,7 @@ func FuzzOpen(f *testing.F) {
 		}
 		mock := clock.NewMock()
 		mock.Set(time.Unix(1_700_000_000, 0))
-		b, err := Open(dir, StringCodec{}, WithClock(mock), WithSync(SyncNone))
+		b, err := Open(dir, StringCodec(), WithClock(mock), WithSync(SyncNone))
 		if err != nil {
 			return
 		}
@@ -70,7 +70,7 @@ func FuzzOpen(f *testing.F) {
 func seedJournal(f *testing.F) []byte {
 	dir := f.TempDir()
 	mock := clock.NewMock()
-	b, err := Open(dir, StringCodec{}, WithClock(mock), WithSync(SyncNone), WithCompactMin(-1))
+	b, err := Open(dir, StringCodec(), WithClock(mock), WithSync(SyncNone), WithCompactMin(-1))
 	if err != nil {
 		f.Fatal(err)
 	}

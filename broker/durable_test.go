@@ -195,7 +195,7 @@ type durOrder struct {
 func TestDurableRoundTrip(t *testing.T) {
 	for _, start := range []time.Time{time.Unix(0, 0), durEpoch} {
 		t.Run(start.UTC().Format("2006"), func(t *testing.T) {
-			d := openDurAt(t, start, broker.JSONCodec[durOrder]{})
+			d := openDurAt(t, start, broker.JSONCodec[durOrder]())
 			require.NoError(t, d.CreateTopic("orders"))
 			require.NoError(t, d.CreateTopic("audit"))
 			s := d.subscribe("orders", "billing", broker.WithMaxAttempts(7), broker.WithVisibilityTimeout(45*time.Second),
@@ -271,7 +271,7 @@ func TestDurableRoundTrip(t *testing.T) {
 // the broker's clock: a restart neither restarts nor forgets them.
 func TestDurableTimesAreAbsolute(t *testing.T) {
 	setup := func(t *testing.T) (*durBroker[string], *broker.Subscription[string], time.Time) {
-		d := openDur[string](t, broker.StringCodec{})
+		d := openDur[string](t, broker.StringCodec())
 		s := d.subscribe("t", "s", broker.WithVisibilityTimeout(time.Minute),
 			broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Second, Max: time.Hour}))
 		return d, s, d.mock.Now()
@@ -360,7 +360,7 @@ func TestDurableTimesAreAbsolute(t *testing.T) {
 func TestDurableLeasedAtRestart(t *testing.T) {
 	const vis = time.Minute
 	setup := func(t *testing.T) (*durBroker[string], *broker.Subscription[string]) {
-		d := openDur[string](t, broker.StringCodec{})
+		d := openDur[string](t, broker.StringCodec())
 		return d, d.subscribe("t", "s", broker.WithMaxAttempts(3), broker.WithVisibilityTimeout(vis))
 	}
 
@@ -446,7 +446,7 @@ func TestDurableLeasedAtRestart(t *testing.T) {
 // its input again after a crash, with an ID per item, queues nothing twice
 // (acked items included), and past the window an ID is new again.
 func TestDurableDedupAcrossRestart(t *testing.T) {
-	d := openDur(t, broker.StringCodec{}, broker.WithDedupWindow(time.Hour), broker.WithCompactMin(1))
+	d := openDur(t, broker.StringCodec(), broker.WithDedupWindow(time.Hour), broker.WithCompactMin(1))
 	s := d.subscribe("jobs", "w")
 	first := make([]queue.Message[string], 3)
 	for i := range first {

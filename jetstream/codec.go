@@ -13,11 +13,11 @@ func defaultCodec[T any]() broker.Codec[T] {
 	var zero T
 	switch any(zero).(type) {
 	case []byte:
-		return any(broker.BytesCodec{}).(broker.Codec[T])
+		return any(broker.BytesCodec()).(broker.Codec[T])
 	case string:
-		return any(broker.StringCodec{}).(broker.Codec[T])
+		return any(broker.StringCodec()).(broker.Codec[T])
 	}
-	return broker.JSONCodec[T]{}
+	return broker.JSONCodec[T]()
 }
 
 // codecFor returns c as a broker.Codec[T], defaultCodec when c is nil, or false

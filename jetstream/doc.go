@@ -2,7 +2,7 @@
 // worker code (package poller, or a hand-written Poll/Ack loop) on a
 // server that outlives the process and spreads the work over many.
 //
-// A Subscription[T] satisfies poller.Source[T] and poller.Rejecter, and
+// A Subscription[T] satisfies poller.Source[T] and backend.Rejecter, and
 // passes the backend conformance suite (package poller/sourcetest), with
 // the differences below declared as capabilities it lacks. The module's
 // README has a table of every feature of the in-memory broker: supported,

@@ -22,7 +22,7 @@ import (
 // Subscription is one handle on a durable pull consumer: the subscription
 // name of a topic. Several handles (in one process or many) on the same
 // subscription compete for its messages. It satisfies poller.Source[T] and
-// poller.Rejecter. Its methods are safe for concurrent use.
+// backend.Rejecter. Its methods are safe for concurrent use.
 type Subscription[T any] struct {
 	bus     *Bus
 	filter  func(queue.Message[T]) bool // nil: none
@@ -64,7 +64,7 @@ type heldMsg struct {
 
 var (
 	_ poller.Source[string] = (*Subscription[string])(nil)
-	_ poller.Rejecter       = (*Subscription[string])(nil)
+	_ backend.Rejecter      = (*Subscription[string])(nil)
 )
 
 // Subscribe opens a handle on the subscription name of topic: a durable

@@ -554,7 +554,7 @@ func TestSubscriptionAsBindsByName(t *testing.T) {
 func TestDurableBrokerAcrossARestart(t *testing.T) {
 	ctx := guard(t)
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.BytesCodec{})
+	b, err := broker.Open(dir, broker.BytesCodec())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -581,7 +581,7 @@ func TestDurableBrokerAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b, err = broker.Open(dir, broker.BytesCodec{})
+	b, err = broker.Open(dir, broker.BytesCodec())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@
 //   - an error made by RetryAfter(d, err): FailAfter(id, d, err) (Nack(id, d)
 //     on a source without FailAfter), redelivered after d.
 //   - an error made by GiveUp(err): Reject(id, err) if the source
-//     implements Rejecter (dead-lettered at once), else Fail(id, err).
+//     implements backend.Rejecter (dead-lettered at once), else Fail(id, err).
 //   - any other error: Fail(id, err): the source's retry policy picks the
 //     delay, and the dead letter keeps the last error.
 //   - a panic: recovered, counted, and settled as Fail with a *PanicError.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
@@ -21,8 +22,8 @@ import (
 
 // Both of leasebus's own sources can say when they are idle.
 var (
-	_ poller.IdleAwaiter = (*broker.Subscription[string])(nil)
-	_ poller.IdleAwaiter = (*core.Queue[string])(nil)
+	_ backend.IdleAwaiter = (*broker.Subscription[string])(nil)
+	_ backend.IdleAwaiter = (*core.Queue[string])(nil)
 )
 
 // startUntilIdle runs p.RunUntilIdle(ctx) in the background.
@@ -282,7 +283,7 @@ func TestRunUntilIdleNeedsIdleAwaiter(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := p.RunUntilIdle(context.Background()); !errors.Is(err, queue.ErrInvalidArgument) {
-		t.Fatalf("RunUntilIdle without IdleAwaiter = %v, want ErrInvalidArgument", err)
+		t.Fatalf("RunUntilIdle without backend.IdleAwaiter = %v, want ErrInvalidArgument", err)
 	}
 	var noCtx context.Context // a nil context, on purpose
 	if err := p.RunUntilIdle(noCtx); !errors.Is(err, queue.ErrInvalidArgument) {

@@ -32,21 +32,6 @@ type Source[T any] interface {
 	Release(id lease.ID) error
 }
 
-// Rejecter is implemented by a Source that can dead-letter a message at
-// once (a *broker.Subscription can). The poller uses it for GiveUp.
-type Rejecter interface {
-	Reject(id lease.ID, cause error) error
-}
-
-// DelayFailer is implemented by a Source that can fail a lease with a
-// delay of the caller's and keep the cause (a *broker.Subscription can).
-// The poller uses it for RetryAfter, so that a message whose last attempt
-// asked to be retried is dead-lettered with the handler's error; without
-// it, RetryAfter nacks.
-type DelayFailer interface {
-	FailAfter(id lease.ID, delay time.Duration, cause error) error
-}
-
 // Handler processes one delivery. Its result settles the lease: nil acks
 // it; an error made by RetryAfter fails it with that delay (FailAfter, or
 // Nack on a source without it); one made by
@@ -86,8 +71,8 @@ const (
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter Rejecter    // src as a Rejecter; nil if it is not one
-	failer   DelayFailer // src as a DelayFailer; nil if it is not one
+	rejecter backend.Rejecter    // src as a backend.Rejecter; nil if it is not one
+	failer   backend.DelayFailer // src as a backend.DelayFailer; nil if it is not one
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
@@ -153,8 +138,8 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		}
 	}
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
-	p.rejecter, _ = src.(Rejecter)
-	p.failer, _ = src.(DelayFailer)
+	p.rejecter, _ = src.(backend.Rejecter)
+	p.failer, _ = src.(backend.DelayFailer)
 	var fs []func(Event[T])
 	for _, o := range cfg.observers {
 		f, ok := o.(func(Event[T]))
@@ -264,16 +249,6 @@ func (p *Poller[T]) Shutdown(ctx context.Context) error {
 	}
 }
 
-// IdleAwaiter is implemented by a Source that can tell when it holds
-// nothing: AwaitIdle blocks until no message is visible, delayed, held
-// back or in flight, returning nil then, ctx's error if ctx ends first, or
-// an error matching queue.ErrClosed if the source closes. A
-// *broker.Subscription implements it. RunUntilIdle needs
-// it.
-type IdleAwaiter interface {
-	AwaitIdle(ctx context.Context) error
-}
-
 // RunUntilIdle is Run for a batch: it runs the pool until the source is
 // idle — nothing visible, delayed, in flight or held back — while the pool
 // holds no lease and runs no handler, then drains as Run does when its
@@ -281,7 +256,7 @@ type IdleAwaiter interface {
 // something was published meanwhile) and returns nil. Every message has
 // then been acked or dead-lettered (or dropped by the source).
 //
-// The source must implement IdleAwaiter; if it does not, RunUntilIdle
+// The source must implement backend.IdleAwaiter; if it does not, RunUntilIdle
 // returns an error matching queue.ErrInvalidArgument at once.
 //
 // The source is never idle while the pool holds a lease, so a handler may
@@ -304,16 +279,16 @@ func (p *Poller[T]) RunUntilIdle(ctx context.Context) error {
 	if ctx == nil {
 		return backend.Invalid("RunUntilIdle: nil context")
 	}
-	ia, ok := p.src.(IdleAwaiter)
+	ia, ok := p.src.(backend.IdleAwaiter)
 	if !ok {
-		return backend.Invalid("RunUntilIdle: source %T does not implement poller.IdleAwaiter", p.src)
+		return backend.Invalid("RunUntilIdle: source %T does not implement backend.IdleAwaiter", p.src)
 	}
 	return p.run(ctx, ia)
 }
 
 // run is Run, and with a non-nil idle RunUntilIdle: it also stops polling
 // (and drains) when idle.AwaitIdle returns.
-func (p *Poller[T]) run(ctx context.Context, idle IdleAwaiter) error {
+func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 	if !p.active.CompareAndSwap(false, true) {
 		return ErrRunning
 	}

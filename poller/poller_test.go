@@ -16,6 +16,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
@@ -27,8 +28,8 @@ import (
 var (
 	_ poller.Source[string] = (*broker.Subscription[string])(nil)
 	_ poller.Source[string] = (*core.Queue[string])(nil)
-	_ poller.Rejecter       = (*broker.Subscription[string])(nil)
-	_ poller.Rejecter       = (*core.Queue[string])(nil)
+	_ backend.Rejecter      = (*broker.Subscription[string])(nil)
+	_ backend.Rejecter      = (*core.Queue[string])(nil)
 )
 
 var epoch = time.Unix(0, 0)

@@ -281,7 +281,7 @@ func (r *run[T]) timedOut(tc *timeoutCtx) {
 // lapsed and whose message was settled by another delivery. What that
 // handler does before it returns (a follow-up publish) keeps the run
 // going.
-func (r *run[T]) watchIdle(idle IdleAwaiter) error {
+func (r *run[T]) watchIdle(idle backend.IdleAwaiter) error {
 	ctx := r.ctx
 	if r.rest.idleParking != nil {
 		ctx = core.WithHooks(ctx, &core.PollHooks{Parking: r.rest.idleParking})

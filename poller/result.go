@@ -36,7 +36,7 @@ func (e *retryError) Unwrap() error { return e.err }
 // RetryAfter returns an error with which a handler asks for its message to
 // be delivered again after d, rather than after the source's retry
 // backoff: the poller settles the lease with FailAfter(id, d, err) on a
-// source that has it (a DelayFailer: a *broker.Subscription is one), else
+// source that has it (a backend.DelayFailer: a *broker.Subscription is one), else
 // with Nack(id, d) (a negative d counts as 0). The attempt is spent, so on
 // the last allowed attempt the source dead-letters the message instead,
 // with err as its LastError where FailAfter carried it (Nack cannot; the
@@ -64,7 +64,7 @@ func (e *giveUpError) Unwrap() error { return e.err }
 // GiveUp returns an error with which a handler asks for its message to be
 // dead-lettered at once, whatever attempts remain: a poison message that
 // no retry will fix. The poller settles the lease with Reject(id, err) when
-// the source implements Rejecter (a *broker.Subscription does), and the
+// the source implements backend.Rejecter (a *broker.Subscription does), and the
 // dead letter keeps the handler's error text as its LastError. A source
 // without Reject gets Fail(id, err) instead: the message is retried as for
 // any error until the source runs out of attempts. Its Error is err's (or

@@ -18,7 +18,7 @@ import (
 func TestDurableRestart(t *testing.T) {
 	dir := t.TempDir()
 	open := func() *broker.Broker[[]byte] {
-		b, err := broker.Open[[]byte](dir, broker.BytesCodec{})
+		b, err := broker.Open[[]byte](dir, broker.BytesCodec())
 		if err != nil {
 			t.Fatal(err)
 		}

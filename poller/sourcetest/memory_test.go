@@ -9,6 +9,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"go.uber.org/goleak"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/poller"
@@ -34,7 +35,7 @@ func (s memSub) Close() error { return s.b.Unsubscribe(s.Topic(), s.Name()) }
 
 var (
 	_ poller.Source[string]        = memSub{}
-	_ poller.Rejecter              = memSub{}
+	_ backend.Rejecter             = memSub{}
 	_ sourcetest.PriorityPublisher = (*memHarness)(nil)
 )
 
@@ -116,7 +117,7 @@ func TestInMemoryBroker(t *testing.T) {
 // mode changes when a call returns, not what it does).
 func TestDurableBroker(t *testing.T) {
 	mock := clock.NewMock()
-	b, err := broker.Open(t.TempDir(), broker.StringCodec{}, broker.WithClock(mock), broker.WithSync(broker.SyncNone))
+	b, err := broker.Open(t.TempDir(), broker.StringCodec(), broker.WithClock(mock), broker.WithSync(broker.SyncNone))
 	if err != nil {
 		t.Fatal(err)
 	}
