@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/leasebuspubsub"
+	"github.com/leasebus/leasebus/poller"
 )
 
 // BenchmarkDrivertest runs gocloud's own driver benchmark (10,000
@@ -21,7 +22,7 @@ func BenchmarkDrivertest(b *testing.B) {
 	for _, bc := range []struct {
 		name string
 		ext  time.Duration
-	}{{"leasebus", 0}, {"leasebus-NoExtension", leasebuspubsub.NoExtension}} {
+	}{{"leasebus", 0}, {"leasebus-poller.NoExtension", poller.NoExtension}} {
 		b.Run(bc.name, func(b *testing.B) {
 			br, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithMaxQueue(1_000_000)))
 			if err != nil {

@@ -79,7 +79,7 @@
 // earliest lease; it runs only while there is a lease to extend, and
 // Shutdown stops it and waits for it. A message held past MaxExtension
 // lapses and is delivered again, so a stuck consumer cannot hold one for
-// ever. With MaxExtension NoExtension, choose a visibility timeout longer
+// ever. With MaxExtension poller.NoExtension, choose a visibility timeout longer
 // than the time a message can wait in the prefetch queue plus its
 // processing time.
 //

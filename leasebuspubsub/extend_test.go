@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -129,7 +130,7 @@ func TestExtensionKeepsAHeldMessageLeased(t *testing.T) {
 
 // The trap: gocloud prefetches, and the messages it leased but has not
 // handed out yet wait in its queue. Extended, they stay leased and their
-// acks delete them; with NoExtension they are all delivered again after
+// acks delete them; with poller.NoExtension they are all delivered again after
 // the visibility timeout, spending an attempt, and the first copies' acks
 // change nothing.
 func TestPrefetchedMessagesAcrossTheVisibilityTimeout(t *testing.T) {
@@ -140,7 +141,7 @@ func TestPrefetchedMessagesAcrossTheVisibilityTimeout(t *testing.T) {
 		ackedAfter uint64
 	}{
 		{"extended", 0, 0, 5},
-		{"NoExtension", NoExtension, 5, 0},
+		{"poller.NoExtension", poller.NoExtension, 5, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctxGuard(t)
@@ -151,7 +152,7 @@ func TestPrefetchedMessagesAcrossTheVisibilityTimeout(t *testing.T) {
 			if err != nil || len(ms) != 5 {
 				t.Fatalf("ReceiveBatch: %d messages, %v", len(ms), err)
 			}
-			if tc.ext == NoExtension {
+			if tc.ext == poller.NoExtension {
 				mock.Add(48 * time.Second)
 			} else {
 				log.await(t, t0.Add(24*time.Second))

@@ -16,6 +16,7 @@ import (
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/leasebuspubsub"
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -393,7 +394,7 @@ func TestRejectThroughMessageAs(t *testing.T) {
 // delivered again (a late ack loses nothing); an ack of a message
 // delivered again changes nothing, and gocloud sees no error.
 func TestAcksAfterTheDeadline(t *testing.T) {
-	noExt := &leasebuspubsub.SubscriptionOptions{MaxExtension: leasebuspubsub.NoExtension}
+	noExt := &leasebuspubsub.SubscriptionOptions{MaxExtension: poller.NoExtension}
 	t.Run("late ack", func(t *testing.T) {
 		ctx := guard(t)
 		b, mock := brokertest.New[[]byte](t, broker.WithSubscriptionDefaults(broker.WithVisibilityTimeout(10*time.Second)))

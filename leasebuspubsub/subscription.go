@@ -17,13 +17,9 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
-
-// NoExtension, as SubscriptionOptions.MaxExtension, turns lease extension
-// off: a lease lasts the subscription's visibility timeout, however long
-// gocloud or the program holds the message.
-const NoExtension time.Duration = -1
 
 // DefaultMaxExtension is how long after its receipt a message's lease is
 // kept alive at most when SubscriptionOptions.MaxExtension is 0 (as Cloud
@@ -51,7 +47,7 @@ type SubscriptionOptions struct {
 	// while it waits in gocloud's prefetch queue and while the program
 	// works on it. After that the lease is left to lapse at its deadline,
 	// so that a stuck consumer lets its message go to another. 0 means
-	// DefaultMaxExtension; NoExtension turns extension off. Other negative
+	// DefaultMaxExtension; poller.NoExtension turns extension off. Other negative
 	// values are invalid.
 	MaxExtension time.Duration
 	// ExtensionMargin is how long before its deadline a lease is extended,
@@ -102,8 +98,8 @@ func openSubscription(b *broker.Broker[[]byte], topic, name string, opts *Subscr
 		return nil, invalid("nil broker")
 	case name == "":
 		return nil, invalid("empty subscription name")
-	case opts.MaxExtension < 0 && opts.MaxExtension != NoExtension:
-		return nil, invalid("MaxExtension %v, must be >= 0 or NoExtension", opts.MaxExtension)
+	case opts.MaxExtension < 0 && opts.MaxExtension != poller.NoExtension:
+		return nil, invalid("MaxExtension %v, must be >= 0 or poller.NoExtension", opts.MaxExtension)
 	case opts.ExtensionMargin < 0:
 		return nil, invalid("ExtensionMargin %v, must be >= 0", opts.ExtensionMargin)
 	}
@@ -138,7 +134,7 @@ type subscription struct {
 	clk          clock.Clock
 	topic, name  string
 	margin       time.Duration // 0: from the visibility timeout
-	maxExtension time.Duration // NoExtension: off
+	maxExtension time.Duration // poller.NoExtension: off
 
 	// testArmed, set by tests before the first receive, hears each time
 	// the extension loop arms its timer (the zero time: the loop exits).
@@ -301,7 +297,7 @@ func (s *subscription) track(sub *broker.Subscription[[]byte], ds []queue.Delive
 // initReceipt fills r for delivery d with its extension schedule.
 func (s *subscription) initReceipt(r *receipt, sub *broker.Subscription[[]byte], d *queue.Delivery[[]byte], length time.Duration) {
 	*r = receipt{sub: sub, id: d.LeaseID, deadline: d.Deadline, index: -1}
-	if s.maxExtension == NoExtension || length <= 0 {
+	if s.maxExtension == poller.NoExtension || length <= 0 {
 		return
 	}
 	margin := s.margin

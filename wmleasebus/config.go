@@ -42,11 +42,6 @@ func invalidConfig(format string, args ...any) error {
 	return fmt.Errorf("%w: %s (%w)", ErrInvalidConfig, fmt.Sprintf(format, args...), queue.ErrInvalidArgument)
 }
 
-// NoExtension, as SubscriberConfig.MaxExtension, turns automatic lease
-// extension off: a message handed to watermill keeps the lease it was
-// polled with, and is redelivered when that lapses.
-const NoExtension = poller.NoExtension
-
 // PublisherConfig configures a Publisher. The zero value is ready to use.
 type PublisherConfig struct {
 	// DoNotCreateTopicIfMissing makes Publish to a topic that does not
@@ -133,7 +128,7 @@ type SubscriberConfig struct {
 	// holds a message longer lets it go: its lease lapses and the message
 	// is delivered again, with an attempt spent (an Ack that comes before
 	// the redelivery still deletes it; one after changes nothing).
-	// NoExtension turns extension off; other negative values are invalid.
+	// poller.NoExtension turns extension off; other negative values are invalid.
 	MaxExtension time.Duration
 
 	// Unmarshaler turns a leasebus delivery into a watermill message. nil
@@ -174,8 +169,8 @@ func (c SubscriberConfig) Validate() error {
 	if c.BatchSize < 0 {
 		errs = append(errs, invalidConfig("BatchSize %d, must be >= 1 (or 0 for Concurrency)", c.BatchSize))
 	}
-	if c.MaxExtension < 0 && c.MaxExtension != NoExtension {
-		errs = append(errs, invalidConfig("MaxExtension %v, must be >= 0 or NoExtension", c.MaxExtension))
+	if c.MaxExtension < 0 && c.MaxExtension != poller.NoExtension {
+		errs = append(errs, invalidConfig("MaxExtension %v, must be >= 0 or poller.NoExtension", c.MaxExtension))
 	}
 	return errors.Join(errs...)
 }

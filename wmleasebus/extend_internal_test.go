@@ -85,12 +85,12 @@ func TestLeaseKeptWhileTheHandlerHoldsIt(t *testing.T) {
 	}
 }
 
-// With NoExtension the lease lapses at its deadline while watermill still
+// With poller.NoExtension the lease lapses at its deadline while watermill still
 // holds the message: it is visible again, and the next consumer gets it
 // with an attempt spent.
 func TestNoExtensionLetsTheLeaseLapse(t *testing.T) {
 	b, mock := brokertest.New[[]byte](t)
-	s, _ := observed(t, b, SubscriberConfig{ConsumerGroup: "g", MaxExtension: NoExtension,
+	s, _ := observed(t, b, SubscriberConfig{ConsumerGroup: "g", MaxExtension: poller.NoExtension,
 		SubscribeOptions: []broker.SubscribeOption{broker.WithVisibilityTimeout(30 * time.Second)}})
 	ch, err := s.Subscribe(context.Background(), "t")
 	if err != nil {
