@@ -42,11 +42,11 @@ func Example() {
 		fmt.Println(d.Payload, "attempt", d.Attempt)
 		sub.Ack(d.LeaseID)
 	}
-	fmt.Printf("%+v\n", sub.Stats())
+	fmt.Println(sub.Stats())
 	// Output:
 	// password reset bob attempt 1
 	// welcome alice attempt 1
-	// {Visible:0 Delayed:0 InFlight:0 HeldBack:0 Published:2 Delivered:2 Acked:2 Redelivered:0 DeadLettered:0 Dropped:0 Redriven:0 Rejected:0 DeadLetteredBy:{MaxAttempts:0 Overflow:0 Expired:0 Rejected:0} OldestVisibleAge:0s}
+	// visible=0 delayed=0 in-flight=0 held-back=0 published=2 delivered=2 acked=2 redelivered=0 dead-lettered=0 dropped=0 redriven=0 rejected=0 oldest-visible=0s
 }
 
 // An unsettled lease expires on the mock clock and the message comes back

@@ -97,3 +97,11 @@ type Stats struct {
 	InFlight int // leases held now: running or waiting for a worker
 	Running  int // handlers running now
 }
+
+// String formats the stats on one line for a log, each count named:
+// "polled=9 acked=7 retried=1 dead-lettered=1 extended=0 released=0
+// panics=0 errors=0 in-flight=0 running=0".
+func (s Stats) String() string {
+	return fmt.Sprintf("polled=%d acked=%d retried=%d dead-lettered=%d extended=%d released=%d panics=%d errors=%d in-flight=%d running=%d",
+		s.Polled, s.Acked, s.Retried, s.DeadLettered, s.Extended, s.Released, s.Panics, s.Errors, s.InFlight, s.Running)
+}

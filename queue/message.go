@@ -92,6 +92,34 @@ type Stats struct {
 	OldestVisibleAge time.Duration
 }
 
+// String formats the stats on one line for a log, each count named:
+// "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7
+// acked=5 redelivered=1 dead-lettered=1 (max-attempts=1) dropped=0
+// redriven=0 rejected=0 oldest-visible=2s". The dead letters by reason
+// appear only when there are some.
+func (s Stats) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "visible=%d delayed=%d in-flight=%d held-back=%d published=%d delivered=%d acked=%d redelivered=%d dead-lettered=%d",
+		s.Visible, s.Delayed, s.InFlight, s.HeldBack, s.Published, s.Delivered, s.Acked, s.Redelivered, s.DeadLettered)
+	if s.DeadLettered > 0 {
+		sep := " ("
+		for _, c := range []struct {
+			r Reason
+			n uint64
+		}{{ReasonMaxAttempts, s.DeadLetteredBy.MaxAttempts}, {ReasonOverflow, s.DeadLetteredBy.Overflow}, {ReasonExpired, s.DeadLetteredBy.Expired}, {ReasonRejected, s.DeadLetteredBy.Rejected}} {
+			if c.n > 0 {
+				fmt.Fprintf(&b, "%s%s=%d", sep, c.r, c.n)
+				sep = " "
+			}
+		}
+		if sep == " " {
+			b.WriteString(")")
+		}
+	}
+	fmt.Fprintf(&b, " dropped=%d redriven=%d rejected=%d oldest-visible=%v", s.Dropped, s.Redriven, s.Rejected, s.OldestVisibleAge)
+	return b.String()
+}
+
 // DeadLetterCounts counts a subscription's dead letters by reason; the
 // fields sum to Stats.DeadLettered.
 type DeadLetterCounts struct {
