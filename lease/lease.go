@@ -1,10 +1,9 @@
-// Package lease holds the data of a lease — the receipt a consumer gets with
-// each delivery — and the in-flight table that tracks leases by id and by
-// deadline.
+// Package lease names leases: an ID is the receipt a consumer gets with
+// each delivery and gives back to Ack, Nack, Extend and the rest. It is
+// printable and parseable, so a receipt can travel as text (an SQS receipt
+// handle, a log line), and a backend mints its own with NewID.
 //
-// The package is pure data: it holds no locks, reads no clock and starts no
-// goroutines. Callers pass the current time in and serialise access
-// themselves (package queue does both).
+// The package is pure data: no locks, no clock, no goroutines.
 package lease
 
 import (
