@@ -86,7 +86,7 @@ func NewRecorded[T any](cfg Config, onDead func(Letter[T]), rec Recorder[T]) (*Q
 	}
 	q.rec = rec
 	q.mu.Lock()
-	q.freezeLocked() // for good: every Offer is recorded before it returns
+	q.in = newInbox(q, defaultInbox) // frozen for good, one slot: every Offer is recorded before it returns
 	q.mu.Unlock()
 	return q, nil
 }
