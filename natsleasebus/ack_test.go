@@ -1,0 +1,126 @@
+package natsleasebus_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/leasebus/leasebus/natsleasebus"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// ackFixture is a subscription on a connection whose acks can fail on
+// demand, holding one delivered message.
+func ackFixture(t *testing.T, vis time.Duration) (*faults, *nats.Conn, *natsleasebus.Subscription[string], queue.Delivery[string]) {
+	t.Helper()
+	srv := startServer(t, t.TempDir(), -1)
+	f := &faults{}
+	nc := connectFaulty(t, srv.srv.ClientURL(), f)
+	bus := open(t, nc, natsleasebus.WithMemoryStorage())
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing",
+		natsleasebus.WithVisibilityTimeout(vis), natsleasebus.WithSettleTimeout(200*time.Millisecond),
+		natsleasebus.WithPollSlice(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "o1"); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := sub.Poll(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, nc, sub, ds[0]
+}
+
+// settled checks that the consumer holds nothing: the ack reached the
+// server.
+func settled(t *testing.T, sub *natsleasebus.Subscription[string]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	info, err := sub.Consumer().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("after Ack: %d ack pending, %d pending, %d redelivered; want the message gone", info.NumAckPending, info.NumPending, info.NumRedelivered)
+	}
+}
+
+// TestAckRetriesTransientErrors: an Ack whose first tries time out (lost
+// on the way) or find no responder (as while the consumer's leader moves)
+// is tried again within the lease, and succeeds.
+func TestAckRetriesTransientErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  faultMode
+		tries int
+	}{
+		{"timeout", dropFrame, 2},
+		{"no responders", misroute, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _, sub, d := ackFixture(t, 5*time.Second)
+			f.arm(tc.mode, tc.tries)
+			if err := sub.Ack(d.LeaseID); err != nil {
+				t.Fatalf("Ack with %d %s faults: %v", tc.tries, tc.name, err)
+			}
+			if f.hits() != tc.tries {
+				t.Fatalf("%d acks intercepted, want %d", f.hits(), tc.tries)
+			}
+			settled(t, sub)
+		})
+	}
+}
+
+// TestAckGivesUpAtTheDeadline: an Ack that keeps failing returns the error
+// once the lease's deadline has passed, keeps the lease held, and the
+// message is delivered again.
+func TestAckGivesUpAtTheDeadline(t *testing.T) {
+	const vis = time.Second
+	f, _, sub, d := ackFixture(t, vis)
+	f.arm(dropFrame, -1)
+	start := time.Now()
+	left := d.Deadline.Sub(start)
+	err := sub.Ack(d.LeaseID)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Ack with every try lost: %v, want one matching context.DeadlineExceeded", err)
+	}
+	if f.hits() < 3 || took < left-300*time.Millisecond || took > left+500*time.Millisecond {
+		t.Errorf("Ack gave up after %v and %d tries; the lease had %v left", took, f.hits(), left)
+	}
+	t.Log(err)
+	f.arm(dropFrame, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	ds, err := sub.Poll(ctx, 1)
+	if err != nil || ds[0].Attempt != 2 {
+		t.Fatalf("after the failed Ack: %v %v, want the message again", ds, err)
+	}
+	if err := sub.Ack(ds[0].LeaseID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAckPermanentErrorNotRetried: an error no retry can fix (the
+// connection is closed) returns at once, not at the deadline.
+func TestAckPermanentErrorNotRetried(t *testing.T) {
+	_, nc, sub, d := ackFixture(t, 5*time.Second)
+	nc.Close()
+	start := time.Now()
+	err := sub.Ack(d.LeaseID)
+	if !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("Ack on a closed connection: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Ack on a closed connection took %v: retried a permanent error", took)
+	}
+}
