@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/queue"
 )
 

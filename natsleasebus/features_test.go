@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/queue"
 )
 
