@@ -2,6 +2,8 @@ package core
 
 import (
 	"time"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // entryAt returns the entry in a slot, which must be below q.slots.
@@ -148,7 +150,7 @@ func (q *Queue[T]) unplaceLocked(e *entry[T]) {
 	}
 }
 
-func (q *Queue[T]) newEntryLocked(m *Message[T]) *entry[T] {
+func (q *Queue[T]) newEntryLocked(m *queue.Message[T]) *entry[T] {
 	var slot uint32
 	if q.freeHead > 0 { // the free list runs through the free entries
 		slot = q.freeHead - 1

@@ -2,36 +2,37 @@ package core
 
 import (
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // withDefaults fills c's zero fields.
-func withDefaults(c Config) Config {
+func withDefaults(c queue.Config) queue.Config {
 	if c.Clock == nil {
 		c.Clock = clock.New()
 	}
 	if c.VisibilityTimeout == 0 {
-		c.VisibilityTimeout = DefaultVisibilityTimeout
+		c.VisibilityTimeout = queue.DefaultVisibilityTimeout
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
+		c.MaxAttempts = queue.DefaultMaxAttempts
 	}
 	if c.MaxQueue == 0 {
-		c.MaxQueue = DefaultMaxQueue
+		c.MaxQueue = queue.DefaultMaxQueue
 	}
 	return c
 }
 
 // ValidateConfig reports the first out-of-range field, as an error matching
 // ErrInvalidArgument.
-func ValidateConfig(c Config) error {
+func ValidateConfig(c queue.Config) error {
 	switch {
 	case c.VisibilityTimeout < 0:
 		return invalid("VisibilityTimeout = %v, must be > 0", c.VisibilityTimeout)
-	case c.MaxAttempts < 0 && c.MaxAttempts != UnlimitedAttempts:
+	case c.MaxAttempts < 0 && c.MaxAttempts != queue.UnlimitedAttempts:
 		return invalid("MaxAttempts = %d, must be >= 1 or UnlimitedAttempts", c.MaxAttempts)
 	case c.MaxQueue < 0:
 		return invalid("MaxQueue = %d, must be >= 1", c.MaxQueue)
-	case c.Overflow > OverflowDropOldest:
+	case c.Overflow > queue.OverflowDropOldest:
 		return invalid("Overflow = %v, not a policy", c.Overflow)
 	case c.MaxInFlight < 0:
 		return invalid("MaxInFlight = %d, must be >= 1 (or 0 for no cap)", c.MaxInFlight)
@@ -42,4 +43,6 @@ func ValidateConfig(c Config) error {
 }
 
 // ValidPriority reports whether p is one of the four priorities.
-func ValidPriority(p Priority) bool { return p >= PriorityLow && p <= PriorityCritical }
+func ValidPriority(p queue.Priority) bool {
+	return p >= queue.PriorityLow && p <= queue.PriorityCritical
+}

@@ -9,7 +9,7 @@ import (
 
 // deadLetterLocked records e as a dead letter and lets go of it. e must be
 // out of every structure already.
-func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
+func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason queue.Reason) {
 	q.countDeadLocked(reason)
 	_, ttl := q.expiresLocked(e)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
@@ -27,17 +27,17 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason Reason) {
 }
 
 // countDeadLocked counts a dead letter, in all and by its reason.
-func (q *Queue[T]) countDeadLocked(reason Reason) {
+func (q *Queue[T]) countDeadLocked(reason queue.Reason) {
 	q.stats.DeadLettered++
 	c := &q.stats.DeadLetteredBy
 	switch reason {
-	case ReasonMaxAttempts:
+	case queue.ReasonMaxAttempts:
 		c.MaxAttempts++
-	case ReasonOverflow:
+	case queue.ReasonOverflow:
 		c.Overflow++
-	case ReasonExpired:
+	case queue.ReasonExpired:
 		c.Expired++
-	case ReasonRejected:
+	case queue.ReasonRejected:
 		c.Rejected++
 	}
 }
@@ -47,8 +47,8 @@ func (q *Queue[T]) countDeadLocked(reason Reason) {
 // that dead-letters a million messages allocates (and keeps, until it is
 // done) less under the lock. letter makes the Letter, outside the lock.
 type deadNote[T any] struct {
-	msg       *Message[T]
-	reason    Reason
+	msg       *queue.Message[T]
+	reason    queue.Reason
 	continued bool // KeyContinued
 	attempts  int
 	lastErr   string

@@ -29,15 +29,15 @@ type Recorder[T any] interface {
 	Offered(e Entry[T], note any)
 	// Delivered: each message in ds was delivered once more (its attempt
 	// is spent).
-	Delivered(ds []Delivery[T])
+	Delivered(ds []queue.Delivery[T])
 	// Retried: a delivered message waits again (Nack, Fail), visible at
 	// visibleAt (zero: now), its attempt spent.
-	Retried(m *Message[T], visibleAt time.Time, lastErr string)
+	Retried(m *queue.Message[T], visibleAt time.Time, lastErr string)
 	// Released: a delivered message is visible again and its attempt is
 	// given back.
-	Released(m *Message[T])
+	Released(m *queue.Message[T])
 	// Removed: a message is gone (acked, or dropped by OverflowDropOldest).
-	Removed(m *Message[T])
+	Removed(m *queue.Message[T])
 	// DeadLettered: a message left the queue as a dead letter.
 	DeadLettered(dl Letter[T])
 	// Purged: every message the queue held is gone.
@@ -55,7 +55,7 @@ type Recorder[T any] interface {
 // logs it and gives it back to Restore. Times are absolute, from the queue's
 // clock.
 type Entry[T any] struct {
-	Message   *Message[T]
+	Message   *queue.Message[T]
 	Place     uint64 // its place in publish order within the queue
 	Attempts  int    // attempts spent
 	InFlight  bool   // delivered and not settled: after a restart, its lease has expired
@@ -65,7 +65,7 @@ type Entry[T any] struct {
 	LastError string
 	// Dead marks a dead letter, with its Reason and when (DeadAt).
 	Dead   bool
-	Reason Reason
+	Reason queue.Reason
 	DeadAt time.Time
 }
 
@@ -79,7 +79,7 @@ func WithNote(v any) OfferOption { return OfferOption{kind: offerNote, note: v} 
 func WithDeferredCommit() OfferOption { return OfferOption{kind: offerDeferred} }
 
 // NewRecorded is New with a Recorder that is told of every change.
-func NewRecorded[T any](cfg Config, onDead func(Letter[T]), rec Recorder[T]) (*Queue[T], error) {
+func NewRecorded[T any](cfg queue.Config, onDead func(Letter[T]), rec Recorder[T]) (*Queue[T], error) {
 	q, err := New(cfg, onDead)
 	if err != nil {
 		return nil, err
@@ -138,7 +138,7 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 		if r.InFlight {
 			q.setErrKindLocked(e, errExpired)
 			if q.exhausted(e) {
-				q.deadLetterLocked(now, e, ReasonMaxAttempts)
+				q.deadLetterLocked(now, e, queue.ReasonMaxAttempts)
 				continue
 			}
 		} else if !r.VisibleAt.IsZero() {
@@ -208,7 +208,7 @@ func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
 // broker uses it when a subscription recovered from disk is declared again
 // with other options. An invalid cfg is an error matching
 // ErrInvalidArgument.
-func (q *Queue[T]) Reconfigure(cfg Config) error {
+func (q *Queue[T]) Reconfigure(cfg queue.Config) error {
 	if err := ValidateConfig(cfg); err != nil {
 		return err
 	}

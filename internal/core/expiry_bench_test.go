@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // BenchmarkExpiry lets n leases expire at once on a mock clock and times
@@ -45,7 +46,7 @@ func BenchmarkExpiry(b *testing.B) {
 func benchExpiry(b *testing.B, n int, dead bool) {
 	const vis = time.Minute
 	clk := clock.NewMock()
-	cfg := Config{Clock: clk, VisibilityTimeout: vis, MaxAttempts: UnlimitedAttempts, MaxQueue: 2 * n}
+	cfg := queue.Config{Clock: clk, VisibilityTimeout: vis, MaxAttempts: queue.UnlimitedAttempts, MaxQueue: 2 * n}
 	if dead {
 		cfg.MaxAttempts = 1
 	}
@@ -61,7 +62,7 @@ func benchExpiry(b *testing.B, n int, dead bool) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	msgs := make([]Message[int], n)
+	msgs := make([]queue.Message[int], n)
 	for i := range msgs {
 		msgs[i].Payload = i
 	}
@@ -72,8 +73,8 @@ func benchExpiry(b *testing.B, n int, dead bool) {
 			}
 		}
 	}
-	buf := make([]Delivery[int], 1024)
-	var probes []Delivery[int] // the publisher's messages, acked between rounds
+	buf := make([]queue.Delivery[int], 1024)
+	var probes []queue.Delivery[int] // the publisher's messages, acked between rounds
 	leaseAll := func() int {
 		total := 0
 		for {
@@ -133,8 +134,8 @@ func benchExpiry(b *testing.B, n int, dead bool) {
 		lastGap = t
 		stop := probe(q)
 		var end time.Time // when the settling call let go of the lock for good
-		var first []Delivery[int]
-		var st Stats
+		var first []queue.Delivery[int]
+		var st queue.Stats
 		if dead {
 			st = q.Stats()
 		} else {
@@ -194,7 +195,7 @@ func probe(q *Queue[int]) (stop func() (publish, lockWait time.Duration)) {
 			*worst = max(*worst, f())
 		}
 	}
-	msg := &Message[int]{Payload: -1}
+	msg := &queue.Message[int]{Payload: -1}
 	wg.Go(func() {
 		loop(func() time.Duration {
 			t := time.Now()

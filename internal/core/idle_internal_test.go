@@ -10,13 +10,14 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // idleGuard bounds every wait on a condition here, so that a bug shows as a
 // failure rather than a hung test. It is never a timing assertion.
 const idleGuard = 10 * time.Second
 
-func newIdleQueue(t *testing.T, cfg Config) (*Queue[string], *clock.Mock) {
+func newIdleQueue(t *testing.T, cfg queue.Config) (*Queue[string], *clock.Mock) {
 	t.Helper()
 	mock := clock.NewMock()
 	cfg.Clock = mock
@@ -30,12 +31,12 @@ func newIdleQueue(t *testing.T, cfg Config) (*Queue[string], *clock.Mock) {
 
 func offer(t *testing.T, q *Queue[string], payload string, delay time.Duration) {
 	t.Helper()
-	if err := q.Offer(context.Background(), &Message[string]{Payload: payload}, delay); err != nil {
+	if err := q.Offer(context.Background(), &queue.Message[string]{Payload: payload}, delay); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func pollNow(t *testing.T, q *Queue[string]) Delivery[string] {
+func pollNow(t *testing.T, q *Queue[string]) queue.Delivery[string] {
 	t.Helper()
 	ds := q.TryPoll(1)
 	if len(ds) != 1 {
@@ -96,31 +97,31 @@ func result(t *testing.T, done <-chan error) error {
 }
 
 func TestAwaitIdleEmptyReturnsAtOnce(t *testing.T) {
-	q, _ := newIdleQueue(t, Config{})
+	q, _ := newIdleQueue(t, queue.Config{})
 	if err := q.AwaitIdle(context.Background()); err != nil {
 		t.Fatalf("AwaitIdle on an empty queue: %v", err)
 	}
 }
 
 func TestAwaitIdleInvalidAndClosed(t *testing.T) {
-	q, _ := newIdleQueue(t, Config{})
+	q, _ := newIdleQueue(t, queue.Config{})
 	var noCtx context.Context // a nil context, on purpose
-	if err := q.AwaitIdle(noCtx); !errors.Is(err, ErrInvalidArgument) {
+	if err := q.AwaitIdle(noCtx); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Fatalf("AwaitIdle(nil) = %v, want ErrInvalidArgument", err)
 	}
 	offer(t, q, "a", 0)
 	done := awaitIdleBlocked(t, q, context.Background())
 	q.Close()
-	if err := result(t, done); !errors.Is(err, ErrClosed) {
+	if err := result(t, done); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("AwaitIdle at Close = %v, want ErrClosed", err)
 	}
-	if err := q.AwaitIdle(context.Background()); !errors.Is(err, ErrClosed) {
+	if err := q.AwaitIdle(context.Background()); !errors.Is(err, queue.ErrClosed) {
 		t.Fatalf("AwaitIdle after Close = %v, want ErrClosed", err)
 	}
 }
 
 func TestAwaitIdleContextEnds(t *testing.T) {
-	q, _ := newIdleQueue(t, Config{})
+	q, _ := newIdleQueue(t, queue.Config{})
 	offer(t, q, "a", 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := awaitIdleBlocked(t, q, ctx)
@@ -134,16 +135,16 @@ func TestAwaitIdleContextEnds(t *testing.T) {
 func TestAwaitIdleWokenByEveryWayToEmpty(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  Config
+		cfg  queue.Config
 		// empty empties a queue that holds one visible message.
 		empty func(t *testing.T, q *Queue[string], mock *clock.Mock)
 	}{
-		{"ack", Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"ack", queue.Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			if err := q.Ack(pollNow(t, q).LeaseID); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"ack batch", Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"ack batch", queue.Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			if err := q.AckBatch(nil); err != nil { // changes nothing: still busy
 				t.Fatal(err)
 			}
@@ -151,33 +152,33 @@ func TestAwaitIdleWokenByEveryWayToEmpty(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{"fail on the last attempt", Config{MaxAttempts: 1}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"fail on the last attempt", queue.Config{MaxAttempts: 1}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			if err := q.Fail(pollNow(t, q).LeaseID, errors.New("boom")); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"nack on the last attempt", Config{MaxAttempts: 1}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"nack on the last attempt", queue.Config{MaxAttempts: 1}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			if err := q.Nack(pollNow(t, q).LeaseID, time.Minute); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"reject", Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"reject", queue.Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			if err := q.Reject(pollNow(t, q).LeaseID, errors.New("poison")); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{"purge", Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
+		{"purge", queue.Config{}, func(t *testing.T, q *Queue[string], _ *clock.Mock) {
 			pollNow(t, q) // in flight: purged too
 			if n, err := q.Purge(); n != 1 || err != nil {
 				t.Fatalf("Purge = %d, %v", n, err)
 			}
 		}},
-		{"last lease expires, settled by another call", Config{MaxAttempts: 1, VisibilityTimeout: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
+		{"last lease expires, settled by another call", queue.Config{MaxAttempts: 1, VisibilityTimeout: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
 			pollNow(t, q)
 			mock.Add(time.Minute) // nothing settles yet: nobody calls
 			q.Sweep()
 		}},
-		{"TTL passes, settled by Stats", Config{TTL: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
+		{"TTL passes, settled by Stats", queue.Config{TTL: time.Minute}, func(t *testing.T, q *Queue[string], mock *clock.Mock) {
 			mock.Add(time.Minute)
 			if st := q.Stats(); st.DeadLettered != 1 {
 				t.Fatalf("stats %+v", st)
@@ -196,7 +197,7 @@ func TestAwaitIdleWokenByEveryWayToEmpty(t *testing.T) {
 	}
 }
 
-func leaseIDs(ds ...Delivery[string]) []lease.ID {
+func leaseIDs(ds ...queue.Delivery[string]) []lease.ID {
 	ids := make([]lease.ID, len(ds))
 	for i, d := range ds {
 		ids[i] = d.LeaseID
@@ -207,7 +208,7 @@ func leaseIDs(ds ...Delivery[string]) []lease.ID {
 // Delayed, held-back, in-flight and retrying messages all keep the queue
 // busy; AwaitIdle does not move time.
 func TestAwaitIdleBusyStates(t *testing.T) {
-	q, mock := newIdleQueue(t, Config{Retry: RetryPolicy{Initial: 10 * time.Second}, MaxAttempts: 2})
+	q, mock := newIdleQueue(t, queue.Config{Retry: queue.RetryPolicy{Initial: 10 * time.Second}, MaxAttempts: 2})
 	offer(t, q, "later", time.Minute)
 	if isIdle(t, q) {
 		t.Fatal("idle with a delayed message")
@@ -228,7 +229,7 @@ func TestAwaitIdleBusyStates(t *testing.T) {
 
 	// An ordering key: the second waits behind the first.
 	for _, p := range []string{"k1", "k2"} {
-		if err := q.Offer(context.Background(), &Message[string]{Payload: p, Key: "k"}, 0); err != nil {
+		if err := q.Offer(context.Background(), &queue.Message[string]{Payload: p, Key: "k"}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -254,9 +255,9 @@ func TestAwaitIdleBusyStates(t *testing.T) {
 // A held-back message keeps the queue busy while its key's head is in
 // flight, and AwaitIdle waits through the key's whole run.
 func TestAwaitIdleHeldBack(t *testing.T) {
-	q, _ := newIdleQueue(t, Config{})
+	q, _ := newIdleQueue(t, queue.Config{})
 	for _, p := range []string{"k1", "k2"} {
-		if err := q.Offer(context.Background(), &Message[string]{Payload: p, Key: "k"}, 0); err != nil {
+		if err := q.Offer(context.Background(), &queue.Message[string]{Payload: p, Key: "k"}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -279,12 +280,12 @@ func TestAwaitIdleHeldBack(t *testing.T) {
 
 func TestDeliveryCarriesMaxAttempts(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  Config
+		cfg  queue.Config
 		want int
 	}{
-		{Config{}, DefaultMaxAttempts},
-		{Config{MaxAttempts: 3}, 3},
-		{Config{MaxAttempts: UnlimitedAttempts}, 0},
+		{queue.Config{}, queue.DefaultMaxAttempts},
+		{queue.Config{MaxAttempts: 3}, 3},
+		{queue.Config{MaxAttempts: queue.UnlimitedAttempts}, 0},
 	} {
 		q, _ := newIdleQueue(t, tc.cfg)
 		offer(t, q, "m", 0)

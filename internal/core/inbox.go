@@ -3,6 +3,8 @@ package core
 import (
 	"runtime"
 	"sync/atomic"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // inbox is a bounded ring of envelopes that Offer appends to without the
@@ -50,7 +52,7 @@ const frozenBit = 1 << 63
 
 type inboxSlot[T any] struct {
 	seq atomic.Uint64
-	m   *Message[T]
+	m   *queue.Message[T]
 }
 
 // defaultInbox is an inbox's size: 4 KiB per subscription.
@@ -92,7 +94,7 @@ func (b *inbox[T]) freeze() {
 func (b *inbox[T]) claimed() bool { return b.tail.Load()&^frozenBit != b.head.Load() }
 
 // push appends m, or reports false: the inbox is frozen or full.
-func (b *inbox[T]) push(m *Message[T]) bool {
+func (b *inbox[T]) push(m *queue.Message[T]) bool {
 	for {
 		t := b.tail.Load()
 		if t&frozenBit != 0 {

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/queue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // inboxQueue returns a queue whose inbox has n slots.
-func inboxQueue(t *testing.T, cfg Config, n int) *Queue[int] {
+func inboxQueue(t *testing.T, cfg queue.Config, n int) *Queue[int] {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.NewMock()
@@ -26,8 +27,8 @@ func inboxQueue(t *testing.T, cfg Config, n int) *Queue[int] {
 	return q
 }
 
-func plain(q *Queue[int], i int) *Message[int] {
-	return &Message[int]{Payload: i, PublishedAt: q.clock.Now()}
+func plain(q *Queue[int], i int) *queue.Message[int] {
+	return &queue.Message[int]{Payload: i, PublishedAt: q.clock.Now()}
 }
 
 // TestInboxRingWrapsAround drives the ring alone through three laps: a
@@ -36,7 +37,7 @@ func plain(q *Queue[int], i int) *Message[int] {
 // yet drained, or a drain that did not hand its slots back, fails here
 // rather than hanging a drain.
 func TestInboxRingWrapsAround(t *testing.T) {
-	q := inboxQueue(t, Config{}, 4)
+	q := inboxQueue(t, queue.Config{}, 4)
 	b := q.in
 	next := 0
 	for lap := range 3 {
@@ -67,14 +68,14 @@ func TestInboxRingWrapsAround(t *testing.T) {
 func TestInboxKeepsTheBound(t *testing.T) {
 	const offers, limit = 12, 5
 	for reads := range 1 << offers {
-		q := inboxQueue(t, Config{MaxQueue: limit, Overflow: OverflowReject}, 2)
+		q := inboxQueue(t, queue.Config{MaxQueue: limit, Overflow: queue.OverflowReject}, 2)
 		var taken []int
 		for i := range offers {
 			err := q.Offer(context.Background(), plain(q, i), 0)
 			if err == nil {
 				taken = append(taken, i)
 			} else {
-				require.ErrorIs(t, err, ErrQueueFull, "reads %b, offer %d", reads, i)
+				require.ErrorIs(t, err, queue.ErrQueueFull, "reads %b, offer %d", reads, i)
 			}
 			if reads&(1<<i) != 0 {
 				require.LessOrEqual(t, held(q.Stats()), limit, "reads %b, after offer %d", reads, i)
@@ -93,7 +94,7 @@ func TestInboxKeepsTheBound(t *testing.T) {
 // TestInboxThawsWithRoom: an inbox frozen near the bound opens again once
 // acks leave room for two full ones, and plain Offers take it again.
 func TestInboxThawsWithRoom(t *testing.T) {
-	q := inboxQueue(t, Config{MaxQueue: 10}, 2)
+	q := inboxQueue(t, queue.Config{MaxQueue: 10}, 2)
 	ctx := context.Background()
 	for i := range 10 {
 		require.NoError(t, q.Offer(ctx, plain(q, i), 0))
@@ -118,7 +119,7 @@ func TestInboxThawsWithRoom(t *testing.T) {
 // lock; messages keep their publish order across both ways.
 func TestInboxNotForTheRest(t *testing.T) {
 	ctx := context.Background()
-	q := inboxQueue(t, Config{}, 4)
+	q := inboxQueue(t, queue.Config{}, 4)
 	require.NoError(t, q.Offer(ctx, plain(q, 0), 0))
 	require.True(t, q.in.claimed())
 	keyed := plain(q, 1)
@@ -134,33 +135,33 @@ func TestInboxNotForTheRest(t *testing.T) {
 	}
 	assert.Equal(t, []int{0, 1, 3, 4}, got, "publish order, the delayed one later")
 
-	withTTL := inboxQueue(t, Config{TTL: time.Hour}, 4)
+	withTTL := inboxQueue(t, queue.Config{TTL: time.Hour}, 4)
 	require.NoError(t, withTTL.Offer(ctx, plain(withTTL, 0), 0))
 	assert.False(t, withTTL.in.claimed(), "a queue TTL: every message takes the lock")
 
-	rec, err := NewRecorded[int](Config{Clock: clock.NewMock()}, nil, nopRecorder[int]{})
+	rec, err := NewRecorded[int](queue.Config{Clock: clock.NewMock()}, nil, nopRecorder[int]{})
 	require.NoError(t, err)
 	defer rec.Close()
 	require.NoError(t, rec.Offer(ctx, plain(rec, 0), 0))
 	assert.False(t, rec.in.claimed(), "durable: every Offer is recorded under the lock")
 
 	require.NoError(t, q.Close())
-	assert.ErrorIs(t, q.Offer(ctx, plain(q, 5), 0), ErrClosed)
+	assert.ErrorIs(t, q.Offer(ctx, plain(q, 5), 0), queue.ErrClosed)
 }
 
 type nopRecorder[T any] struct{}
 
-func (nopRecorder[T]) Offered(Entry[T], any)                  {}
-func (nopRecorder[T]) Delivered([]Delivery[T])                {}
-func (nopRecorder[T]) Retried(*Message[T], time.Time, string) {}
-func (nopRecorder[T]) Released(*Message[T])                   {}
-func (nopRecorder[T]) Removed(*Message[T])                    {}
-func (nopRecorder[T]) DeadLettered(Letter[T])                 {}
-func (nopRecorder[T]) Purged()                                {}
-func (nopRecorder[T]) Commit() error                          { return nil }
+func (nopRecorder[T]) Offered(Entry[T], any)                        {}
+func (nopRecorder[T]) Delivered([]queue.Delivery[T])                {}
+func (nopRecorder[T]) Retried(*queue.Message[T], time.Time, string) {}
+func (nopRecorder[T]) Released(*queue.Message[T])                   {}
+func (nopRecorder[T]) Removed(*queue.Message[T])                    {}
+func (nopRecorder[T]) DeadLettered(Letter[T])                       {}
+func (nopRecorder[T]) Purged()                                      {}
+func (nopRecorder[T]) Commit() error                                { return nil }
 
 // held is how many messages a Stats says the queue holds.
-func held(s Stats) int { return s.Visible + s.Delayed + s.InFlight + s.HeldBack }
+func held(s queue.Stats) int { return s.Visible + s.Delayed + s.InFlight + s.HeldBack }
 
 // TestInboxConcurrent: publishers on the inbox and consumers that park
 // when it is empty; every message is delivered once (no wake-up lost), an
@@ -169,7 +170,7 @@ func held(s Stats) int { return s.Visible + s.Delayed + s.InFlight + s.HeldBack 
 // holds more than its bound. Run it with -race.
 func TestInboxConcurrent(t *testing.T) {
 	const pubs, cons, per, limit = 4, 4, 2000, 1000
-	q := inboxQueue(t, Config{Clock: clock.New(), MaxQueue: limit, Overflow: OverflowReject}, 8)
+	q := inboxQueue(t, queue.Config{Clock: clock.New(), MaxQueue: limit, Overflow: queue.OverflowReject}, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var taken, refused, got atomic.Int64
@@ -181,7 +182,7 @@ func TestInboxConcurrent(t *testing.T) {
 				switch err := q.Offer(ctx, plain(q, p*per+i), 0); {
 				case err == nil:
 					taken.Add(1)
-				case errors.Is(err, ErrQueueFull):
+				case errors.Is(err, queue.ErrQueueFull):
 					refused.Add(1)
 				default:
 					t.Error(err)
@@ -236,12 +237,12 @@ func TestInboxConcurrent(t *testing.T) {
 // after it says it waits, an Offer between its first look and that flag
 // is left in the inbox with the Poll asleep.)
 func TestInboxWakesAParkingPoll(t *testing.T) {
-	q := inboxQueue(t, Config{Clock: clock.New()}, 8)
+	q := inboxQueue(t, queue.Config{Clock: clock.New()}, 8)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var sink atomic.Int64
 	for round := range 3000 {
-		got := make(chan Delivery[int], 1)
+		got := make(chan queue.Delivery[int], 1)
 		go func() {
 			ds, err := q.Poll(ctx, 1)
 			if err != nil {

@@ -14,7 +14,7 @@ import (
 )
 
 func (h *harness) offer(o op, now time.Time, settled bool) {
-	prio := Priority(int(o.A%4) - 1)
+	prio := queue.Priority(int(o.A%4) - 1)
 	delay := h.dur(o.B, 0, 0, 0, 0, 0, 1, 2, h.vis/2, h.vis, 3*h.vis)
 	key := ""
 	if h.rc.keys {
@@ -37,12 +37,12 @@ func (h *harness) offer(o op, now time.Time, settled bool) {
 		modelAt = at
 	}
 	ctx := context.Background()
-	if h.rc.cfg.Overflow == OverflowBlock {
+	if h.rc.cfg.Overflow == queue.OverflowBlock {
 		ctx = canceledCtx // never block the harness
 	}
 	p := h.next
 	h.next++
-	msg := &Message[int]{ID: payloadID(p), Payload: p, Priority: prio, Key: key, PublishedAt: at}
+	msg := &queue.Message[int]{ID: payloadID(p), Payload: p, Priority: prio, Key: key, PublishedAt: at}
 	h.logf("%v: Offer msg %d prio %v key %q delay %v ttl %v publishedAt %v", o, p, prio, key, delay, ttl, at)
 	h.track[p] = &attemptTrack{}
 	h.sameErr("Offer", h.q.Offer(ctx, msg, delay, opts...), h.m.offer(modelAt, msg, delay, ttl))
@@ -51,14 +51,14 @@ func (h *harness) offer(o op, now time.Time, settled bool) {
 func (h *harness) poll(o op, now time.Time) {
 	n := []int{1, 1, 2, 3, 5, math.MaxInt}[o.A%6]
 	vis := h.vis
-	var got []Delivery[int]
+	var got []queue.Delivery[int]
 	var err, want error
 	var exp []*mEntry
 	expect := func(block bool) {
 		switch {
 		case h.m.closed:
 			if block {
-				want = ErrClosed
+				want = queue.ErrClosed
 			}
 		default:
 			h.m.settle(now)
@@ -77,31 +77,31 @@ func (h *harness) poll(o op, now time.Time) {
 	case 1:
 		n = min(n, 8)
 		h.logf("%v: TryPollInto(len %d)", o, n)
-		buf := make([]Delivery[int], n)
+		buf := make([]queue.Delivery[int], n)
 		k, e := h.q.TryPollInto(buf)
 		got, err = buf[:k], e
 		expect(false)
 		if h.m.closed {
-			want = ErrClosed
+			want = queue.ErrClosed
 		}
 	case 2:
-		var call func(ctx context.Context) ([]Delivery[int], error)
+		var call func(ctx context.Context) ([]queue.Delivery[int], error)
 		switch o.C % 4 {
 		case 0:
 			h.logf("%v: Poll(%d)", o, n)
-			call = func(ctx context.Context) ([]Delivery[int], error) { return h.q.Poll(ctx, n) }
+			call = func(ctx context.Context) ([]queue.Delivery[int], error) { return h.q.Poll(ctx, n) }
 		case 1:
 			n = min(n, 8)
 			h.logf("%v: PollInto(len %d)", o, n)
-			call = func(ctx context.Context) ([]Delivery[int], error) {
-				buf := make([]Delivery[int], n)
+			call = func(ctx context.Context) ([]queue.Delivery[int], error) {
+				buf := make([]queue.Delivery[int], n)
 				k, err := h.q.PollInto(ctx, buf)
 				return buf[:k], err
 			}
 		default:
 			vis = h.dur(o.C/4, h.vis/2+1, 3*h.vis, 1)
 			h.logf("%v: PollWithVisibility(%d, %v)", o, n, vis)
-			call = func(ctx context.Context) ([]Delivery[int], error) { return h.q.PollWithVisibility(ctx, n, vis) }
+			call = func(ctx context.Context) ([]queue.Delivery[int], error) { return h.q.PollWithVisibility(ctx, n, vis) }
 		}
 		expect(true)
 		got, err = h.blockingPoll(call)
@@ -112,7 +112,7 @@ func (h *harness) poll(o op, now time.Time) {
 
 // blockingPoll runs a blocking Poll; a watchdog cancels it once it parks,
 // so a Poll that should return at once but waits fails instead of hanging.
-func (h *harness) blockingPoll(call func(ctx context.Context) ([]Delivery[int], error)) ([]Delivery[int], error) {
+func (h *harness) blockingPoll(call func(ctx context.Context) ([]queue.Delivery[int], error)) ([]queue.Delivery[int], error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	wctx, wcancel := context.WithCancel(context.Background())
@@ -174,10 +174,10 @@ func (h *harness) redrive(o op, now time.Time) {
 		if h.rc.keys {
 			key = keyChoices[o.C%4]
 		}
-		msg := Message[int]{ID: payloadID(p), Payload: p, Priority: Priority(int(o.A%4) - 1), Key: key}
+		msg := queue.Message[int]{ID: payloadID(p), Payload: p, Priority: queue.Priority(int(o.A%4) - 1), Key: key}
 		h.logf("%v: Redrive foreign msg %d prio %v key %q", o, p, msg.Priority, key)
 		h.track[p] = &attemptTrack{}
-		dl := Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: msg, Reason: ReasonMaxAttempts, Attempts: 3}}
+		dl := Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: msg, Reason: queue.ReasonMaxAttempts, Attempts: 3}}
 		h.sameErr("Redrive foreign", h.q.Redrive(dl), h.m.redrive(now, mDead{dl: dl.DeadLetter}, false))
 		return
 	}
@@ -212,9 +212,9 @@ func (h *harness) foreign(o op, now time.Time) {
 			id = lease.NewID(h.scope, r.id.Seq(), 0) // delivery 0 is never issued
 		}
 	}
-	want := ErrLeaseNotFound
+	want := queue.ErrLeaseNotFound
 	if h.m.closed {
-		want = ErrClosed
+		want = queue.ErrClosed
 	} else {
 		h.m.settle(now)
 	}
@@ -246,7 +246,7 @@ func (h *harness) bad(o op, now time.Time) {
 	ctx := context.Background()
 	closedOr := func(err error) error {
 		if h.m.closed {
-			return ErrClosed
+			return queue.ErrClosed
 		}
 		return err
 	}
@@ -266,39 +266,39 @@ func (h *harness) bad(o op, now time.Time) {
 		h.logf("%v: TryPoll(0|-1|MinInt)", o)
 	case 1:
 		_, e1 := h.q.TryPollInto(nil)
-		_, e2 := h.q.TryPollInto([]Delivery[int]{})
-		calls = []call{{"TryPollInto(nil)", e1, ErrInvalidArgument}, {"TryPollInto(empty)", e2, ErrInvalidArgument}}
+		_, e2 := h.q.TryPollInto([]queue.Delivery[int]{})
+		calls = []call{{"TryPollInto(nil)", e1, queue.ErrInvalidArgument}, {"TryPollInto(empty)", e2, queue.ErrInvalidArgument}}
 	case 2:
 		calls = []call{
-			{"Nack(-1ns)", h.q.Nack(id, -1), ErrInvalidArgument},
-			{"Nack(MinInt64)", h.q.Nack(id, math.MinInt64), ErrInvalidArgument},
+			{"Nack(-1ns)", h.q.Nack(id, -1), queue.ErrInvalidArgument},
+			{"Nack(MinInt64)", h.q.Nack(id, math.MinInt64), queue.ErrInvalidArgument},
 		}
 	case 3:
 		calls = []call{
-			{"Extend(0)", h.q.Extend(id, 0), ErrInvalidArgument},
-			{"Extend(-1ns)", h.q.Extend(id, -1), ErrInvalidArgument},
-			{"Extend(MinInt64)", h.q.Extend(id, math.MinInt64), ErrInvalidArgument},
+			{"Extend(0)", h.q.Extend(id, 0), queue.ErrInvalidArgument},
+			{"Extend(-1ns)", h.q.Extend(id, -1), queue.ErrInvalidArgument},
+			{"Extend(MinInt64)", h.q.Extend(id, math.MinInt64), queue.ErrInvalidArgument},
 		}
 	case 4:
 		//lint:ignore SA1012 a nil context is the invalid input under test
-		e1 := h.q.Offer(nil, &Message[int]{}, 0)
+		e1 := h.q.Offer(nil, &queue.Message[int]{}, 0)
 		calls = []call{
-			{"Offer(nil ctx)", e1, ErrInvalidArgument},
-			{"Offer(nil msg)", h.q.Offer(ctx, nil, 0), ErrInvalidArgument},
+			{"Offer(nil ctx)", e1, queue.ErrInvalidArgument},
+			{"Offer(nil msg)", h.q.Offer(ctx, nil, 0), queue.ErrInvalidArgument},
 		}
 	case 5:
 		calls = []call{
-			{"Offer(priority 3)", h.q.Offer(ctx, &Message[int]{Priority: 3}, 0), ErrInvalidArgument},
-			{"Offer(priority -2)", h.q.Offer(ctx, &Message[int]{Priority: -2}, 0), ErrInvalidArgument},
-			{"Offer(priority 127)", h.q.Offer(ctx, &Message[int]{Priority: math.MaxInt8}, 0), ErrInvalidArgument},
-			{"Offer(delay -1)", h.q.Offer(ctx, &Message[int]{}, -1), ErrInvalidArgument},
-			{"Offer(WithTTL(0))", h.q.Offer(ctx, &Message[int]{}, 0, WithTTL(0)), ErrInvalidArgument},
-			{"Offer(WithTTL(-1))", h.q.Offer(ctx, &Message[int]{}, 0, WithTTL(-1)), ErrInvalidArgument},
+			{"Offer(priority 3)", h.q.Offer(ctx, &queue.Message[int]{Priority: 3}, 0), queue.ErrInvalidArgument},
+			{"Offer(priority -2)", h.q.Offer(ctx, &queue.Message[int]{Priority: -2}, 0), queue.ErrInvalidArgument},
+			{"Offer(priority 127)", h.q.Offer(ctx, &queue.Message[int]{Priority: math.MaxInt8}, 0), queue.ErrInvalidArgument},
+			{"Offer(delay -1)", h.q.Offer(ctx, &queue.Message[int]{}, -1), queue.ErrInvalidArgument},
+			{"Offer(WithTTL(0))", h.q.Offer(ctx, &queue.Message[int]{}, 0, WithTTL(0)), queue.ErrInvalidArgument},
+			{"Offer(WithTTL(-1))", h.q.Offer(ctx, &queue.Message[int]{}, 0, WithTTL(-1)), queue.ErrInvalidArgument},
 		}
 	case 6:
 		calls = []call{
-			{"Redrive(priority 9)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: Message[int]{Priority: 9}}}), ErrInvalidArgument},
-			{"Redrive(priority MinInt8)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: Message[int]{Priority: math.MinInt8}}}), ErrInvalidArgument},
+			{"Redrive(priority 9)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: queue.Message[int]{Priority: 9}}}), queue.ErrInvalidArgument},
+			{"Redrive(priority MinInt8)", h.q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: queue.Message[int]{Priority: math.MinInt8}}}), queue.ErrInvalidArgument},
 		}
 	case 7:
 		_, e1 := h.q.Poll(ctx, 0)
@@ -310,17 +310,17 @@ func (h *harness) bad(o op, now time.Time) {
 		//lint:ignore SA1012 a nil context is the invalid input under test
 		_, e7 := h.q.Poll(nil, 1)
 		calls = []call{
-			{"Poll(0)", e1, ErrInvalidArgument}, {"Poll(MinInt)", e2, ErrInvalidArgument},
-			{"PollWithVisibility(vis 0)", e3, ErrInvalidArgument}, {"PollWithVisibility(vis -1)", e4, ErrInvalidArgument},
-			{"PollWithVisibility(n 0)", e5, ErrInvalidArgument}, {"PollInto(nil)", e6, ErrInvalidArgument},
-			{"Poll(nil ctx)", e7, ErrInvalidArgument},
+			{"Poll(0)", e1, queue.ErrInvalidArgument}, {"Poll(MinInt)", e2, queue.ErrInvalidArgument},
+			{"PollWithVisibility(vis 0)", e3, queue.ErrInvalidArgument}, {"PollWithVisibility(vis -1)", e4, queue.ErrInvalidArgument},
+			{"PollWithVisibility(n 0)", e5, queue.ErrInvalidArgument}, {"PollInto(nil)", e6, queue.ErrInvalidArgument},
+			{"Poll(nil ctx)", e7, queue.ErrInvalidArgument},
 		}
 	case 8: // a done ctx leases nothing, even with messages visible
 		ds, e1 := h.q.Poll(canceledCtx, 1)
 		if len(ds) != 0 {
 			h.fail("Poll(done ctx) leased %v", deliveredPayloads(ds))
 		}
-		k, e2 := h.q.PollInto(canceledCtx, make([]Delivery[int], 2))
+		k, e2 := h.q.PollInto(canceledCtx, make([]queue.Delivery[int], 2))
 		if k != 0 {
 			h.fail("PollInto(done ctx) leased %d", k)
 		}
@@ -330,8 +330,8 @@ func (h *harness) bad(o op, now time.Time) {
 		//lint:ignore SA1012 a nil context is the invalid input under test
 		e1 := h.q.AwaitParked(nil, 0)
 		calls = []call{
-			{"AwaitParked(nil ctx)", e1, ErrInvalidArgument},
-			{"AwaitParked(-1)", h.q.AwaitParked(ctx, -1), ErrInvalidArgument},
+			{"AwaitParked(nil ctx)", e1, queue.ErrInvalidArgument},
+			{"AwaitParked(-1)", h.q.AwaitParked(ctx, -1), queue.ErrInvalidArgument},
 			{"AwaitParked(0)", h.q.AwaitParked(ctx, 0), closedOr(nil)},
 		}
 		if p := h.q.Parked(); p != 0 {
@@ -341,7 +341,7 @@ func (h *harness) bad(o op, now time.Time) {
 		e1 := h.q.AckBatch(nil)
 		h.m.ack(now) // settles, like the real AckBatch
 		e2 := h.q.AckBatch([]lease.ID{{}})
-		calls = []call{{"AckBatch(nil)", e1, closedOr(nil)}, {"AckBatch(zero id)", e2, closedOr(ErrLeaseNotFound)}}
+		calls = []call{{"AckBatch(nil)", e1, closedOr(nil)}, {"AckBatch(zero id)", e2, closedOr(queue.ErrLeaseNotFound)}}
 	default:
 		h.q.Sweep()
 		h.m.settle(now)

@@ -122,8 +122,8 @@ func errMask(err error) string {
 		name string
 		err  error
 	}{
-		{"NotFound", ErrLeaseNotFound}, {"Expired", ErrLeaseExpired}, {"Closed", ErrClosed},
-		{"Full", ErrQueueFull}, {"Invalid", ErrInvalidArgument}, {"Canceled", context.Canceled},
+		{"NotFound", queue.ErrLeaseNotFound}, {"Expired", queue.ErrLeaseExpired}, {"Closed", queue.ErrClosed},
+		{"Full", queue.ErrQueueFull}, {"Invalid", queue.ErrInvalidArgument}, {"Canceled", context.Canceled},
 	} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)
@@ -268,7 +268,7 @@ func (h *harness) step(o op) {
 		h.logf("%v: Reject %s cause %v", o, describe(r), cause)
 		h.sameErr("Reject", h.q.Reject(idOf(r), cause), h.m.settleLease(now, r, func(e *mEntry) {
 			e.lastErr = causeText(cause)
-			h.m.deadLetter(now, e, ReasonRejected)
+			h.m.deadLetter(now, e, queue.ReasonRejected)
 		}))
 	case opRelease:
 		r := h.pick(o.A, o.C)
@@ -328,7 +328,7 @@ func (h *harness) step(o op) {
 	h.check()
 }
 
-func (h *harness) compareDeliveries(got []Delivery[int], exp []*mEntry) {
+func (h *harness) compareDeliveries(got []queue.Delivery[int], exp []*mEntry) {
 	h.t.Helper()
 	if len(got) != len(exp) {
 		h.fail("poll leased %v, want %v", deliveredPayloads(got), entryPayloads(exp))
@@ -348,7 +348,7 @@ func (h *harness) compareDeliveries(got []Delivery[int], exp []*mEntry) {
 			h.fail("delivery of msg %d: lease %v is zero or was issued before", d.Payload, d.LeaseID)
 		case d.LeaseID.Delivery() != e.delivery:
 			h.fail("delivery of msg %d: lease %v names delivery %d, want %d", d.Payload, d.LeaseID, d.LeaseID.Delivery(), e.delivery)
-		case h.m.cfg.MaxAttempts != UnlimitedAttempts && d.Attempt > h.m.cfg.MaxAttempts:
+		case h.m.cfg.MaxAttempts != queue.UnlimitedAttempts && d.Attempt > h.m.cfg.MaxAttempts:
 			h.fail("delivery of msg %d: Attempt %d beyond MaxAttempts %d", d.Payload, d.Attempt, h.m.cfg.MaxAttempts)
 		}
 		if h.scope == 0 {
@@ -392,7 +392,7 @@ func (h *harness) compareDeliveries(got []Delivery[int], exp []*mEntry) {
 	}
 }
 
-func deliveredPayloads(ds []Delivery[int]) []string {
+func deliveredPayloads(ds []queue.Delivery[int]) []string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = fmt.Sprintf("%d#%d", d.Payload, d.Attempt)

@@ -25,7 +25,7 @@ const (
 )
 
 type mEntry struct {
-	msg       *Message[int]
+	msg       *queue.Message[int]
 	place     uint64 // publish order; kept across expiry, nack, backoff, redrive
 	key       string
 	head      bool // the one message of its key that is not held back
@@ -49,16 +49,16 @@ type mDead struct {
 }
 
 type model struct {
-	cfg       Config // defaults filled in by the model itself
+	cfg       queue.Config // defaults filled in by the model itself
 	closed    bool
 	held      []*mEntry
 	nextPlace uint64
 	stamp     uint64
-	stats     Stats // counters; the gauges are counted on demand
+	stats     queue.Stats // counters; the gauges are counted on demand
 	dead      []mDead
 }
 
-func newModel(cfg Config) *model {
+func newModel(cfg queue.Config) *model {
 	if cfg.VisibilityTimeout == 0 {
 		cfg.VisibilityTimeout = 30 * time.Second
 	}
@@ -82,7 +82,7 @@ func (m *model) count(s mState) int {
 }
 
 func (m *model) exhausted(e *mEntry) bool {
-	return m.cfg.MaxAttempts != UnlimitedAttempts && e.attempt >= m.cfg.MaxAttempts
+	return m.cfg.MaxAttempts != queue.UnlimitedAttempts && e.attempt >= m.cfg.MaxAttempts
 }
 
 func (m *model) headOf(key string) *mEntry {
@@ -134,7 +134,7 @@ func (m *model) finish(now time.Time, e *mEntry) {
 	m.held = slices.DeleteFunc(m.held, func(x *mEntry) bool { return x == e })
 }
 
-func (m *model) deadLetter(now time.Time, e *mEntry, reason Reason) {
+func (m *model) deadLetter(now time.Time, e *mEntry, reason queue.Reason) {
 	m.countDead(reason)
 	continued := false
 	for _, x := range m.held {
@@ -156,7 +156,7 @@ func (m *model) deadLetter(now time.Time, e *mEntry, reason Reason) {
 // TTL has passed.
 func (m *model) back(now time.Time, e *mEntry, delay time.Duration) {
 	if !e.expiresAt.IsZero() && !now.Before(e.expiresAt) {
-		m.deadLetter(now, e, ReasonExpired)
+		m.deadLetter(now, e, queue.ReasonExpired)
 		return
 	}
 	e.visibleAt = time.Time{}
@@ -168,7 +168,7 @@ func (m *model) back(now time.Time, e *mEntry, delay time.Duration) {
 
 func (m *model) retry(now time.Time, e *mEntry, delay time.Duration) {
 	if m.exhausted(e) {
-		m.deadLetter(now, e, ReasonMaxAttempts)
+		m.deadLetter(now, e, queue.ReasonMaxAttempts)
 		return
 	}
 	m.back(now, e, delay)
@@ -196,7 +196,7 @@ func (m *model) settle(now time.Time) {
 	for _, e := range expired {
 		e.lastErr = "lease expired" // documented: expiry records that the lease expired
 		if m.exhausted(e) {
-			m.deadLetter(now, e, ReasonMaxAttempts)
+			m.deadLetter(now, e, queue.ReasonMaxAttempts)
 			continue
 		}
 		m.back(now, e, 0) // the lease stays current until redelivery
@@ -219,7 +219,7 @@ func (m *model) settle(now time.Time) {
 		return cmpU(a.place, b.place)
 	})
 	for _, e := range ttl {
-		m.deadLetter(now, e, ReasonExpired)
+		m.deadLetter(now, e, queue.ReasonExpired)
 	}
 }
 
@@ -241,7 +241,7 @@ func cmpU(a, b uint64) int {
 	return 0
 }
 
-func (m *model) statsAt(now time.Time) Stats {
+func (m *model) statsAt(now time.Time) queue.Stats {
 	m.settle(now)
 	s := m.stats
 	s.Visible, s.Delayed, s.InFlight, s.HeldBack = m.count(mReady), m.count(mDelayed), m.count(mLeased), m.count(mHeld)
@@ -253,7 +253,7 @@ func (m *model) statsAt(now time.Time) Stats {
 // visible message of each priority (a zero PublishedAt not counted), 0 if
 // none or if that is in the future.
 func (m *model) oldestVisibleAge(now time.Time) time.Duration {
-	next := map[Priority]*mEntry{}
+	next := map[queue.Priority]*mEntry{}
 	for _, e := range m.held {
 		if n := next[e.msg.Priority]; e.state == mReady && (n == nil || e.place < n.place) {
 			next[e.msg.Priority] = e
@@ -272,16 +272,16 @@ func (m *model) oldestVisibleAge(now time.Time) time.Duration {
 }
 
 // countDead counts a dead letter in all and by its reason.
-func (m *model) countDead(reason Reason) {
+func (m *model) countDead(reason queue.Reason) {
 	m.stats.DeadLettered++
 	switch reason {
-	case ReasonMaxAttempts:
+	case queue.ReasonMaxAttempts:
 		m.stats.DeadLetteredBy.MaxAttempts++
-	case ReasonOverflow:
+	case queue.ReasonOverflow:
 		m.stats.DeadLetteredBy.Overflow++
-	case ReasonExpired:
+	case queue.ReasonExpired:
 		m.stats.DeadLetteredBy.Expired++
-	case ReasonRejected:
+	case queue.ReasonRejected:
 		m.stats.DeadLetteredBy.Rejected++
 	}
 }
@@ -299,7 +299,7 @@ func (m *model) dropVictim() *mEntry {
 	return v
 }
 
-func (m *model) insert(at time.Time, msg *Message[int], delay, ttl time.Duration) {
+func (m *model) insert(at time.Time, msg *queue.Message[int], delay, ttl time.Duration) {
 	m.nextPlace++
 	e := &mEntry{msg: msg, place: m.nextPlace, key: msg.Key}
 	m.stats.Published++
@@ -313,11 +313,11 @@ func (m *model) insert(at time.Time, msg *Message[int], delay, ttl time.Duration
 	m.place(at, e)
 }
 
-var errFullCanceled = errors.Join(ErrQueueFull, context.Canceled)
+var errFullCanceled = errors.Join(queue.ErrQueueFull, context.Canceled)
 
-func (m *model) offer(at time.Time, msg *Message[int], delay, ttl time.Duration) error {
+func (m *model) offer(at time.Time, msg *queue.Message[int], delay, ttl time.Duration) error {
 	if m.closed {
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	m.settle(at)
 	if len(m.held) < m.cfg.MaxQueue {
@@ -325,10 +325,10 @@ func (m *model) offer(at time.Time, msg *Message[int], delay, ttl time.Duration)
 		return nil
 	}
 	switch m.cfg.Overflow {
-	case OverflowReject:
+	case queue.OverflowReject:
 		m.stats.Rejected++
-		return ErrQueueFull
-	case OverflowDropOldest:
+		return queue.ErrQueueFull
+	case queue.OverflowDropOldest:
 		if v := m.dropVictim(); v != nil {
 			m.stats.Dropped++
 			m.finish(at, v)
@@ -338,15 +338,15 @@ func (m *model) offer(at time.Time, msg *Message[int], delay, ttl time.Duration)
 			m.stats.Dropped++
 		}
 		return nil
-	case OverflowBlock: // the harness offers with a done context only
+	case queue.OverflowBlock: // the harness offers with a done context only
 		m.stats.Rejected++
 		return errFullCanceled
 	default:
 		m.stats.Published++
-		m.countDead(ReasonOverflow)
+		m.countDead(queue.ReasonOverflow)
 		m.nextPlace++ // its publish order, kept by a redrive: after everything held
 		m.dead = append(m.dead, mDead{
-			dl:    queue.DeadLetter[int]{Subscription: m.cfg.Name, Message: *msg, Reason: ReasonOverflow, At: at},
+			dl:    queue.DeadLetter[int]{Subscription: m.cfg.Name, Message: *msg, Reason: queue.ReasonOverflow, At: at},
 			place: m.nextPlace, ttl: ttl,
 		})
 		return nil
@@ -402,10 +402,10 @@ func (r *leaseRec) current() bool {
 // lookup is the model of lookupLocked; rec == nil is a lease never issued here.
 func (m *model) lookup(rec *leaseRec) (*mEntry, error) {
 	if rec == nil || rec.e.state == mGone {
-		return nil, ErrLeaseNotFound
+		return nil, queue.ErrLeaseNotFound
 	}
 	if rec.delivery != rec.e.delivery || !rec.e.leaseOpen {
-		return nil, ErrLeaseExpired
+		return nil, queue.ErrLeaseExpired
 	}
 	return rec.e, nil
 }
@@ -416,7 +416,7 @@ func (m *model) live(rec *leaseRec) (*mEntry, error) {
 		return nil, err
 	}
 	if e.state != mLeased {
-		return nil, ErrLeaseExpired
+		return nil, queue.ErrLeaseExpired
 	}
 	return e, nil
 }
@@ -438,7 +438,7 @@ func (m *model) ackLocked(now time.Time, rec *leaseRec) error {
 // settles.
 func (m *model) ack(now time.Time, recs ...*leaseRec) error {
 	if m.closed {
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	if !m.ackTimeless(recs) {
 		m.settle(now)
@@ -459,7 +459,7 @@ func (m *model) ackTimeless(recs []*leaseRec) bool {
 	}
 	for _, r := range recs {
 		e, err := m.lookup(r)
-		exhausted := m.cfg.MaxAttempts != UnlimitedAttempts && e != nil && e.attempt >= m.cfg.MaxAttempts
+		exhausted := m.cfg.MaxAttempts != queue.UnlimitedAttempts && e != nil && e.attempt >= m.cfg.MaxAttempts
 		if err != nil || e.key != "" || !e.expiresAt.IsZero() || (e.state == mLeased && exhausted) {
 			return false
 		}
@@ -470,7 +470,7 @@ func (m *model) ackTimeless(recs []*leaseRec) bool {
 // settleLease is the model of Queue.settle: f runs on a live lease's entry.
 func (m *model) settleLease(now time.Time, rec *leaseRec, f func(e *mEntry)) error {
 	if m.closed {
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	m.settle(now)
 	e, err := m.live(rec)
@@ -484,7 +484,7 @@ func (m *model) settleLease(now time.Time, rec *leaseRec, f func(e *mEntry)) err
 
 func (m *model) extend(now time.Time, rec *leaseRec, timeout time.Duration) error {
 	if m.closed {
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	m.settle(now)
 	e, err := m.live(rec)
@@ -499,11 +499,11 @@ func (m *model) extend(now time.Time, rec *leaseRec, timeout time.Duration) erro
 // ones queue as if just published.
 func (m *model) redrive(now time.Time, d mDead, own bool) error {
 	if m.closed {
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	m.settle(now)
 	if len(m.held) >= m.cfg.MaxQueue {
-		return ErrQueueFull
+		return queue.ErrQueueFull
 	}
 	msg := d.dl.Message
 	e := &mEntry{msg: &msg, key: msg.Key, place: d.place}
@@ -524,7 +524,7 @@ func (m *model) redrive(now time.Time, d mDead, own bool) error {
 
 func (m *model) purge(now time.Time) (int, error) {
 	if m.closed {
-		return 0, ErrClosed
+		return 0, queue.ErrClosed
 	}
 	m.settle(now)
 	n := len(m.held)

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/queue"
 	"pgregory.net/rapid"
 )
 
@@ -129,9 +130,9 @@ func encodeInput(cfg [configBytes]byte, ops []op) []byte {
 // ---------------------------------------------------------------- configuration
 
 var (
-	attemptChoices  = []int{1, 2, 3, 5, UnlimitedAttempts, 0}
+	attemptChoices  = []int{1, 2, 3, 5, queue.UnlimitedAttempts, 0}
 	visChoices      = []time.Duration{10, time.Second, 0} // 10ns, 1s, the default
-	retryChoices    = []RetryPolicy{{}, {Initial: 3, Max: 20, Multiplier: 1.5}, {NoBackoff: true}, {Initial: 4, Max: time.Second, Jitter: 0.5, Rand: func() float64 { return 0.5 }}}
+	retryChoices    = []queue.RetryPolicy{{}, {Initial: 3, Max: 20, Multiplier: 1.5}, {NoBackoff: true}, {Initial: 4, Max: time.Second, Jitter: 0.5, Rand: func() float64 { return 0.5 }}}
 	ttlChoices      = []time.Duration{0, 0, 25, 45 * time.Second}
 	maxQueueChoices = []int{1, 2, 3, 5, 8, 0}
 	inflightChoices = []int{0, 0, 1, 3}
@@ -140,7 +141,7 @@ var (
 
 // runConfig is a queue configuration decoded from four bytes.
 type runConfig struct {
-	cfg  Config
+	cfg  queue.Config
 	keys bool // offers carry ordering keys
 }
 
@@ -176,7 +177,7 @@ func allConfigCover() []string {
 
 func decodeConfig(b [configBytes]byte) runConfig {
 	return runConfig{
-		cfg: Config{
+		cfg: queue.Config{
 			Name:              "model",
 			MaxAttempts:       attemptChoices[int(b[0])%len(attemptChoices)],
 			VisibilityTimeout: visChoices[int(b[0])/len(attemptChoices)%len(visChoices)],
@@ -184,7 +185,7 @@ func decodeConfig(b [configBytes]byte) runConfig {
 			TTL:               ttlChoices[int(b[1])/len(retryChoices)%len(ttlChoices)],
 			MaxQueue:          maxQueueChoices[int(b[2])%len(maxQueueChoices)],
 			MaxInFlight:       inflightChoices[int(b[2])/len(maxQueueChoices)%len(inflightChoices)],
-			Overflow:          OverflowPolicy(b[3] % 4),
+			Overflow:          queue.OverflowPolicy(b[3] % 4),
 		},
 		keys: b[3]/4%2 == 1,
 	}
@@ -193,7 +194,7 @@ func decodeConfig(b [configBytes]byte) runConfig {
 func (rc runConfig) String() string {
 	c := rc.cfg
 	return fmt.Sprintf("MaxAttempts=%d Visibility=%v Retry=%+v TTL=%v MaxQueue=%d MaxInFlight=%d Overflow=%v keys=%v",
-		c.MaxAttempts, c.VisibilityTimeout, RetryPolicy{Initial: c.Retry.Initial, Max: c.Retry.Max, Multiplier: c.Retry.Multiplier, Jitter: c.Retry.Jitter, NoBackoff: c.Retry.NoBackoff},
+		c.MaxAttempts, c.VisibilityTimeout, queue.RetryPolicy{Initial: c.Retry.Initial, Max: c.Retry.Max, Multiplier: c.Retry.Multiplier, Jitter: c.Retry.Jitter, NoBackoff: c.Retry.NoBackoff},
 		c.TTL, c.MaxQueue, c.MaxInFlight, c.Overflow, rc.keys)
 }
 
@@ -255,7 +256,7 @@ var modelEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // drawModelRun draws a queue configuration with the given overflow policy
 // and a sequence of 25 to 100 operations, and returns a harness on a fresh
 // mock clock with the sequence to run.
-func drawModelRun(rt *rapid.T, policy OverflowPolicy) (*harness, []op) {
+func drawModelRun(rt *rapid.T, policy queue.OverflowPolicy) (*harness, []op) {
 	var cfg [configBytes]byte
 	for i := range cfg {
 		cfg[i] = rapid.Byte().Draw(rt, fmt.Sprintf("config%d", i))
@@ -273,7 +274,7 @@ func drawModelRun(rt *rapid.T, policy OverflowPolicy) (*harness, []op) {
 func TestQueueModel(t *testing.T) {
 	var runs, ops int
 	cover := map[string]int{}
-	for _, policy := range []OverflowPolicy{OverflowDeadLetter, OverflowReject, OverflowBlock, OverflowDropOldest} {
+	for _, policy := range []queue.OverflowPolicy{queue.OverflowDeadLetter, queue.OverflowReject, queue.OverflowBlock, queue.OverflowDropOldest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				h, seq := drawModelRun(rt, policy)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // WithTTL gives an offered message a time to live from its publish,
@@ -29,7 +31,7 @@ func WithTTL(d time.Duration) OfferOption { return OfferOption{ttl: d} }
 // counts from the publish, so every subscription of one publish agrees,
 // and a fan-out reads the clock once. A zero PublishedAt means the clock's
 // now.
-func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration, opts ...OfferOption) error {
+func (q *Queue[T]) Offer(ctx context.Context, m *queue.Message[T], delay time.Duration, opts ...OfferOption) error {
 	oa, err := offerArgs(ctx, m, delay, opts)
 	if err != nil {
 		return err
@@ -63,18 +65,18 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 			return q.unlockOffer(oa.deferred)
 		}
 		switch q.cfg.Overflow {
-		case OverflowReject:
+		case queue.OverflowReject:
 			q.stats.Rejected++
 			q.unlock()
-			return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue}
-		case OverflowDropOldest:
+			return &queue.FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue}
+		case queue.OverflowDropOldest:
 			q.dropOldestLocked(now, m, delay, ttl, oa.note)
 			return q.unlockOffer(oa.deferred)
-		case OverflowBlock:
+		case queue.OverflowBlock:
 			if err := ctx.Err(); err != nil {
 				q.stats.Rejected++
 				q.unlock()
-				return &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue, Err: err}
+				return &queue.FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue, Err: err}
 			}
 			if q.room == nil {
 				q.room = make(chan struct{})
@@ -102,7 +104,7 @@ func (q *Queue[T]) Offer(ctx context.Context, m *Message[T], delay time.Duration
 // could change, and now is no earlier than the settle's time, so that m is
 // not due in it (neither its delay nor its TTL can have passed). Without
 // an unfinished settle it reports false: every call settles first.
-func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *Message[T]) bool {
+func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *queue.Message[T]) bool {
 	return q.sweeping && !now.Before(q.sweepAt) && q.nheld < q.cfg.MaxQueue &&
 		(m.Key == "" || q.keys[m.Key] == nil)
 }
@@ -115,7 +117,7 @@ type offerSpec struct {
 }
 
 // offerArgs checks an Offer's arguments and reads its options.
-func offerArgs[T any](ctx context.Context, m *Message[T], delay time.Duration, opts []OfferOption) (offerSpec, error) {
+func offerArgs[T any](ctx context.Context, m *queue.Message[T], delay time.Duration, opts []OfferOption) (offerSpec, error) {
 	var oa offerSpec
 	for _, o := range opts {
 		switch {
@@ -145,7 +147,7 @@ func offerArgs[T any](ctx context.Context, m *Message[T], delay time.Duration, o
 // dropOldestLocked makes room for m by dropping the oldest visible message
 // of the lowest priority (OverflowDropOldest); with nothing visible to
 // drop, the newcomer goes.
-func (q *Queue[T]) dropOldestLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
+func (q *Queue[T]) dropOldestLocked(now time.Time, m *queue.Message[T], delay, ttl time.Duration, note any) {
 	e := q.ready.popOldestLowest()
 	if e == nil {
 		q.stats.Published++
@@ -164,11 +166,11 @@ func (q *Queue[T]) dropOldestLocked(now time.Time, m *Message[T], delay, ttl tim
 // overflowDeadLetterLocked dead-letters m, which does not fit
 // (OverflowDeadLetter), with the place it would have had: a redrive puts
 // it there.
-func (q *Queue[T]) overflowDeadLetterLocked(now time.Time, m *Message[T], ttl time.Duration, note any) {
+func (q *Queue[T]) overflowDeadLetterLocked(now time.Time, m *queue.Message[T], ttl time.Duration, note any) {
 	q.stats.Published++
-	q.countDeadLocked(ReasonOverflow)
+	q.countDeadLocked(queue.ReasonOverflow)
 	q.nextSeq++
-	n := deadNote[T]{msg: m, reason: ReasonOverflow, at: now, place: q.nextSeq, ttl: ttl}
+	n := deadNote[T]{msg: m, reason: queue.ReasonOverflow, at: now, place: q.nextSeq, ttl: ttl}
 	q.pending = append(q.pending, n)
 	if q.rec != nil {
 		q.dirty = true
@@ -211,7 +213,7 @@ func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
 	}
 	q.roomLocked()
 	if q.nheld >= q.cfg.MaxQueue {
-		full := fmt.Errorf("redrive: %w", &FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue})
+		full := fmt.Errorf("redrive: %w", &queue.FullError{Subscription: q.cfg.Name, Limit: q.cfg.MaxQueue})
 		if err := q.unlock(); err != nil {
 			return err
 		}
@@ -236,7 +238,7 @@ func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
 	return q.unlock()
 }
 
-func (q *Queue[T]) insertLocked(now time.Time, m *Message[T], delay, ttl time.Duration, note any) {
+func (q *Queue[T]) insertLocked(now time.Time, m *queue.Message[T], delay, ttl time.Duration, note any) {
 	e := q.newEntryLocked(m)
 	q.stats.Published++
 	if delay > 0 || ttl > 0 {

@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // A Poll made with a Parking marks it while parked, with its wake-up: the
@@ -12,14 +14,14 @@ import (
 // A publish clears it before Offer returns; a clock at the wake-up reads
 // it as not parked; the Poll's own return clears it.
 func TestParkingFollowsThePoll(t *testing.T) {
-	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
 	notified := make(chan struct{}, 16)
 	pk := NewParking(func() { notified <- struct{}{} })
 	ctx, cancel := context.WithCancel(WithHooks(context.Background(), &PollHooks{Parking: pk}))
 	defer cancel()
 
-	poll := func() <-chan []Delivery[string] {
-		got := make(chan []Delivery[string], 1)
+	poll := func() <-chan []queue.Delivery[string] {
+		got := make(chan []queue.Delivery[string], 1)
 		go func() {
 			ds, _ := q.Poll(ctx, 1)
 			got <- ds
@@ -77,7 +79,7 @@ func TestParkingFollowsThePoll(t *testing.T) {
 // empties the queue clears it before Ack returns; a clock at the next due
 // event reads it as not parked.
 func TestParkingFollowsAwaitIdle(t *testing.T) {
-	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
 	pk := NewParking(nil)
 	ctx := WithHooks(context.Background(), &PollHooks{Parking: pk})
 	offer(t, q, "a", 0)
@@ -110,15 +112,15 @@ func TestParkingFollowsAwaitIdle(t *testing.T) {
 // leases for it and says so; a shorter one, an explicit visibility and a
 // TryPoll keep their own.
 func TestPollHooksHold(t *testing.T) {
-	q, mock := newIdleQueue(t, Config{VisibilityTimeout: 10 * time.Second})
+	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
 	for range 4 {
 		offer(t, q, "m", 0)
 	}
 	now := mock.Now()
-	poll := func(h *PollHooks, vis time.Duration) Delivery[string] {
+	poll := func(h *PollHooks, vis time.Duration) queue.Delivery[string] {
 		t.Helper()
 		ctx := WithHooks(context.Background(), h)
-		var ds []Delivery[string]
+		var ds []queue.Delivery[string]
 		var err error
 		if vis > 0 {
 			ds, err = q.PollWithVisibility(ctx, 1, vis)

@@ -8,13 +8,14 @@ import (
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Poll leases up to n visible messages (never more than MaxInFlight
 // allows), blocking until at least one is visible, ctx is done (its error
 // is returned and nothing is leased) or the queue closes (ErrClosed). n < 1
 // is an error matching ErrInvalidArgument.
-func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
+func (q *Queue[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
 	if n < 1 {
 		return nil, invalid("Poll: n = %d, must be >= 1", n)
 	}
@@ -24,7 +25,7 @@ func (q *Queue[T]) Poll(ctx context.Context, n int) ([]Delivery[T], error) {
 // PollWithVisibility is Poll with this call's own visibility timeout in
 // place of the queue's (SQS ReceiveMessage's VisibilityTimeout).
 // visibility must be > 0.
-func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]Delivery[T], error) {
+func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error) {
 	switch {
 	case n < 1:
 		return nil, invalid("PollWithVisibility: n = %d, must be >= 1", n)
@@ -38,7 +39,7 @@ func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility tim
 // messages into dst and returns how many. A worker loop that reuses its
 // buffer allocates nothing. An empty dst is an error matching
 // ErrInvalidArgument.
-func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error) {
+func (q *Queue[T]) PollInto(ctx context.Context, dst []queue.Delivery[T]) (int, error) {
 	if len(dst) == 0 {
 		return 0, invalid("PollInto: empty buffer")
 	}
@@ -49,7 +50,7 @@ func (q *Queue[T]) PollInto(ctx context.Context, dst []Delivery[T]) (int, error)
 // TryPoll is Poll that never blocks: it returns what is visible now, up to
 // n, or nothing. It returns nil for n < 1 and after Close; TryPollInto
 // reports those as errors.
-func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
+func (q *Queue[T]) TryPoll(n int) []queue.Delivery[T] {
 	if n < 1 {
 		return nil
 	}
@@ -59,7 +60,7 @@ func (q *Queue[T]) TryPoll(n int) []Delivery[T] {
 
 // TryPollInto is PollInto that never blocks: it fills dst with what is
 // visible now and returns how many (possibly 0).
-func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
+func (q *Queue[T]) TryPollInto(dst []queue.Delivery[T]) (int, error) {
 	if len(dst) == 0 {
 		return 0, invalid("TryPollInto: empty buffer")
 	}
@@ -69,7 +70,7 @@ func (q *Queue[T]) TryPollInto(dst []Delivery[T]) (int, error) {
 
 // poll leases up to n messages into dst for vis (0: the queue's visibility
 // timeout), waiting for one if block.
-func (q *Queue[T]) poll(ctx context.Context, dst []Delivery[T], n int, block bool, vis time.Duration) ([]Delivery[T], error) {
+func (q *Queue[T]) poll(ctx context.Context, dst []queue.Delivery[T], n int, block bool, vis time.Duration) ([]queue.Delivery[T], error) {
 	if ctx == nil {
 		return dst, invalid("Poll: nil context")
 	}
@@ -193,7 +194,7 @@ func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
 		q.mu.Lock()
 		if q.closed {
 			q.mu.Unlock()
-			return fmt.Errorf("await parked: %w", ErrClosed)
+			return fmt.Errorf("await parked: %w", queue.ErrClosed)
 		}
 		if q.parked >= n {
 			q.mu.Unlock()
@@ -290,7 +291,7 @@ func (q *Queue[T]) canLeaseLocked() bool {
 }
 
 // leaseLocked leases up to n ready messages into dst.
-func (q *Queue[T]) leaseLocked(now time.Time, dst []Delivery[T], n int, vis time.Duration) []Delivery[T] {
+func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vis time.Duration) []queue.Delivery[T] {
 	k := min(n, q.ready.len())
 	if q.cfg.MaxInFlight > 0 {
 		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())

@@ -16,6 +16,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // chunk is how many entries the arena allocates at once.
@@ -33,7 +34,7 @@ const (
 type Queue[T any] struct {
 	Parks // its Polls honor PollHooks
 
-	cfg    Config // immutable after New; defaults filled in
+	cfg    queue.Config // immutable after New; defaults filled in
 	clock  clock.Clock
 	epoch  time.Time       // the clock's time at New: tick 0
 	scope  uint64          // the scope of every lease ID this queue issues
@@ -61,7 +62,7 @@ type Queue[T any] struct {
 	keys         map[string]*keyQueue[T] // ordering keys with a message held
 	heldBack     int                     // entries held back behind their key's head
 	nextSeq      uint64                  // the last place handed out
-	stats        Stats                   // the counters; Stats fills in the gauges
+	stats        queue.Stats             // the counters; Stats fills in the gauges
 	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
 	backlog      [][]deadNote[T]         // earlier ones of an unfinished sweep, to hand before pending
 	dirty        bool                    // something was recorded since the last unlock
@@ -86,7 +87,7 @@ type Queue[T any] struct {
 // New returns an empty queue. onDead, if not nil, receives every message the
 // queue dead-letters, in order, outside the queue's lock (it may call back
 // into the queue); with a nil onDead dead letters are only counted.
-func New[T any](cfg Config, onDead func(Letter[T])) (*Queue[T], error) {
+func New[T any](cfg queue.Config, onDead func(Letter[T])) (*Queue[T], error) {
 	if err := ValidateConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -143,9 +144,9 @@ const (
 )
 
 // Config returns the queue's configuration with every default filled in.
-func (q *Queue[T]) Config() Config {
+func (q *Queue[T]) Config() queue.Config {
 	if q == nil {
-		return Config{}
+		return queue.Config{}
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -153,9 +154,9 @@ func (q *Queue[T]) Config() Config {
 }
 
 // Stats returns a snapshot of the queue, after settling everything due.
-func (q *Queue[T]) Stats() Stats {
+func (q *Queue[T]) Stats() queue.Stats {
 	if q == nil {
-		return Stats{}
+		return queue.Stats{}
 	}
 	now := q.clock.Now()
 	q.mu.Lock()
@@ -227,7 +228,7 @@ func (q *Queue[T]) lockUnsettled(now time.Time) (time.Time, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return time.Time{}, ErrClosed
+		return time.Time{}, queue.ErrClosed
 	}
 	q.drainLocked()
 	return now, nil
@@ -240,7 +241,7 @@ func (q *Queue[T]) settleOpenLocked(now time.Time) error {
 	q.sweepLocked(now)
 	if q.closed {
 		_ = q.unlock() // the call fails as closed: a store's error shows there
-		return ErrClosed
+		return queue.ErrClosed
 	}
 	return nil
 }

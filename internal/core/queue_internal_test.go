@@ -32,26 +32,26 @@ func TestMain(m *testing.M) {
 
 func TestConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
-		cfg Config
+		cfg queue.Config
 		ok  bool
 	}{
-		"zero is valid":              {Config{}, true},
-		"unlimited attempts":         {Config{MaxAttempts: UnlimitedAttempts}, true},
-		"negative visibility":        {Config{VisibilityTimeout: -1}, false},
-		"attempts -2":                {Config{MaxAttempts: -2}, false},
-		"negative queue":             {Config{MaxQueue: -1}, false},
-		"unknown overflow":           {Config{Overflow: 9}, false},
-		"negative in flight":         {Config{MaxInFlight: -1}, false},
-		"retry initial above max":    {Config{Retry: RetryPolicy{Initial: time.Minute, Max: time.Second}}, false},
-		"retry jitter NaN":           {Config{Retry: RetryPolicy{Jitter: nan()}}, false},
-		"retry multiplier +Inf":      {Config{Retry: RetryPolicy{Multiplier: inf()}}, false},
-		"retry negative max":         {Config{Retry: RetryPolicy{Max: -1}}, false},
-		"retry full jitter is valid": {Config{Retry: RetryPolicy{Jitter: 1}}, true},
+		"zero is valid":              {queue.Config{}, true},
+		"unlimited attempts":         {queue.Config{MaxAttempts: queue.UnlimitedAttempts}, true},
+		"negative visibility":        {queue.Config{VisibilityTimeout: -1}, false},
+		"attempts -2":                {queue.Config{MaxAttempts: -2}, false},
+		"negative queue":             {queue.Config{MaxQueue: -1}, false},
+		"unknown overflow":           {queue.Config{Overflow: 9}, false},
+		"negative in flight":         {queue.Config{MaxInFlight: -1}, false},
+		"retry initial above max":    {queue.Config{Retry: queue.RetryPolicy{Initial: time.Minute, Max: time.Second}}, false},
+		"retry jitter NaN":           {queue.Config{Retry: queue.RetryPolicy{Jitter: nan()}}, false},
+		"retry multiplier +Inf":      {queue.Config{Retry: queue.RetryPolicy{Multiplier: inf()}}, false},
+		"retry negative max":         {queue.Config{Retry: queue.RetryPolicy{Max: -1}}, false},
+		"retry full jitter is valid": {queue.Config{Retry: queue.RetryPolicy{Jitter: 1}}, true},
 	} {
 		if err := ValidateConfig(tc.cfg); tc.ok {
 			assert.NoError(t, err, "%s: Validate()", name)
 		} else {
-			assert.ErrorIs(t, err, ErrInvalidArgument, "%s: Validate()", name)
+			assert.ErrorIs(t, err, queue.ErrInvalidArgument, "%s: Validate()", name)
 		}
 		_, err := New[int](tc.cfg, nil)
 		assert.Equal(t, tc.ok, err == nil, "%s: New() = %v", name, err)
@@ -100,13 +100,13 @@ func TestReadyOrder(t *testing.T) {
 func TestStateReturnsToEmpty(t *testing.T) {
 	mock := clock.NewMock()
 	var dead []Letter[int]
-	q, err := New(Config{Clock: mock, MaxAttempts: 2, MaxQueue: 50, Overflow: OverflowDropOldest, VisibilityTimeout: time.Second},
+	q, err := New(queue.Config{Clock: mock, MaxAttempts: 2, MaxQueue: 50, Overflow: queue.OverflowDropOldest, VisibilityTimeout: time.Second},
 		func(dl Letter[int]) { dead = append(dead, dl) })
 	require.NoError(t, err)
 	defer q.Close()
 	ctx := context.Background()
 	for i := range 60 {
-		m := &Message[int]{Payload: i, Priority: Priority(i%4 - 1)}
+		m := &queue.Message[int]{Payload: i, Priority: queue.Priority(i%4 - 1)}
 		require.NoError(t, q.Offer(ctx, m, time.Duration(i%3)*time.Millisecond))
 	}
 	for round := 0; ; round++ {
@@ -167,18 +167,18 @@ func (q *Queue[T]) heldEntries() []*entry[T] {
 // WithDeferredCommit are accepted by a queue with no Recorder, and
 // WithDeferredCommit leaves the Recorder's Commit to the caller.
 func TestOfferNoteAndDeferredCommit(t *testing.T) {
-	q, err := New[int](Config{}, nil)
+	q, err := New[int](queue.Config{}, nil)
 	require.NoError(t, err)
-	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithNote(nil), WithDeferredCommit()))
+	require.NoError(t, q.Offer(context.Background(), &queue.Message[int]{}, 0, WithNote(nil), WithDeferredCommit()))
 	require.Equal(t, 1, q.Stats().Visible)
 
 	rec := &countingRecorder{}
-	q, err = NewRecorded[int](Config{}, nil, rec)
+	q, err = NewRecorded[int](queue.Config{}, nil, rec)
 	require.NoError(t, err)
-	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithDeferredCommit()))
+	require.NoError(t, q.Offer(context.Background(), &queue.Message[int]{}, 0, WithDeferredCommit()))
 	require.Equal(t, 1, rec.offered)
 	require.Zero(t, rec.commits, "deferred: the caller commits")
-	require.NoError(t, q.Offer(context.Background(), &Message[int]{}, 0, WithNote("n")))
+	require.NoError(t, q.Offer(context.Background(), &queue.Message[int]{}, 0, WithNote("n")))
 	require.Equal(t, 1, rec.commits)
 	require.Equal(t, "n", rec.note)
 }
@@ -188,14 +188,14 @@ type countingRecorder struct {
 	note             any
 }
 
-func (r *countingRecorder) Offered(_ Entry[int], note any)           { r.offered++; r.note = note }
-func (r *countingRecorder) Delivered([]Delivery[int])                {}
-func (r *countingRecorder) Retried(*Message[int], time.Time, string) {}
-func (r *countingRecorder) Released(*Message[int])                   {}
-func (r *countingRecorder) Removed(*Message[int])                    {}
-func (r *countingRecorder) DeadLettered(Letter[int])                 {}
-func (r *countingRecorder) Purged()                                  {}
-func (r *countingRecorder) Commit() error                            { r.commits++; return nil }
+func (r *countingRecorder) Offered(_ Entry[int], note any)                 { r.offered++; r.note = note }
+func (r *countingRecorder) Delivered([]queue.Delivery[int])                {}
+func (r *countingRecorder) Retried(*queue.Message[int], time.Time, string) {}
+func (r *countingRecorder) Released(*queue.Message[int])                   {}
+func (r *countingRecorder) Removed(*queue.Message[int])                    {}
+func (r *countingRecorder) DeadLettered(Letter[int])                       {}
+func (r *countingRecorder) Purged()                                        {}
+func (r *countingRecorder) Commit() error                                  { r.commits++; return nil }
 
 // TestEntrySize holds the budget of what a queue keeps per message beside
 // the shared envelope (at most 200 bytes per queued message in all, and
@@ -210,20 +210,20 @@ func TestEntrySize(t *testing.T) {
 // added to queue.Delivery later) would keep an older delivery's value.
 func TestPollIntoOverwritesEveryField(t *testing.T) {
 	mock := clock.NewMock()
-	q, err := New[int](Config{Clock: mock, MaxAttempts: 3}, nil)
+	q, err := New[int](queue.Config{Clock: mock, MaxAttempts: 3}, nil)
 	require.NoError(t, err)
 	defer q.Close()
 	ctx := context.Background()
-	require.NoError(t, q.Offer(ctx, &Message[int]{Payload: 1, PublishedAt: mock.Now()}, 0))
+	require.NoError(t, q.Offer(ctx, &queue.Message[int]{Payload: 1, PublishedAt: mock.Now()}, 0))
 	fresh := q.TryPoll(1)
 	require.Len(t, fresh, 1)
 	require.NoError(t, q.Release(fresh[0].LeaseID))
 
-	buf := make([]Delivery[int], 1)
+	buf := make([]queue.Delivery[int], 1)
 	v := reflect.ValueOf(&buf[0]).Elem()
 	for i := range v.NumField() { // every field, and every field of the message, not zero
 		f := v.Field(i)
-		if f.Kind() == reflect.Struct && f.Type() == reflect.TypeFor[Message[int]]() {
+		if f.Kind() == reflect.Struct && f.Type() == reflect.TypeFor[queue.Message[int]]() {
 			for j := range f.NumField() {
 				setNonZero(t, f.Field(j))
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/internal/minheap"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // entryState says which structure holds an entry.
@@ -27,15 +28,15 @@ const (
 // need lives beside them: the TTL of a message that has one (q.ttls, by
 // slot) and a failure's own text (q.errs, by slot).
 type entry[T any] struct {
-	msg      *Message[T] // shared, never written after publish; nil when the slot is free
-	place    uint64      // publish sequence in this queue: FIFO order within a priority
-	at       tick        // delayed or held back: when it turns visible (noTick: at once); leased: the lease's deadline
-	stamp    uint64      // when leased: lease order (equal deadlines expire in it)
-	slot     uint32      // where it lives in the arena
-	gen      uint32      // which use of the slot: with slot, the seq of its lease IDs
-	delivery uint32      // deliveries so far (the delivery number of the last lease)
-	attempt  int32       // attempts spent (Release gives one back)
-	index    int32       // position in a heap (>= 0) or a run (<= -2, see run), or -1 (none)
+	msg      *queue.Message[T] // shared, never written after publish; nil when the slot is free
+	place    uint64            // publish sequence in this queue: FIFO order within a priority
+	at       tick              // delayed or held back: when it turns visible (noTick: at once); leased: the lease's deadline
+	stamp    uint64            // when leased: lease order (equal deadlines expire in it)
+	slot     uint32            // where it lives in the arena
+	gen      uint32            // which use of the slot: with slot, the seq of its lease IDs
+	delivery uint32            // deliveries so far (the delivery number of the last lease)
+	attempt  int32             // attempts spent (Release gives one back)
+	index    int32             // position in a heap (>= 0) or a run (<= -2, see run), or -1 (none)
 	state    entryState
 	flags    entryFlags
 	prio     uint8   // index into ready.lanes: Priority+1

@@ -16,7 +16,7 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-func newMockQueue(t *testing.T, cfg Config) (*Queue[int], *clock.Mock, *[]Letter[int]) {
+func newMockQueue(t *testing.T, cfg queue.Config) (*Queue[int], *clock.Mock, *[]Letter[int]) {
 	t.Helper()
 	mock := clock.NewMock()
 	mock.Set(modelEpoch)
@@ -33,13 +33,13 @@ func newMockQueue(t *testing.T, cfg Config) (*Queue[int], *clock.Mock, *[]Letter
 func offerN(t *testing.T, q *Queue[int], payloads ...int) {
 	t.Helper()
 	for _, p := range payloads {
-		if err := q.Offer(context.Background(), &Message[int]{Payload: p}, 0); err != nil {
+		if err := q.Offer(context.Background(), &queue.Message[int]{Payload: p}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-func payloadsOf(ds []Delivery[int]) []int {
+func payloadsOf(ds []queue.Delivery[int]) []int {
 	out := make([]int, len(ds))
 	for i, d := range ds {
 		out[i] = d.Payload
@@ -51,8 +51,8 @@ func payloadsOf(ds []Delivery[int]) []int {
 // publish order)". An overflow dead letter used to be recorded with place
 // 0, so once redriven it jumped ahead of every message published before it.
 func TestRedrivenOverflowDeadLetterKeepsItsPlace(t *testing.T) {
-	q, _, dead := newMockQueue(t, Config{MaxQueue: 3}) // OverflowDeadLetter
-	offerN(t, q, 1, 2, 3, 4, 5)                        // 4 and 5 overflow into the dead letters
+	q, _, dead := newMockQueue(t, queue.Config{MaxQueue: 3}) // OverflowDeadLetter
+	offerN(t, q, 1, 2, 3, 4, 5)                              // 4 and 5 overflow into the dead letters
 	first := q.TryPoll(2)
 	if err := q.AckBatch([]lease.ID{first[0].LeaseID, first[1].LeaseID}); err != nil { // room for two
 		t.Fatal(err)
@@ -74,8 +74,8 @@ func TestRedrivenOverflowDeadLetterKeepsItsPlace(t *testing.T) {
 // Config.TTL is the default TTL "from its publish (or redrive)". A foreign
 // dead letter redriven into a queue with a TTL used to get none.
 func TestForeignRedriveGetsConfigTTL(t *testing.T) {
-	q, mock, dead := newMockQueue(t, Config{TTL: time.Second})
-	if err := q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: Message[int]{Payload: 7}}}); err != nil {
+	q, mock, dead := newMockQueue(t, queue.Config{TTL: time.Second})
+	if err := q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Subscription: "elsewhere", Message: queue.Message[int]{Payload: 7}}}); err != nil {
 		t.Fatal(err)
 	}
 	mock.Add(time.Second - 1)
@@ -83,7 +83,7 @@ func TestForeignRedriveGetsConfigTTL(t *testing.T) {
 		t.Fatalf("1ns before the TTL: %+v", st)
 	}
 	mock.Add(1)
-	if st := q.Stats(); st.Visible != 0 || len(*dead) != 1 || (*dead)[0].Reason != ReasonExpired {
+	if st := q.Stats(); st.Visible != 0 || len(*dead) != 1 || (*dead)[0].Reason != queue.ReasonExpired {
 		t.Errorf("Config.TTL 1s, foreign dead letter redriven, clock +1s: %+v, dead letters %v; want it dead-lettered (ReasonExpired)", st, *dead)
 	}
 }

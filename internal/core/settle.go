@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Ack settles a lease as done and deletes its message. It succeeds even
@@ -82,7 +83,7 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return true, ErrClosed
+		return true, queue.ErrClosed
 	}
 	if q.sweeping || len(ids) == 0 {
 		q.mu.Unlock()
@@ -190,7 +191,7 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 	text := errText(cause)
 	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
 		q.setLastErrLocked(e, text)
-		q.deadLetterLocked(now, e, ReasonRejected)
+		q.deadLetterLocked(now, e, queue.ReasonRejected)
 	})
 }
 
@@ -273,14 +274,14 @@ func (q *Queue[T]) settle(op string, id lease.ID, f func(now time.Time, e *entry
 // current (not superseded by a later delivery, not already settled).
 func (q *Queue[T]) lookupLocked(op string, id lease.ID) (*entry[T], error) {
 	if id.Scope() != q.scope {
-		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
+		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
 	}
 	e := q.lookupSeqLocked(id.Seq())
 	if e == nil || id.Delivery() == 0 || id.Delivery() > e.delivery {
-		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseNotFound)
+		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
 	}
 	if id.Delivery() != e.delivery || !e.is(leaseOpen) {
-		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
+		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
 	}
 	return e, nil
 }
@@ -305,20 +306,20 @@ func (q *Queue[T]) liveLocked(op string, id lease.ID) (*entry[T], error) {
 		return nil, err
 	}
 	if e.state != stateLeased { // sweepLocked already expired it
-		return nil, fmt.Errorf("%s %v: %w", op, id, ErrLeaseExpired)
+		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
 	}
 	return e, nil
 }
 
 func (q *Queue[T]) exhausted(e *entry[T]) bool {
-	return q.cfg.MaxAttempts != UnlimitedAttempts && int(e.attempt) >= q.cfg.MaxAttempts
+	return q.cfg.MaxAttempts != queue.UnlimitedAttempts && int(e.attempt) >= q.cfg.MaxAttempts
 }
 
 // retryLocked puts a failed entry back after delay, or dead-letters it if
 // that was its last attempt.
 func (q *Queue[T]) retryLocked(now time.Time, e *entry[T], delay time.Duration) {
 	if q.exhausted(e) {
-		q.deadLetterLocked(now, e, ReasonMaxAttempts)
+		q.deadLetterLocked(now, e, queue.ReasonMaxAttempts)
 		return
 	}
 	q.backLocked(now, e, delay)
@@ -331,7 +332,7 @@ func (q *Queue[T]) backLocked(now time.Time, e *entry[T], delay time.Duration) {
 	// readings (a mock) the conversion is a real part of a redelivery.
 	if e.is(hasTTL) {
 		if q.tickOf(now) >= q.ttlOf(e).expires {
-			q.deadLetterLocked(now, e, ReasonExpired)
+			q.deadLetterLocked(now, e, queue.ReasonExpired)
 			return
 		}
 		q.ttl.push(e)

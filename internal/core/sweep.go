@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // sweepChunk bounds what one lock hold sweeps when much falls due at
@@ -111,7 +112,7 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 		if e := q.inflight.PopExpired(t); e != nil {
 			q.setErrKindLocked(e, errExpired)
 			if q.exhausted(e) {
-				q.deadLetterLocked(now, e, ReasonMaxAttempts)
+				q.deadLetterLocked(now, e, queue.ReasonMaxAttempts)
 			} else {
 				q.backLocked(now, e, 0) // the lease stays current until redelivery
 			}
@@ -129,7 +130,7 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 		if q.ttl.len() > 0 && t >= q.ttlOf(q.ttl.top()).expires {
 			e := q.ttl.remove(0)
 			q.unplaceLocked(e)
-			q.deadLetterLocked(now, e, ReasonExpired)
+			q.deadLetterLocked(now, e, queue.ReasonExpired)
 			continue
 		}
 		q.due = q.nextDueLocked()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/leasebus/leasebus/queue"
 	"pgregory.net/rapid"
 )
 
@@ -48,7 +49,7 @@ func awaitSweepWaiters[T any](t *testing.T, q *Queue[T], n int) {
 // sweepQueue returns a queue on a mock clock that settles chunk items per
 // lock hold, with n leases taken (payloads 0..n-1, in that order) and the
 // clock moved past their deadline.
-func sweepQueue(t *testing.T, cfg Config, chunk, n int, onDead func(Letter[int])) (*Queue[int], *clock.Mock, []Delivery[int]) {
+func sweepQueue(t *testing.T, cfg queue.Config, chunk, n int, onDead func(Letter[int])) (*Queue[int], *clock.Mock, []queue.Delivery[int]) {
 	t.Helper()
 	mock := clock.NewMock()
 	cfg.Clock = mock
@@ -65,7 +66,7 @@ func sweepQueue(t *testing.T, cfg Config, chunk, n int, onDead func(Letter[int])
 	q.chunk = chunk
 	t.Cleanup(func() { q.Close() })
 	for i := range n {
-		if err := q.Offer(context.Background(), &Message[int]{Payload: i}, 0); err != nil {
+		if err := q.Offer(context.Background(), &queue.Message[int]{Payload: i}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestSweepReleasesTheLockBetweenChunks(t *testing.T) {
 		{16, 15, 0},
 	} {
 		t.Run(fmt.Sprintf("chunk=%d/n=%d", tc.chunk, tc.n), func(t *testing.T) {
-			q, _, _ := sweepQueue(t, Config{}, tc.chunk, tc.n, nil)
+			q, _, _ := sweepQueue(t, queue.Config{}, tc.chunk, tc.n, nil)
 			gaps := 0
 			q.gap = func() {
 				if !q.mu.TryLock() {
@@ -128,7 +129,7 @@ func TestSweepReleasesTheLockBetweenChunks(t *testing.T) {
 func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 	const n, chunk = 100, 10
 	mock := clock.NewMock()
-	q, err := New[int](Config{Clock: mock, VisibilityTimeout: time.Minute, MaxQueue: 1000}, nil)
+	q, err := New[int](queue.Config{Clock: mock, VisibilityTimeout: time.Minute, MaxQueue: 1000}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 	q.chunk = chunk
 	ctx := context.Background()
 	for i := range n + 2 {
-		if err := q.Offer(ctx, &Message[int]{Payload: i}, 0); err != nil {
+		if err := q.Offer(ctx, &queue.Message[int]{Payload: i}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,8 +149,8 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 	type result struct {
 		name string
 		err  error
-		ds   []Delivery[int]
-		st   Stats
+		ds   []queue.Delivery[int]
+		st   queue.Stats
 	}
 	waiting := make(chan result, 8)
 	var wg sync.WaitGroup
@@ -175,7 +176,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 				t.Fatalf("%s waited for the sweep", name)
 			}
 		}
-		inGap("Offer", func() error { return q.Offer(ctx, &Message[int]{Payload: 1000}, 0) })
+		inGap("Offer", func() error { return q.Offer(ctx, &queue.Message[int]{Payload: 1000}, 0) })
 		inGap("Ack (not due)", func() error { return q.Ack(later[0].LeaseID) })
 		inGap("Extend (not due)", func() error { return q.Extend(later[1].LeaseID, time.Hour) })
 		q.mu.Lock()
@@ -210,7 +211,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 				t.Errorf("a late Ack of an expired lease not delivered again = %v, want nil", r.err)
 			}
 		case "Nack (due)":
-			if !errors.Is(r.err, ErrLeaseExpired) {
+			if !errors.Is(r.err, queue.ErrLeaseExpired) {
 				t.Errorf("a Nack after the deadline = %v, want ErrLeaseExpired", r.err)
 			}
 		case "Stats":
@@ -222,7 +223,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 		}
 	}
 	st := q.Stats()
-	want := Stats{Visible: n + 3 - 2 - 1 - 2, InFlight: 2 + 1, Published: n + 3, Delivered: n + 2 + 2, Redelivered: 2, Acked: 2}
+	want := queue.Stats{Visible: n + 3 - 2 - 1 - 2, InFlight: 2 + 1, Published: n + 3, Delivered: n + 2 + 2, Redelivered: 2, Acked: 2}
 	if st != want {
 		t.Errorf("Stats after = %+v\nwant %+v", st, want)
 	}
@@ -257,14 +258,14 @@ func TestSweepDeadLettersInOrderAfterTheSweep(t *testing.T) {
 			q.Stats() // onDead may call back into the queue: the sweep is done
 		}
 	}
-	q, err := NewRecorded(Config{Clock: mock, VisibilityTimeout: time.Minute, MaxAttempts: 1}, onDead, rec)
+	q, err := NewRecorded(queue.Config{Clock: mock, VisibilityTimeout: time.Minute, MaxAttempts: 1}, onDead, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
 	q.chunk = chunk
 	for i := range n {
-		if err := q.Offer(context.Background(), &Message[int]{Payload: n - 1 - i, Priority: Priority(i%4 - 1)}, 0); err != nil {
+		if err := q.Offer(context.Background(), &queue.Message[int]{Payload: n - 1 - i, Priority: queue.Priority(i%4 - 1)}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -283,7 +284,7 @@ func TestSweepDeadLettersInOrderAfterTheSweep(t *testing.T) {
 		t.Fatalf("%d dead letters handed over, %d recorded, want %d", len(got), len(rec.dead), n)
 	}
 	for i, d := range ds {
-		if got[i].Message.Payload != d.Payload || rec.dead[i] != d.Payload || got[i].Reason != ReasonMaxAttempts || !got[i].At.Equal(mock.Now()) {
+		if got[i].Message.Payload != d.Payload || rec.dead[i] != d.Payload || got[i].Reason != queue.ReasonMaxAttempts || !got[i].At.Equal(mock.Now()) {
 			t.Fatalf("dead letter %d: %+v (recorded %d), want payload %d", i, got[i].DeadLetter, rec.dead[i], d.Payload)
 		}
 	}
@@ -302,7 +303,7 @@ func (r *orderRecorder) DeadLettered(dl Letter[int]) { r.dead = append(r.dead, d
 // Closing the queue between chunks ends the sweep: the sweeping call and
 // those waiting for it return ErrClosed, and nothing is left waiting.
 func TestSweepEndsWhenTheQueueCloses(t *testing.T) {
-	q, _, ds := sweepQueue(t, Config{}, 8, 100, nil)
+	q, _, ds := sweepQueue(t, queue.Config{}, 8, 100, nil)
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -323,12 +324,12 @@ func TestSweepEndsWhenTheQueueCloses(t *testing.T) {
 	}
 	// An Ack of a lease that is not on its last attempt needs no clock and
 	// sweeps nothing (ackTimeless); a Nack reads the clock and sweeps.
-	if err := q.Nack(ds[99].LeaseID, 0); !errors.Is(err, ErrClosed) {
+	if err := q.Nack(ds[99].LeaseID, 0); !errors.Is(err, queue.ErrClosed) {
 		t.Errorf("the sweeping Nack = %v, want ErrClosed", err)
 	}
 	wg.Wait()
 	for _, err := range errs {
-		if !errors.Is(err, ErrClosed) {
+		if !errors.Is(err, queue.ErrClosed) {
 			t.Errorf("a call waiting for the sweep = %v, want ErrClosed", err)
 		}
 	}
@@ -343,7 +344,7 @@ func TestSweepEndsWhenTheQueueCloses(t *testing.T) {
 func TestSweepRace(t *testing.T) {
 	const consumers, publishers, perPublisher = 3, 2, 300
 	mock := clock.NewMock()
-	q, err := New[int](Config{Clock: mock, VisibilityTimeout: time.Minute, MaxAttempts: UnlimitedAttempts, MaxQueue: 1 << 20}, nil)
+	q, err := New[int](queue.Config{Clock: mock, VisibilityTimeout: time.Minute, MaxAttempts: queue.UnlimitedAttempts, MaxQueue: 1 << 20}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestSweepRace(t *testing.T) {
 	q.gap = func() { gaps.Add(1) }
 	ctx := context.Background()
 	for i := range 400 {
-		if err := q.Offer(ctx, &Message[int]{Payload: i}, 0); err != nil {
+		if err := q.Offer(ctx, &queue.Message[int]{Payload: i}, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -394,7 +395,7 @@ func TestSweepRace(t *testing.T) {
 							mu.Unlock()
 						}
 					}
-					if err != nil && !errors.Is(err, ErrLeaseExpired) && !errors.Is(err, ErrLeaseNotFound) {
+					if err != nil && !errors.Is(err, queue.ErrLeaseExpired) && !errors.Is(err, queue.ErrLeaseNotFound) {
 						t.Errorf("settling %v: %v", d.LeaseID, err)
 					}
 				}
@@ -404,7 +405,7 @@ func TestSweepRace(t *testing.T) {
 	for p := range publishers {
 		wg.Go(func() {
 			for i := range perPublisher {
-				if err := q.Offer(ctx, &Message[int]{Payload: 400 + p*perPublisher + i}, 0); err != nil {
+				if err := q.Offer(ctx, &queue.Message[int]{Payload: 400 + p*perPublisher + i}, 0); err != nil {
 					t.Errorf("Offer: %v", err)
 				}
 			}
@@ -458,7 +459,7 @@ func TestQueueModelChunked(t *testing.T) {
 			t.Error("no run settled in chunks")
 		}
 	}()
-	for _, policy := range []OverflowPolicy{OverflowDeadLetter, OverflowDropOldest} {
+	for _, policy := range []queue.OverflowPolicy{queue.OverflowDeadLetter, queue.OverflowDropOldest} {
 		t.Run(policy.String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				h, seq := drawModelRun(rt, policy)

@@ -7,48 +7,8 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// The words of package queue, as this package's code spells them.
-type (
-	Message[T any]  = queue.Message[T]
-	Delivery[T any] = queue.Delivery[T]
-	Stats           = queue.Stats
-	Priority        = queue.Priority
-	Reason          = queue.Reason
-	RetryPolicy     = queue.RetryPolicy
-	OverflowPolicy  = queue.OverflowPolicy
-	FullError       = queue.FullError
-	Config          = queue.Config
-)
-
-const (
-	PriorityLow      = queue.PriorityLow
-	PriorityCritical = queue.PriorityCritical
-	numPriorities    = int(PriorityCritical-PriorityLow) + 1
-
-	ReasonMaxAttempts = queue.ReasonMaxAttempts
-	ReasonOverflow    = queue.ReasonOverflow
-	ReasonExpired     = queue.ReasonExpired
-	ReasonRejected    = queue.ReasonRejected
-
-	OverflowDeadLetter = queue.OverflowDeadLetter
-	OverflowReject     = queue.OverflowReject
-	OverflowBlock      = queue.OverflowBlock
-	OverflowDropOldest = queue.OverflowDropOldest
-
-	UnlimitedAttempts        = queue.UnlimitedAttempts
-	DefaultVisibilityTimeout = queue.DefaultVisibilityTimeout
-	DefaultMaxAttempts       = queue.DefaultMaxAttempts
-	DefaultMaxQueue          = queue.DefaultMaxQueue
-)
-
-// The errors of package queue (the same values: errors.Is matches them).
-var (
-	ErrLeaseExpired    = queue.ErrLeaseExpired
-	ErrLeaseNotFound   = queue.ErrLeaseNotFound
-	ErrClosed          = queue.ErrClosed
-	ErrQueueFull       = queue.ErrQueueFull
-	ErrInvalidArgument = queue.ErrInvalidArgument
-)
+// numPriorities is how many priorities there are: one lane each.
+const numPriorities = int(queue.PriorityCritical-queue.PriorityLow) + 1
 
 // Letter is a dead letter with what a redrive needs to put it back where
 // it was: its place (publish sequence) in the queue that dead-lettered it,
