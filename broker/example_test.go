@@ -234,3 +234,22 @@ func ExampleOpen() {
 	// b.csv attempt 2
 	// c.csv attempt 1
 }
+
+// A broker's defaults apply to every subscription; a subscription's own
+// options override them.
+func ExampleWithSubscriptionDefaults() {
+	b, _ := broker.New[string](broker.WithSubscriptionDefaults(
+		broker.WithMaxAttempts(3),
+		broker.WithVisibilityTimeout(time.Minute),
+	))
+	defer b.Close()
+	b.CreateTopic("orders")
+	billing, _ := b.Subscribe("orders", "billing")
+	audit, _ := b.Subscribe("orders", "audit", broker.WithMaxAttempts(10))
+
+	fmt.Println(billing.Config().MaxAttempts, billing.Config().VisibilityTimeout)
+	fmt.Println(audit.Config().MaxAttempts, audit.Config().VisibilityTimeout)
+	// Output:
+	// 3 1m0s
+	// 10 1m0s
+}
