@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -225,13 +226,13 @@ func TestBadInputClockMovedBackwards(t *testing.T) {
 	if after := f.state(); after.s != before.s || after.dead != before.dead {
 		t.Errorf("moving the clock back changed the state:\n before %+v\n after  %+v", before, after)
 	}
-	wantErr(t, "Extend(expired lease) after the clock went back", callSafely(func() error { return s.Extend(expired.LeaseID, vis) }), queue.ErrLeaseExpired)
-	wantErr(t, "late Ack after the clock went back", callSafely(func() error { return s.Ack(expired.LeaseID) }), nil)
+	testkit.WantErr(t, "Extend(expired lease) after the clock went back", testkit.CallSafely(func() error { return s.Extend(expired.LeaseID, vis) }), queue.ErrLeaseExpired)
+	testkit.WantErr(t, "late Ack after the clock went back", testkit.CallSafely(func() error { return s.Ack(expired.LeaseID) }), nil)
 	ds := s.TryPoll(10)
 	if len(ds) != 1 || ds[0].Payload != "m1" || ds[0].Attempt != 3 || !ds[0].Deadline.Equal(start.Add(-time.Hour+vis)) {
 		t.Fatalf("TryPoll after the clock went back = %+v, want m1, attempt 3, deadline now+vis", ds)
 	}
-	wantErr(t, "Extend(live lease) after the clock went back", callSafely(func() error { return s.Extend(ds[0].LeaseID, vis) }), nil)
+	testkit.WantErr(t, "Extend(live lease) after the clock went back", testkit.CallSafely(func() error { return s.Extend(ds[0].LeaseID, vis) }), nil)
 	mock.Set(start.Add(2 * time.Hour)) // forward again: m1's last attempt expires, m4 and m5 come due
 	st := s.Stats()
 	if st.InFlight != 0 || st.Delayed != 0 || st.Visible != 2 || len(f.b.DeadLetters()) != 2 {

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -94,32 +94,10 @@ func (f *badFixture) state() badState {
 	return badState{s: s, other: other, dead: len(f.b.DeadLetters()), topics: f.b.Topics()}
 }
 
-// callSafely runs fn and turns a panic into an error that matches nothing.
-func callSafely(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("PANIC: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return fn()
-}
-
 type badCase struct {
 	name string
 	want error // nil: must succeed (a no-op)
 	fn   func(f *badFixture) error
-}
-
-func wantErr(t *testing.T, name string, err, want error) {
-	t.Helper()
-	switch {
-	case err != nil && strings.HasPrefix(err.Error(), "PANIC"):
-		t.Errorf("%s panicked: %v", name, err)
-	case want == nil && err != nil:
-		t.Errorf("%s = %v, want nil", name, err)
-	case want != nil && !errors.Is(err, want):
-		t.Errorf("%s = %v, want an error matching %v", name, err, want)
-	}
 }
 
 func TestBadInputBroker(t *testing.T) {
@@ -265,15 +243,15 @@ func TestBadInputBrokerOptions(t *testing.T) {
 	brokertest.Subscribe(t, b, "t", "s")
 	before := b.Topics()
 	for name, o := range opts {
-		err := callSafely(func() error { _, err := broker.New[int](o); return err })
-		wantErr(t, "New("+name+")", err, queue.ErrInvalidArgument)
+		err := testkit.CallSafely(func() error { _, err := broker.New[int](o); return err })
+		testkit.WantErr(t, "New("+name+")", err, queue.ErrInvalidArgument)
 	}
 	// A subscribe option, refused by Subscribe and as a default of New.
 	for name, so := range subOpts {
-		err := callSafely(func() error { _, err := broker.New[int](broker.WithSubscriptionDefaults(so)); return err })
-		wantErr(t, "New(WithSubscriptionDefaults("+name+"))", err, queue.ErrInvalidArgument)
-		err = callSafely(func() error { _, err := b.Subscribe("t", "x", so); return err })
-		wantErr(t, "Subscribe(t, x, "+name+")", err, queue.ErrInvalidArgument)
+		err := testkit.CallSafely(func() error { _, err := broker.New[int](broker.WithSubscriptionDefaults(so)); return err })
+		testkit.WantErr(t, "New(WithSubscriptionDefaults("+name+"))", err, queue.ErrInvalidArgument)
+		err = testkit.CallSafely(func() error { _, err := b.Subscribe("t", "x", so); return err })
+		testkit.WantErr(t, "Subscribe(t, x, "+name+")", err, queue.ErrInvalidArgument)
 	}
 	if subs, err := b.Subscriptions("t"); err != nil || !slices.Equal(subs, []string{"s"}) || !slices.Equal(b.Topics(), before) {
 		t.Errorf("a refused Subscribe left subscriptions %v (%v), topics %v", subs, err, b.Topics())
@@ -288,7 +266,7 @@ func TestBadInputBrokerOptions(t *testing.T) {
 		"WithDedupLimit(MaxInt)":             broker.WithDedupLimit(math.MaxInt),
 		"WithMaxAttempts(UnlimitedAttempts)": broker.WithSubscriptionDefaults(broker.WithMaxAttempts(queue.UnlimitedAttempts)),
 	} {
-		err := callSafely(func() error {
+		err := testkit.CallSafely(func() error {
 			b, mock := brokertest.New[int](t, o)
 			s := brokertest.Subscribe(t, b, "t", "s")
 			brokertest.Publish(t, b, "t", 1, 2)
@@ -299,7 +277,7 @@ func TestBadInputBrokerOptions(t *testing.T) {
 			mock.Add(time.Hour)
 			return s.Ack(ds[0].LeaseID)
 		})
-		wantErr(t, name, err, nil)
+		testkit.WantErr(t, name, err, nil)
 	}
 }
 
@@ -313,8 +291,8 @@ func runBadCases(t *testing.T, cases []badCase) {
 func checkBadCase(t *testing.T, f *badFixture, c badCase) {
 	t.Helper()
 	before := f.state()
-	err := callSafely(func() error { return c.fn(f) })
-	wantErr(t, c.name, err, c.want)
+	err := testkit.CallSafely(func() error { return c.fn(f) })
+	testkit.WantErr(t, c.name, err, c.want)
 	after := f.state()
 	if strings.HasSuffix(c.name, "at its deadline") { // the clock moved: both leases came back, nothing else
 		before.s.InFlight--

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -83,7 +83,7 @@ func TestBadInputDeduperHeadersRetry(t *testing.T) {
 }
 
 func callSafelyDeduper(n int) (d *queue.Deduper, err error) {
-	err = callSafely(func() error {
+	err = testkit.CallSafely(func() error {
 		var e error
 		d, e = queue.NewDeduper(n)
 		return e
@@ -95,7 +95,7 @@ func callSafelyDeduper(n int) (d *queue.Deduper, err error) {
 // capacity is a valid bound on memory, not a preallocation order.
 func TestBadInputDeduperHugeCapacity(t *testing.T) {
 	d, err := callSafelyDeduper(math.MaxInt)
-	if err != nil && strings.HasPrefix(err.Error(), "PANIC") {
+	if testkit.Panicked(err) {
 		t.Fatalf("BUG deduper-huge-capacity-panics: queue.NewDeduper(math.MaxInt) panics (%s): it preallocates the ring and the map; want a working Deduper or an ErrInvalidArgument",
 			strings.SplitN(err.Error(), "\n", 2)[0])
 	}
@@ -150,20 +150,10 @@ func TestBadInputRetryDelayExtremes(t *testing.T) {
 
 func callDelay(t *testing.T, p queue.RetryPolicy, attempt int) (d time.Duration) {
 	t.Helper()
-	if err := callSafely(func() error { d = p.Delay(attempt); return nil }); err != nil {
+	if err := testkit.CallSafely(func() error { d = p.Delay(attempt); return nil }); err != nil {
 		t.Errorf("Delay(%d) panicked: %v", attempt, err)
 	}
 	return d
-}
-
-// callSafely runs fn and turns a panic into an error that matches nothing.
-func callSafely(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("PANIC: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return fn()
 }
 
 func must(t *testing.T, err error) {

@@ -5,10 +5,8 @@ package core_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -34,9 +33,9 @@ func TestBadInputQueue(t *testing.T) {
 		"Retry.Multiplier 0.9": {Retry: queue.RetryPolicy{Multiplier: 0.9}},
 	}
 	for name, cfg := range badConfigs {
-		err := callSafely(func() error { _, err := core.New[int](cfg, nil); return err })
-		wantErr(t, "core.New("+name+")", err, queue.ErrInvalidArgument)
-		wantErr(t, "core.ValidateConfig("+name+")", core.ValidateConfig(cfg), queue.ErrInvalidArgument)
+		err := testkit.CallSafely(func() error { _, err := core.New[int](cfg, nil); return err })
+		testkit.WantErr(t, "core.New("+name+")", err, queue.ErrInvalidArgument)
+		testkit.WantErr(t, "core.ValidateConfig("+name+")", core.ValidateConfig(cfg), queue.ErrInvalidArgument)
 	}
 
 	newQ := func(t *testing.T) (*core.Queue[int], *clock.Mock) {
@@ -84,8 +83,8 @@ func TestBadInputQueue(t *testing.T) {
 	for _, c := range calls {
 		q, _ := newQ(t)
 		before := q.Stats()
-		err := callSafely(func() error { return c.fn(q) })
-		wantErr(t, c.name, err, c.want)
+		err := testkit.CallSafely(func() error { return c.fn(q) })
+		testkit.WantErr(t, c.name, err, c.want)
 		after := q.Stats()
 		if strings.Contains(c.name, "full") { // the call filled the queue first
 			before.Visible++
@@ -123,43 +122,20 @@ func TestBadInputQueue(t *testing.T) {
 		"AwaitParked":        func() error { return q.AwaitParked(ctx, 0) },
 	}
 	for name, fn := range afterClose {
-		wantErr(t, "after Close: Queue."+name, callSafely(fn), queue.ErrClosed)
+		testkit.WantErr(t, "after Close: Queue."+name, testkit.CallSafely(fn), queue.ErrClosed)
 	}
-	wantErr(t, "after Close: Queue.TryPoll", callSafely(func() error {
+	testkit.WantErr(t, "after Close: Queue.TryPoll", testkit.CallSafely(func() error {
 		if ds := q.TryPoll(1); ds != nil {
 			return fmt.Errorf("TryPoll = %v", ds)
 		}
 		return nil
 	}), nil)
-	wantErr(t, "after Close: Queue.Sweep, Close", callSafely(func() error { q.Sweep(); return q.Close() }), nil)
+	testkit.WantErr(t, "after Close: Queue.Sweep, Close", testkit.CallSafely(func() error { q.Sweep(); return q.Close() }), nil)
 	if after := q.Stats(); after != before {
 		t.Errorf("calls after Close changed the stats: %+v -> %+v", before, after)
 	}
 	if core.ValidPriority(3) || core.ValidPriority(-2) {
 		t.Error("ValidPriority out of range")
-	}
-}
-
-// callSafely runs fn and turns a panic into an error that matches nothing.
-func callSafely(fn func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("PANIC: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return fn()
-}
-
-// wantErr fails unless err matches want (nil: no error) without a panic.
-func wantErr(t *testing.T, name string, err, want error) {
-	t.Helper()
-	switch {
-	case err != nil && strings.HasPrefix(err.Error(), "PANIC"):
-		t.Errorf("%s panicked: %v", name, err)
-	case want == nil && err != nil:
-		t.Errorf("%s = %v, want nil", name, err)
-	case want != nil && !errors.Is(err, want):
-		t.Errorf("%s = %v, want an error matching %v", name, err, want)
 	}
 }
 
