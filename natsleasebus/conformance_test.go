@@ -30,9 +30,13 @@ func (h *jsHarness) Capabilities() sourcetest.Capabilities {
 		// Emulated: a released message is republished with the attempts
 		// it had spent.
 		ReleaseKeepsAttempt: true,
+		// A late ack is a double ack of the delivery the server still
+		// has pending: it succeeds and deletes the message unless the
+		// server has delivered it again (to this handle: the Ack says
+		// ErrLeaseExpired; to another: that handle's lease is then void).
+		LateAck: true,
 		// Not: FakeClock (the server keeps time), Priorities (refused:
-		// natsleasebus.WithPriority), LateAck (the server may have
-		// redelivered to another handle). The harness does not
+		// natsleasebus.WithPriority). The harness does not
 		// implement sourcetest.KeyPublisher: ordering keys are refused
 		// (natsleasebus.WithKey).
 	}

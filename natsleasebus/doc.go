@@ -42,9 +42,12 @@
 //     default), in a loop that checks ctx and Close between them, until a
 //     message arrives. TryPoll is the no-wait pull alone.
 //     PollWithVisibility leases for its own timeout, emulated as Extend.
-//   - lease ID: lease.NewID(scope, stream sequence, NumDelivered), scope a
-//     hash of the stream and consumer names; each handle keeps a map of
-//     the leases it holds.
+//   - lease ID: lease.NewID(scope, stream sequence, n), n counting the
+//     handle's deliveries and scope drawn at random per handle, so that no
+//     receipt ever names two deliveries, even when a server that lost its
+//     consumer state (a crash before its file store synced) delivers a
+//     stream sequence again with the same delivery count; each handle
+//     keeps a map of the leases it holds and of the latest per message.
 //   - Attempt: NumDelivered, plus the attempts a released message had
 //     spent.
 //   - Ack: a double ack (the server confirms it), retried on transient

@@ -2,6 +2,9 @@ package natsleasebus
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -75,12 +78,12 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 		_ = m.Ack() // not for this subscription; if the ack is lost, it is filtered again
 		return queue.Delivery[T]{}, false
 	}
-	id := lease.NewID(s.scope, seq, dc)
 	s.mu.Lock()
+	id := s.mintLocked(seq)
 	if prev, ok := s.latest[seq]; ok {
-		s.dropLocked(lease.NewID(s.scope, seq, prev)) // superseded
+		s.dropLocked(prev) // superseded
 	}
-	s.latest[seq] = dc
+	s.latest[seq] = id
 	s.holdLocked(id, hm)
 	if now.Sub(s.swept) > s.cfg.vis/4 {
 		s.sweepLocked(now)
@@ -101,6 +104,22 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 
 func (s *Subscription[T]) isLast(h *heldMsg) bool {
 	return s.maxAttempts > 0 && h.attempt >= s.maxAttempts
+}
+
+// mintLocked returns a lease ID for a new delivery of seq that this handle
+// has never issued.
+func (s *Subscription[T]) mintLocked(seq uint64) lease.ID {
+	if s.minted == math.MaxUint32 {
+		s.scope, s.minted = rand.Uint64()|1, 0
+		s.scopes = append(s.scopes, s.scope)
+	}
+	s.minted++
+	return lease.NewID(s.scope, seq, s.minted)
+}
+
+// oursLocked reports whether this handle minted id.
+func (s *Subscription[T]) oursLocked(id lease.ID) bool {
+	return slices.Contains(s.scopes, id.Scope())
 }
 
 // wake wakes the reaper: there is a lease to watch.
@@ -199,7 +218,7 @@ func (s *Subscription[T]) dueLeases(now time.Time) (due []dueLease, next time.Ti
 			case s.isLast(h):
 				due = append(due, dueLease{h, deadLetter})
 				s.dropLocked(id)
-				if s.latest[h.seq] == id.Delivery() {
+				if s.latest[h.seq] == id {
 					delete(s.latest, h.seq)
 				}
 			case h.deadline.Before(h.serverDeadline):
@@ -231,7 +250,7 @@ func (s *Subscription[T]) sweepLocked(now time.Time) {
 	for id, h := range s.held {
 		if now.Sub(h.deadline) > s.cfg.vis {
 			s.dropLocked(id)
-			if s.latest[h.seq] == id.Delivery() {
+			if s.latest[h.seq] == id {
 				delete(s.latest, h.seq)
 			}
 		}
@@ -240,10 +259,8 @@ func (s *Subscription[T]) sweepLocked(now time.Time) {
 
 // unknownLocked is the error for a lease this handle does not hold.
 func (s *Subscription[T]) unknownLocked(op string, id lease.ID) error {
-	if id.Scope() == s.scope {
-		if d, ok := s.latest[id.Seq()]; ok && d > id.Delivery() {
-			return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
-		}
+	if cur, ok := s.latest[id.Seq()]; ok && cur != id && s.oursLocked(id) {
+		return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired) // delivered again since
 	}
 	return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
 }
@@ -271,8 +288,8 @@ func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, err
 // whatever lease this handle held.
 func (s *Subscription[T]) forgetSeq(seq uint64) {
 	s.mu.Lock()
-	if d, ok := s.latest[seq]; ok {
-		s.dropLocked(lease.NewID(s.scope, seq, d))
+	if id, ok := s.latest[seq]; ok {
+		s.dropLocked(id)
 		delete(s.latest, seq)
 	}
 	s.mu.Unlock()
@@ -281,7 +298,7 @@ func (s *Subscription[T]) forgetSeq(seq uint64) {
 // forget drops the record of seq once its message is settled for good.
 func (s *Subscription[T]) forget(id lease.ID) {
 	s.mu.Lock()
-	if s.latest[id.Seq()] == id.Delivery() {
+	if s.latest[id.Seq()] == id {
 		delete(s.latest, id.Seq())
 	}
 	s.mu.Unlock()
@@ -291,7 +308,7 @@ func (s *Subscription[T]) forget(id lease.ID) {
 // message was delivered again meanwhile.
 func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 	s.mu.Lock()
-	if s.latest[id.Seq()] == id.Delivery() {
+	if s.latest[id.Seq()] == id {
 		s.holdLocked(id, h)
 	}
 	s.mu.Unlock()

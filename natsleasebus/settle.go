@@ -249,7 +249,7 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 		m.Header.Set(headerTTL, ttl)
 	}
 	m.Header.Set(headerPublishedAt, h.published.Format(time.RFC3339Nano))
-	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%d.%d", s.bus.cfg.stream, s.durable, h.seq, id.Delivery()))
+	m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("release.%s.%s.%s", s.bus.cfg.stream, s.durable, id)) // a retry of this Release is stored once
 	if err := s.retry(h.deadline, func(ctx context.Context) error {
 		_, err := s.bus.js.PublishMsg(ctx, m)
 		return err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,7 +32,15 @@ type Subscription[T any] struct {
 	cons    js.Consumer
 	codec   broker.Codec[T]
 	cfg     subConfig
-	scope   uint64 // the scope of the lease ids this handle mints
+	// The lease IDs this handle mints are (scope, stream seq, n): n counts
+	// the handle's deliveries, so no two deliveries share an ID even when
+	// the server hands out the same stream sequence and delivery count
+	// again (after it lost consumer state in a crash). scope is drawn at
+	// random per handle, and again when n would wrap; scopes lists every
+	// scope the handle has drawn. All three are guarded by mu.
+	scope  uint64
+	minted uint32
+	scopes []uint64
 	// maxAttempts is the consumer's limit as the server held it when the
 	// handle opened: the attempts a message gets, 0 for no limit.
 	maxAttempts int
@@ -44,7 +52,7 @@ type Subscription[T any] struct {
 
 	mu     sync.Mutex            // guards everything below
 	held   map[lease.ID]*heldMsg // the leases this handle holds
-	latest map[uint64]uint32     // stream seq → the latest delivery this handle saw, until settled
+	latest map[uint64]lease.ID   // stream seq → the lease of the latest delivery this handle saw, until settled
 	watch  map[lease.ID]struct{} // the held leases the reaper watches: last attempts, extended ones
 	swept  time.Time             // the last sweepLocked
 }
@@ -118,16 +126,14 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 	// The server's word: the settings it enforces, whoever set them.
 	have := cons.CachedInfo().Config
 	cfg.vis, cfg.maxInFlight, cfg.maxAttempts = have.AckWait, have.MaxAckPending, attemptsOf(&have)
-	h := fnv.New64a()
-	h.Write([]byte(b.cfg.stream + "/" + durable))
-	scope := h.Sum64() | 1 // never 0
+	scope := rand.Uint64() | 1 // never 0
 	s := &Subscription[T]{
-		bus: b, filter: filter, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope,
+		bus: b, filter: filter, topic: topic, name: name, durable: durable, cons: cons, codec: codec, cfg: cfg, scope: scope, scopes: []uint64{scope},
 		maxAttempts: max(cfg.maxAttempts, 0), // UnlimitedAttempts is a Delivery's 0
 		closed:      make(chan struct{}),
 		kick:        make(chan struct{}, 1),
 		held:        make(map[lease.ID]*heldMsg),
-		latest:      make(map[uint64]uint32),
+		latest:      make(map[uint64]lease.ID),
 		watch:       make(map[lease.ID]struct{}),
 	}
 	s.wg.Add(1)
