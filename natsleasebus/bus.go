@@ -99,6 +99,9 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 // leasebus needs (its subjects, interest retention for the topics), Open
 // returns a *ConfigMismatchError and changes nothing, unless
 // WithUpdateStreams is given.
+//
+// A server older than 2.10 (2.12 with WithDelays) is refused with an
+// error matching ErrUnsupported that names the version it needs.
 func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, error) {
 	if j == nil {
 		return nil, backend.Invalid("natsleasebus.OpenJetStream: nil JetStream")
@@ -128,6 +131,9 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 	}
 	if cfg.err != nil {
 		return nil, cfg.err
+	}
+	if err := checkServer(j.Conn(), cfg.delays); err != nil {
+		return nil, fmt.Errorf("natsleasebus.Open: %w", err)
 	}
 	cfg.topic.Name, cfg.topic.Subjects = cfg.stream, []string{cfg.prefix + ".topic.>", cfg.prefix + ".sub.>"}
 	cfg.dlq.Name, cfg.dlq.Subjects = cfg.stream+"_DLQ", []string{cfg.prefix + ".dlq.>"}

@@ -47,9 +47,9 @@ func (c *publishConfig) fail(err error) {
 // asks for what this backend cannot do correctly on JetStream: a message
 // priority other than normal (WithPriority), an ordering key (WithKey); or
 // for what the bus was not opened to do: a delay (WithDelay) on a bus
-// opened without WithDelays.
-// It also matches errors.ErrUnsupported. The error names the feature and
-// says why; nothing is published.
+// opened without WithDelays; and by Open's error for a server too old
+// for the bus. It also matches errors.ErrUnsupported. The error names the
+// feature and says why; nothing is published.
 var ErrUnsupported = fmt.Errorf("natsleasebus: not supported on JetStream: %w", errors.ErrUnsupported)
 
 // WithPriority is the broker's WithPriority, refused: any priority but
