@@ -3,6 +3,7 @@ package natsleasebus_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -123,4 +124,59 @@ func TestAckPermanentErrorNotRetried(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("Ack on a closed connection took %v: retried a permanent error", took)
 	}
+}
+
+// TestAckTriesAgainWhenTheConnectionComesBack: an Ack whose request was
+// lost with a connection that dropped (a server killed before it
+// answered) is tried again as soon as the client has reconnected, not
+// after the settle timeout, so a pool takes new work at once.
+func TestAckTriesAgainWhenTheConnectionComesBack(t *testing.T) {
+	srv := startServer(t, t.TempDir(), -1)
+	f := &faults{}
+	nc := connectFaulty(t, srv.srv.ClientURL(), f)
+	bus := open(t, nc, natsleasebus.WithMemoryStorage())
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing",
+		natsleasebus.WithVisibilityTimeout(time.Hour), natsleasebus.WithSettleTimeout(time.Hour), // only a reconnect ends the lost try
+		natsleasebus.WithPollSlice(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Close() })
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "o1"); err != nil {
+		t.Fatal(err)
+	}
+	d := pollOneJS(ctx, t, sub)
+
+	f.arm(dropFrame, 1) // the first ack never reaches the server
+	acked := make(chan error, 1)
+	go func() { acked <- sub.Ack(d.LeaseID) }()
+	for f.hits() < 1 { // wait for the ack to be lost
+		select {
+		case err := <-acked:
+			t.Fatalf("Ack returned %v before its request was lost", err)
+		case <-ctx.Done():
+			t.Fatal("the ack was never sent")
+		default:
+			runtime.Gosched()
+		}
+	}
+	reconnected := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(reconnected)
+	f.sever()
+	select {
+	case <-reconnected:
+	case <-ctx.Done():
+		t.Fatal("the client did not reconnect")
+	}
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("Ack after the reconnect: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Ack still waiting for the reply the old connection lost")
+	}
+	settled(t, sub)
 }

@@ -70,6 +70,7 @@ type Bus struct {
 	dlStream    js.Stream // the dead letters' stream
 	schedStream js.Stream // the schedules' stream (WithDelays); nil without
 	cfg         busConfig
+	conn        *connWatch // ends a settling call's try when the client reconnects
 }
 
 // Open opens the bus on nc's JetStream (the account's default API; for a
@@ -166,7 +167,7 @@ func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, e
 	if err != nil {
 		return nil, fmt.Errorf("natsleasebus.Open: %w", err)
 	}
-	return &Bus{js: j, stream: st, dlStream: dl, schedStream: sched, cfg: cfg}, nil
+	return &Bus{js: j, stream: st, dlStream: dl, schedStream: sched, cfg: cfg, conn: watchConn(j.Conn())}, nil
 }
 
 // subjectsSetting requires an existing stream to take the subjects

@@ -29,6 +29,19 @@ type faults struct {
 	mode    faultMode
 	left    int // messages still to intercept; < 0: every one
 	matched int // messages intercepted so far
+	conns   []net.Conn
+}
+
+// sever closes every connection dialed so far, as a server that dies
+// does: the client reconnects.
+func (f *faults) sever() {
+	f.mu.Lock()
+	conns := f.conns
+	f.conns = nil
+	f.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
 }
 
 // arm intercepts the next n acks (n < 0: all) with mode.
@@ -69,6 +82,9 @@ func (f *faults) Dial(network, address string) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	f.conns = append(f.conns, c)
+	f.mu.Unlock()
 	return &faultyConn{Conn: c, f: f}, nil
 }
 

@@ -64,7 +64,9 @@ const (
 
 // retry runs op until it succeeds, fails with an error that is not
 // transient, the handle closes, or deadline passes (at least one try, and
-// each bounded by the settle timeout).
+// each bounded by the settle timeout). A try that was out when the client
+// reconnected is made again at once: its request or reply may be gone
+// with the old connection.
 func (s *Subscription[T]) retry(deadline time.Time, op func(context.Context) error) error {
 	wait := retryInitial
 	for tries := 1; ; tries++ {
@@ -72,11 +74,16 @@ func (s *Subscription[T]) retry(deadline time.Time, op func(context.Context) err
 		if deadline.After(time.Now()) && deadline.Before(end) {
 			end = deadline
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
+		conn := s.bus.conn.epoch()
+		ctx, cancel := context.WithDeadline(conn, end)
 		err := op(ctx)
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if conn.Err() != nil && time.Now().Before(deadline) && !s.isClosed() {
+			wait = retryInitial // a new connection: begin the backoff again
+			continue
 		}
 		if !transient(err) || !time.Now().Add(wait).Before(deadline) {
 			if tries > 1 {
