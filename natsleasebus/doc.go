@@ -51,7 +51,9 @@
 //   - Attempt: NumDelivered, plus the attempts a released message had
 //     spent.
 //   - Ack: a double ack (the server confirms it), retried on transient
-//     errors (timeout, no responders) until the lease's deadline. Not
+//     errors (timeout, no responders) until the lease's deadline, and at
+//     once after a reconnect. What a confirmed ack is worth after a server
+//     crash is the server's: see the README's Durability. Not
 //     held (unknown, or acked before): an error matching
 //     queue.ErrLeaseNotFound; a lease whose message this handle has seen
 //     delivered again: queue.ErrLeaseExpired. AckBatch sends its acks at

@@ -17,19 +17,23 @@ import (
 )
 
 // Ack acks the message and waits for the server to confirm it (a double
-// ack), so a nil error means the message will not be delivered again. A
+// ack). A nil error means the server has the ack: the message is not
+// delivered again unless the server loses it, which a single server
+// killed or crashed within about a tenth of a second may do, whatever its
+// sync setting, and three replicas do not (the README's Durability). A
 // try that fails with a transient error (a timeout, no responders, as
 // while a consumer's leader moves) is retried until the lease's deadline,
-// each try bounded by the settle timeout: an ack is idempotent on the
+// each try bounded by the settle timeout, and a try that was out when the
+// client reconnected is made again at once: an ack is idempotent on the
 // server, so a retry after a lost reply is harmless. An error that no
 // retry can fix (a closed connection) returns at once; either way the
 // lease is still held, and the error says how many tries were made. It
-// works after the deadline too (one try), as long as
-// this handle has not seen the message delivered again — but the server
-// may by then have handed it to another handle, and a confirmed late ack
-// then still stands; an Ack whose message this handle saw delivered again
-// returns ErrLeaseExpired. A lease not held (never issued, already acked)
-// returns ErrLeaseNotFound.
+// works after the deadline too (one try), as long as this handle has not
+// seen the message delivered again — but the server may by then have
+// handed it to another handle, and a confirmed late ack then still
+// stands; an Ack whose message this handle saw delivered again returns
+// ErrLeaseExpired. A lease not held (never issued, already acked) returns
+// ErrLeaseNotFound.
 func (s *Subscription[T]) Ack(id lease.ID) error {
 	h, err := s.take("ack", id, false)
 	if err != nil {
