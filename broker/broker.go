@@ -67,11 +67,16 @@ type Broker[T any] struct {
 
 	// A broker from New publishes without taking mu (a durable one takes it
 	// to count its publishes in for Close): published is a copy of topics,
-	// replaced (never changed) under mu with every change, and nil once
-	// closed. Creating a topic copies the map, O(topics): topics are few and
-	// long-lived, publishes many.
+	// replaced (never changed) under mu, and nil once closed. It holds no
+	// deleted topic, and every topic but those created since it was copied
+	// (stale says there are some): a publish to one of those takes mu's
+	// read lock, and makes the copy again if no one holds mu. CreateTopic
+	// copies it at once only when a sixteenth of the topics are missing
+	// from it, so that creating n topics copies O(n) entries in all, not
+	// O(n²) (an SQS server with 10,000 queues).
 	lockFree  bool
 	published atomic.Pointer[map[string]*topicEntry[T]]
+	stale     atomic.Bool
 
 	mu       sync.RWMutex // guards everything below
 	closed   bool

@@ -148,13 +148,18 @@ func (b *Broker[T]) lookup(topic string) (*topicEntry[T], []*Subscription[T], er
 		// Not there, or closed: the locked path says which.
 	}
 	b.mu.RLock()
-	defer b.mu.RUnlock()
 	t, err := b.topicLocked("publish", topic)
 	if err != nil {
+		b.mu.RUnlock()
 		return nil, nil, err
 	}
 	b.dur.enter()
-	return t, *t.subs.Load(), nil
+	subs := *t.subs.Load()
+	b.mu.RUnlock()
+	if b.lockFree {
+		b.refreshTopics()
+	}
+	return t, subs, nil
 }
 
 // enter reports whether the broker is open and then tells its durability

@@ -32,7 +32,7 @@ func (b *Broker[T]) CreateTopic(name string) error {
 	t := newTopicEntry[T](name)
 	b.topics[name] = t
 	b.rebuildLocked(t)
-	b.publishTopicsLocked()
+	b.topicCreatedLocked()
 	b.dur.createdTopic(name)
 	b.mu.Unlock()
 	return b.commit()
@@ -66,6 +66,33 @@ func (b *Broker[T]) publishTopicsLocked() {
 	if b.lockFree {
 		m := maps.Clone(b.topics)
 		b.published.Store(&m)
+		b.stale.Store(false)
+	}
+}
+
+// topicCreatedLocked makes the copy of the topics again after a topic was
+// created, or leaves the new topic to the locked path for now (see
+// Broker.published).
+func (b *Broker[T]) topicCreatedLocked() {
+	if !b.lockFree {
+		return
+	}
+	if cur := b.published.Load(); cur == nil || len(b.topics)-len(*cur) > len(*cur)/16 {
+		b.publishTopicsLocked()
+		return
+	}
+	b.stale.Store(true)
+}
+
+// refreshTopics makes the copy of the topics again if a topic is missing
+// from it and no one holds mu: a publish to a topic created since the copy
+// calls it, so that the next ones find the topic without a lock.
+func (b *Broker[T]) refreshTopics() {
+	if b.stale.Load() && b.mu.TryLock() {
+		if b.stale.Load() && !b.closed {
+			b.publishTopicsLocked()
+		}
+		b.mu.Unlock()
 	}
 }
 
