@@ -14,8 +14,9 @@ import (
 )
 
 // ackFixture is a subscription on a connection whose acks can fail on
-// demand, holding one delivered message.
-func ackFixture(t *testing.T, vis time.Duration) (*faults, *nats.Conn, *natsleasebus.Subscription[string], queue.Delivery[string]) {
+// demand, holding one delivered message. opts come after the fixture's
+// own (a settle timeout of 200ms), so they override them.
+func ackFixture(t *testing.T, vis time.Duration, opts ...natsleasebus.SubscribeOption) (*faults, *nats.Conn, *natsleasebus.Subscription[string], queue.Delivery[string]) {
 	t.Helper()
 	srv := startServer(t, t.TempDir(), -1)
 	f := &faults{}
@@ -23,9 +24,9 @@ func ackFixture(t *testing.T, vis time.Duration) (*faults, *nats.Conn, *natsleas
 	bus := open(t, nc, natsleasebus.WithMemoryStorage())
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing",
-		natsleasebus.WithVisibilityTimeout(vis), natsleasebus.WithSettleTimeout(200*time.Millisecond),
-		natsleasebus.WithPollSlice(50*time.Millisecond))
+	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing", append([]natsleasebus.SubscribeOption{
+		natsleasebus.WithVisibilityTimeout(vis), natsleasebus.WithSettleTimeout(200 * time.Millisecond),
+		natsleasebus.WithPollSlice(50 * time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,23 +132,10 @@ func TestAckPermanentErrorNotRetried(t *testing.T) {
 // answered) is tried again as soon as the client has reconnected, not
 // after the settle timeout, so a pool takes new work at once.
 func TestAckTriesAgainWhenTheConnectionComesBack(t *testing.T) {
-	srv := startServer(t, t.TempDir(), -1)
-	f := &faults{}
-	nc := connectFaulty(t, srv.srv.ClientURL(), f)
-	bus := open(t, nc, natsleasebus.WithMemoryStorage())
+	// Only a reconnect ends the lost try: the settle timeout is an hour.
+	f, nc, sub, d := ackFixture(t, time.Hour, natsleasebus.WithSettleTimeout(time.Hour))
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing",
-		natsleasebus.WithVisibilityTimeout(time.Hour), natsleasebus.WithSettleTimeout(time.Hour), // only a reconnect ends the lost try
-		natsleasebus.WithPollSlice(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sub.Close() })
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "o1"); err != nil {
-		t.Fatal(err)
-	}
-	d := pollOneJS(ctx, t, sub)
 
 	f.arm(dropFrame, 1) // the first ack never reaches the server
 	acked := make(chan error, 1)
