@@ -102,7 +102,10 @@ func Open(ctx context.Context, nc *nats.Conn, opts ...Option) (*Bus, error) {
 // WithUpdateStreams is given.
 //
 // A server older than 2.10 (2.12 with WithDelays) is refused with an
-// error matching ErrUnsupported that names the version it needs.
+// error matching ErrUnsupported that names the version it needs. The bus
+// watches the connection's status (one goroutine, until the connection
+// closes) so that a settling call lost with a dropped connection is tried
+// again as soon as the client reconnects.
 func OpenJetStream(ctx context.Context, j js.JetStream, opts ...Option) (*Bus, error) {
 	if j == nil {
 		return nil, backend.Invalid("natsleasebus.OpenJetStream: nil JetStream")
