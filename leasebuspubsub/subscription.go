@@ -225,7 +225,7 @@ func (s *subscription) poll(ctx context.Context, sub *broker.Subscription[[]byte
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// An AfterFunc timer whose func never blocks is safe on a mock clock
-	// (see internal/wake); a second tick cancels twice, harmlessly.
+	// (see backend.Timer); a second tick cancels twice, harmlessly.
 	t := s.clk.AfterFunc(receiveWait, cancel)
 	defer t.Stop()
 	ds, err := sub.Poll(wctx, n)

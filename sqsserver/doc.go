@@ -41,7 +41,7 @@
 // # Time
 //
 // Every time the server reads and every timer it arms goes through the
-// clock of WithClock. Long polls wait on it with the root's internal/wake
+// clock of WithClock. Long polls wait on it with package backend's
 // timers, never a mock's channel timers, and end as soon as a message is
 // visible, when the wait is over on that clock, or when the client goes
 // away. Server.AwaitParked (and GET /leasebus/parked) waits until n

@@ -139,7 +139,7 @@ func (s *Server) extend(q *sqsQueue, ds []delivery, vis time.Duration) []deliver
 
 // waitUntil returns a context that ends at deadline on the server's clock,
 // or with ctx, and the func that releases it. The wake-up is an
-// internal/wake timer, never a mock's channel timer.
+// backend.At wake-up, never a mock's channel timer.
 func (s *Server) waitUntil(ctx context.Context, deadline time.Time) (context.Context, func()) {
 	pctx, cancel := context.WithCancel(ctx)
 	t := backend.At(s.clock, deadline)
