@@ -138,7 +138,7 @@ func (s *Server) extend(q *sqsQueue, ds []delivery, vis time.Duration) []deliver
 }
 
 // waitUntil returns a context that ends at deadline on the server's clock,
-// or with ctx, and the func that releases it. The wake-up is an
+// or with ctx, and the func that releases it. The wake-up is a
 // backend.At wake-up, never a mock's channel timer.
 func (s *Server) waitUntil(ctx context.Context, deadline time.Time) (context.Context, func()) {
 	pctx, cancel := context.WithCancel(ctx)
