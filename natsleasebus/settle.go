@@ -20,7 +20,8 @@ import (
 // ack). A nil error means the server has the ack: the message is not
 // delivered again unless the server loses it, which a single server
 // killed or crashed within about a tenth of a second may do, whatever its
-// sync setting, and three replicas do not (the README's Durability). A
+// sync setting, and three replicas do not (the README's Durability), or a
+// delivery made after this lease expired was already out. A
 // try that fails with a transient error (a timeout, no responders, as
 // while a consumer's leader moves) is retried until the lease's deadline,
 // each try bounded by the settle timeout, and a try that was out when the
