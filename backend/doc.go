@@ -1,6 +1,7 @@
 // Package backend is for authors of leasebus backends, not for their users:
 // the words every backend spells alike, the argument error they all return,
-// and wake-ups on an injected clock that a mock cannot deadlock.
+// wake-ups on an injected clock that a mock cannot deadlock, and the
+// optional methods a worker pool (package poller) looks for on a source.
 //
 // The in-memory and durable broker, the JetStream backend, the SQS server
 // and the gocloud driver are built on it, so that a dead letter reads the
