@@ -59,19 +59,19 @@ type inboxSlot[T any] struct {
 const defaultInbox = 256
 
 // newInbox returns an inbox of n slots for q, frozen if q may not use it.
-// n must be a power of two. An inbox that can never thaw (q may never use
-// it, or n slots would not fit its bound) gets one slot, never written, so
+// n must be a power of two. An inbox q may never use (thawLocked asks
+// inboxAllowedLocked, which stays false) gets one slot, never written, so
 // that a durable or TTL subscription does not hold n empty ones.
 func newInbox[T any](q *Queue[T], n int) *inbox[T] {
 	if n <= 0 || n&(n-1) != 0 {
 		panic("core: inbox size not a power of two") // a constant in the package
 	}
-	never := !q.inboxAllowedLocked() || n > q.cfg.MaxQueue
-	if never {
+	allowed := q.inboxAllowedLocked()
+	if !allowed {
 		n = 1
 	}
 	b := &inbox[T]{slots: make([]inboxSlot[T], n), mask: uint64(n - 1)} // seq 0: never written
-	if never {
+	if !allowed || n > q.cfg.MaxQueue {
 		b.freeze()
 	}
 	return b
