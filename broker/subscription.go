@@ -136,6 +136,30 @@ func (s *Subscription[T]) Purge() (int, error) { return s.q.Purge() }
 // Stats returns a snapshot of the subscription's queue.
 func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }
 
+// Peek returns the messages the subscription holds that q selects, in Seq
+// (arrival) order, with where each waits, its attempts and its last
+// error, leasing and changing nothing: what a console or a test shows
+// without disturbing consumers. It reads the whole queue once, in chunks
+// that each hold the queue's lock briefly, so a message that moves during
+// the call shows as it was when its chunk was read. A q out of range is
+// queue.ErrInvalidArgument; after close, queue.ErrClosed.
+func (s *Subscription[T]) Peek(q queue.PeekQuery) ([]queue.Held[T], error) {
+	return s.q.Peek(q)
+}
+
+// Pause stops deliveries until Resume: Polls wait and TryPoll finds
+// nothing, while the subscription goes on accepting messages, leases in
+// flight can still be settled and expire, and Stats.Paused is true. A
+// pause lasts as long as the Subscription: a durable broker reopens every
+// subscription running. Pausing twice changes nothing; after close,
+// queue.ErrClosed.
+func (s *Subscription[T]) Pause() error { return s.q.Pause() }
+
+// Resume ends a Pause and wakes the Polls waiting on the subscription.
+// Resuming one that is not paused changes nothing; after close,
+// queue.ErrClosed.
+func (s *Subscription[T]) Resume() error { return s.q.Resume() }
+
 // AwaitParked blocks until at least n Polls on the subscription are
 // parked with their wake-up timers armed. Call it before moving a mock
 // clock, so the pollers the move should wake are asleep on it. It counts

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -134,6 +135,19 @@ func (b *Broker[T]) Subscriptions(topic string) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// AllSubscriptions returns every subscription of the broker, those made
+// by wildcard pattern included, sorted by topic (or pattern) and then by
+// name: what a console lists. It is empty after Close.
+func (b *Broker[T]) AllSubscriptions() []*Subscription[T] {
+	b.mu.RLock()
+	subs := b.allLocked()
+	b.mu.RUnlock()
+	slices.SortFunc(subs, func(x, y *Subscription[T]) int {
+		return cmp.Or(cmp.Compare(x.topic, y.topic), cmp.Compare(x.name, y.name))
+	})
+	return subs
 }
 
 func (b *Broker[T]) topicLocked(op, name string) (*topicEntry[T], error) {

@@ -90,13 +90,16 @@ type Stats struct {
 	// visible ones): the clock's now minus its PublishedAt, 0 when
 	// nothing is visible. A redriven message keeps its PublishedAt.
 	OldestVisibleAge time.Duration
+	// Paused is true while the subscription is paused: it accepts
+	// messages but delivers none (see broker.Subscription.Pause).
+	Paused bool
 }
 
 // String formats the stats on one line for a log, each count named:
 // "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7
 // acked=5 redelivered=1 dead-lettered=1 (max-attempts=1) dropped=0
 // redriven=0 rejected=0 oldest-visible=2s". The dead letters by reason
-// appear only when there are some.
+// appear only when there are some, and " paused" only while paused.
 func (s Stats) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "visible=%d delayed=%d in-flight=%d held-back=%d published=%d delivered=%d acked=%d redelivered=%d dead-lettered=%d",
@@ -117,6 +120,9 @@ func (s Stats) String() string {
 		}
 	}
 	fmt.Fprintf(&b, " dropped=%d redriven=%d rejected=%d oldest-visible=%v", s.Dropped, s.Redriven, s.Rejected, s.OldestVisibleAge)
+	if s.Paused {
+		b.WriteString(" paused")
+	}
 	return b.String()
 }
 

@@ -287,7 +287,7 @@ func (q *Queue[T]) signalIdleLocked() {
 }
 
 func (q *Queue[T]) canLeaseLocked() bool {
-	return q.ready.len() > 0 && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight)
+	return q.ready.len() > 0 && !q.paused && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight)
 }
 
 // leaseLocked leases up to n ready messages into dst.
@@ -296,7 +296,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 	if q.cfg.MaxInFlight > 0 {
 		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())
 	}
-	if k <= 0 {
+	if k <= 0 || q.paused {
 		return dst
 	}
 	dst = slices.Grow(dst, k)

@@ -47,6 +47,7 @@ type Queue[T any] struct {
 
 	mu           sync.Mutex // guards everything below
 	closed       bool
+	paused       bool              // Pause: nothing is leased until Resume
 	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
 	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
 	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
@@ -172,6 +173,7 @@ func (q *Queue[T]) Stats() queue.Stats {
 	s.Delayed = q.delayed.len()
 	s.InFlight = q.inflight.Len()
 	s.HeldBack = q.heldBack
+	s.Paused = q.paused
 	q.unlock()
 	return s
 }
