@@ -1,0 +1,149 @@
+package console
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// previewLen is how many characters of a payload the lists show.
+const previewLen = 120
+
+// Payload is a message's payload as the console shows it. Kind says how
+// Text reads: "json" (indented), "text" (UTF-8 that is not JSON) or
+// "bytes" (base64 of bytes that are not UTF-8).
+type Payload struct {
+	Kind    string `json:"kind"`
+	Text    string `json:"text"`
+	Preview string `json:"-"`
+	Size    int    `json:"size"` // bytes
+}
+
+// show renders a payload: a []byte or string payload as JSON when it is
+// JSON, else as text or bytes; any other type as its JSON encoding.
+func show[T any](v T) Payload {
+	var raw []byte
+	switch p := any(v).(type) {
+	case []byte:
+		raw = p
+	case string:
+		raw = []byte(p)
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return payloadOf("text", fmt.Sprintf("%+v", v), 0)
+		}
+		raw = b
+	}
+	var out bytes.Buffer
+	switch {
+	case len(raw) > 0 && json.Valid(raw) && json.Indent(&out, raw, "", "  ") == nil:
+		return payloadOf("json", out.String(), len(raw))
+	case utf8.Valid(raw):
+		return payloadOf("text", string(raw), len(raw))
+	default:
+		return payloadOf("bytes", base64.StdEncoding.EncodeToString(raw), len(raw))
+	}
+}
+
+func payloadOf(kind, text string, size int) Payload {
+	p := Payload{Kind: kind, Text: text, Size: size, Preview: text}
+	if kind == "json" {
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(text)) == nil {
+			p.Preview = compact.String()
+		}
+	}
+	if utf8.RuneCountInString(p.Preview) > previewLen {
+		r := []rune(p.Preview)
+		p.Preview = string(r[:previewLen]) + "…"
+	}
+	return p
+}
+
+// parse turns an edited payload's text back into a T: the text itself for
+// []byte and string payloads (bytes, when kind is "bytes", as base64), and
+// JSON for any other type, which must decode whole, with no unknown field.
+func parse[T any](text, kind string) (T, error) {
+	var v T
+	if kind == "json" { // shown indented: put back compact, as publishers write JSON
+		var compact bytes.Buffer
+		if json.Compact(&compact, []byte(text)) == nil {
+			text = compact.String()
+		}
+	}
+	switch p := any(&v).(type) {
+	case *[]byte:
+		if kind == "bytes" {
+			b, err := base64.StdEncoding.DecodeString(text)
+			if err != nil {
+				return v, badRequest("payload: not base64: %v", err)
+			}
+			*p = b
+			return v, nil
+		}
+		*p = []byte(text)
+	case *string:
+		if kind == "bytes" {
+			b, err := base64.StdEncoding.DecodeString(text)
+			if err != nil {
+				return v, badRequest("payload: not base64: %v", err)
+			}
+			text = string(b)
+		}
+		*p = text
+	default:
+		dec := json.NewDecoder(bytes.NewReader([]byte(text)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&v); err != nil {
+			return v, badRequest("payload: not a %T as JSON: %v", v, err)
+		}
+		if dec.More() {
+			return v, badRequest("payload: text after the JSON value")
+		}
+	}
+	return v, nil
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func attemptsText(n int) string {
+	if n == queue.UnlimitedAttempts {
+		return "unlimited"
+	}
+	return itoa(n)
+}
+
+func retryText(p queue.RetryPolicy) string {
+	if p.NoBackoff {
+		return "no backoff"
+	}
+	// Delay(1) is the first delay, Delay of a large attempt the cap:
+	// both with the zero fields' defaults filled in, jitter aside.
+	jitter := p.Jitter
+	p.Jitter = 0
+	s := fmt.Sprintf("from %v, capped at %v", p.Delay(1), p.Delay(1000))
+	if jitter > 0 {
+		s += fmt.Sprintf(", jitter %g", jitter)
+	}
+	return s
+}
+
+// ago formats a duration for a person: "3.2s", "4m10s", "2h0m".
+func ago(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		return d.Round(time.Second).String()
+	}
+	return d.Round(time.Minute).String()
+}
