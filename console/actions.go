@@ -243,5 +243,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // served as JSON, never sniffed as HTML (nosniff)
 	_ = enc.Encode(v) // the client hung up
 }
