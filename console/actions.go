@@ -244,5 +244,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // served as JSON, never sniffed as HTML (nosniff)
-	_ = enc.Encode(v) // the client hung up
+	_ = enc.Encode(v)        // the client hung up
 }
