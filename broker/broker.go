@@ -64,6 +64,7 @@ type Broker[T any] struct {
 	dedupWindow time.Duration
 	dedupLimit  int
 	dur         durability[T] // inMemory, or the journal of a broker from Open
+	copied      *RecoveryInfo // what OpenCopy found; nil otherwise
 
 	// A broker from New publishes without taking mu (a durable one takes it
 	// to count its publishes in for Close): published is a copy of topics,

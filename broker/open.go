@@ -97,8 +97,9 @@ type RecoveryInfo struct {
 
 // store is a durable broker's journal and the bookkeeping around it.
 type store[T any] struct {
-	b          *Broker[T] // for a queue's Commit
-	j          *journal.Journal
+	b          *Broker[T]       // for a queue's Commit
+	j          *journal.Journal // nil for OpenCopy's, which only decodes
+	copyOf     string           // OpenCopy's directory
 	codec      Codec[T]
 	info       RecoveryInfo
 	compacting atomic.Bool
@@ -368,10 +369,14 @@ func Salvage(dir string) (SalvageInfo, error) {
 	return SalvageInfo(si), nil
 }
 
-// Recovery returns what Open found (the zero value for a broker from New).
+// Recovery returns what Open (or OpenCopy) found; the zero value for a
+// broker from New.
 func (b *Broker[T]) Recovery() RecoveryInfo {
 	if st := b.durable(); st != nil {
 		return st.info
+	}
+	if b.copied != nil {
+		return *b.copied
 	}
 	return RecoveryInfo{}
 }

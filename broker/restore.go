@@ -15,8 +15,14 @@ import (
 // restore builds the broker from what the journal replayed: topics, then
 // subscriptions, then the dead-letter store in its order, then the
 // messages (where one in flight on its last attempt is dead-lettered).
-func (b *Broker[T]) restore(rs *replay) error {
-	r := &restorer[T]{b: b, st: b.durable(), rs: rs}
+func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durable(), false) }
+
+// restoreWith is restore with the store whose codec decodes the messages
+// and whose info it fills in. A copy (OpenCopy) has a store without a
+// journal, keeps the messages in flight at the copy as in flight, and
+// commits nothing.
+func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
+	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
 	// One envelope per message, shared by its subscriptions: a map only
 	// when there is more than one subscription to share with.
 	if len(rs.subs) > 1 {
@@ -45,6 +51,7 @@ type restorer[T any] struct {
 	b       *Broker[T]
 	st      *store[T]
 	rs      *replay
+	copied  bool                            // a copy's: leases stay in flight (core.Entry.StillLeased)
 	msgs    map[uuid.UUID]*queue.Message[T] // decoded envelopes, shared by subscriptions (fan-out only)
 	named   map[uuid.UUID]*queue.Message[T] // the messages dedup IDs name, as decoded for a queue (nil: none)
 	letters []letter[T]                     // recovered dead letters, to order by seq
@@ -63,7 +70,7 @@ func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
 	}
 	m, err := unenvelope(env, r.st.codec)
 	if err != nil {
-		return nil, &CorruptError{Path: r.st.j.Path(), Offset: -1,
+		return nil, &CorruptError{Path: r.st.path(), Offset: -1,
 			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
 	}
 	if r.msgs != nil {
@@ -160,7 +167,7 @@ func (r *restorer[T]) entries(rsub *rsub) ([]core.Entry[T], []uint64, error) {
 			return nil, nil, err
 		}
 		es = append(es, core.Entry[T]{
-			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight,
+			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
 			VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
 			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
 		})
@@ -180,7 +187,9 @@ func (r *restorer[T]) finish() error {
 		b.dead.add(l.topic, l.sub, l.dl)
 	}
 	st.info.DeadLetters = len(r.letters)
-	st.j.Rebase(r.live)
+	if st.j != nil {
+		st.j.Rebase(r.live)
+	}
 	// Only now that every queue is back is a dead letter made by the
 	// restore (one leased on its last attempt at the crash) routed, perhaps
 	// to another queue, and does anything commit, and so perhaps compact.

@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
@@ -62,7 +63,7 @@ func main() {
 
 // run serves the console on addr until ctx ends.
 func run(ctx context.Context, addr string, every time.Duration, readOnly bool, out io.Writer) error {
-	shop, err := open(ctx, every)
+	shop, err := open(ctx, every, out)
 	if err != nil {
 		return err
 	}
@@ -103,7 +104,9 @@ type shop struct {
 	events chan poller.Event[order]
 }
 
-func open(ctx context.Context, every time.Duration) (*shop, error) {
+// open fills a shop and starts its work; what billing does with each
+// order is logged to log, one line each.
+func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error) {
 	b, err := broker.New[order]()
 	if err != nil {
 		return nil, err
@@ -118,7 +121,13 @@ func open(ctx context.Context, every time.Duration) (*shop, error) {
 		b.Close()
 		return nil, err
 	}
+	var logMu sync.Mutex
 	pool, err := poller.New(billing, charge, poller.WithWorkers(2), poller.WithObserver(func(e poller.Event[order]) {
+		if line := logLine(e); line != "" {
+			logMu.Lock()
+			fmt.Fprintln(log, line)
+			logMu.Unlock()
+		}
 		select {
 		case s.events <- e:
 		default:
@@ -194,6 +203,22 @@ func charge(_ context.Context, d queue.Delivery[order]) error {
 		return poller.GiveUp(errors.New("card expired")) // dead-lettered at once: rejected
 	}
 	return nil
+}
+
+// logLine says what billing did with one order: "billing: order 1004
+// charged", "… failed (attempt 1 of 3): card declined", "… dead-lettered:
+// card declined".
+func logLine(e poller.Event[order]) string {
+	d := e.Delivery
+	switch e.Outcome {
+	case poller.OutcomeAcked:
+		return fmt.Sprintf("billing: order %d charged", d.Payload.Order)
+	case poller.OutcomeRetried:
+		return fmt.Sprintf("billing: order %d failed (attempt %d of %d): %v", d.Payload.Order, d.Attempt, d.MaxAttempts, e.Err)
+	case poller.OutcomeDeadLettered:
+		return fmt.Sprintf("billing: order %d dead-lettered: %v", d.Payload.Order, e.Err)
+	}
+	return ""
 }
 
 // arrive publishes a good order every period until ctx ends.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,7 +21,7 @@ import (
 // billing, one with "card declined"; fixing its card and redriving it gets
 // it acked.
 func TestFixADeclinedCardFromTheConsole(t *testing.T) {
-	s, err := open(context.Background(), 0)
+	s, err := open(context.Background(), 0, io.Discard)
 	require.NoError(t, err)
 	defer s.close()
 	c, err := console.New(s.b)

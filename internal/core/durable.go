@@ -59,6 +59,10 @@ type Entry[T any] struct {
 	Place     uint64 // its place in publish order within the queue
 	Attempts  int    // attempts spent
 	InFlight  bool   // delivered and not settled: after a restart, its lease has expired
+	// StillLeased keeps an InFlight entry in flight, with no lease anyone
+	// here can settle and no deadline (it never expires): how a copy of a
+	// journal whose owner still runs shows the owner's leases.
+	StillLeased bool
 	VisibleAt time.Time
 	TTL       time.Duration // its time to live, counted again from a redrive
 	ExpiresAt time.Time     // zero: never
@@ -135,6 +139,10 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 			q.setTTLLocked(e, q.tickOf(r.ExpiresAt), r.TTL)
 		}
 		q.stats.Published++
+		if r.InFlight && r.StillLeased {
+			q.holdLeasedLocked(e)
+			continue
+		}
 		if r.InFlight {
 			q.setErrKindLocked(e, errExpired)
 			if q.exhausted(e) {
@@ -155,6 +163,27 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 	q.signalIdleLocked()
 	q.mu.Unlock()
 	return dead, nil
+}
+
+// holdLeasedLocked puts a restored entry in flight for good (see
+// Entry.StillLeased), at the head of its key if it has one.
+func (q *Queue[T]) holdLeasedLocked(e *entry[T]) {
+	if key := e.key(); key != "" {
+		if q.keys == nil {
+			q.keys = make(map[string]*keyQueue[T])
+		}
+		kq := q.keys[key]
+		if kq == nil {
+			kq = &keyQueue[T]{}
+			q.keys[key] = kq
+		}
+		if kq.head == nil {
+			kq.head = e
+		}
+	}
+	e.state = stateLeased
+	e.at = farTick
+	q.inflight.Push(e)
 }
 
 // DeadLetterOf returns a dead entry as the dead letter that the

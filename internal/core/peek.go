@@ -99,7 +99,7 @@ func (q *Queue[T]) heldLocked(e *entry[T], st queue.State) queue.Held[T] {
 		Attempts:  int(e.attempt),
 		LastError: q.lastErrLocked(e),
 	}
-	if st != queue.StateVisible && e.at != noTick {
+	if st != queue.StateVisible && e.at != noTick && e.at != farTick {
 		h.At = q.timeOf(e.at)
 	}
 	return h

@@ -15,7 +15,7 @@
     return Math.floor(s / 3600) + "h" + Math.round((s % 3600) / 60) + "m";
   }
   function rate(now, before, secs) {
-    if (!before || secs <= 0) return "–";
+    if (before === undefined || secs <= 0) return "–";
     var r = (now - before) / secs;
     return r < 10 ? r.toFixed(1) : Math.round(r).toString();
   }
@@ -39,9 +39,9 @@
           set("depth", s.depth); set("visible", s.visible); set("inFlight", s.inFlight);
           set("delayed", s.delayed); set("heldBack", s.heldBack); set("oldest", ago(s.oldestVisibleAgeSeconds));
           var p = last && last.subs[k];
-          set("publishRate", rate(s.published, p && p.published, secs));
-          set("ackRate", rate(s.acked, p && p.acked, secs));
-          set("deadRate", rate(s.deadLettered, p && p.deadLettered, secs));
+          set("publishRate", rate(s.published, p ? p.published : undefined, secs));
+          set("ackRate", rate(s.acked, p ? p.acked : undefined, secs));
+          set("deadRate", rate(s.deadLettered, p ? p.deadLettered : undefined, secs));
         });
         var now = document.getElementById("now");
         if (now) now.textContent = o.time.replace("T", " ").replace("Z", "");

@@ -1,0 +1,288 @@
+package browsertest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/leasebus/leasebus/console"
+)
+
+// demo is the console demo running as its own process.
+type demo struct {
+	url   string
+	lines chan string // what it prints, line by line; closed when it exits
+	seen  []string    // the lines read from it so far
+}
+
+// startDemo builds and starts examples/console on a free port, with no
+// orders arriving by themselves, and returns once it serves.
+func startDemo(t *testing.T) *demo {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "console-demo")
+	build := exec.Command("go", "build", "-o", bin, "./examples/console")
+	build.Dir = filepath.Join("..", "..") // the core module's root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the demo: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-every", "0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	d := &demo{lines: make(chan string, 1024)}
+	go func() {
+		defer close(d.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			d.lines <- sc.Text()
+		}
+	}()
+	first := d.await(t, "console: ")
+	d.url = strings.TrimSuffix(strings.TrimPrefix(first, "console: "), "/")
+	return d
+}
+
+// await returns the first line the demo printed, or prints, that
+// contains want.
+func (d *demo) await(t *testing.T, want string) string {
+	t.Helper()
+	for _, line := range d.seen {
+		if strings.Contains(line, want) {
+			return line
+		}
+	}
+	for line := range d.lines {
+		t.Logf("demo: %s", line)
+		d.seen = append(d.seen, line)
+		if strings.Contains(line, want) {
+			return line
+		}
+	}
+	t.Fatalf("the demo exited before printing %q", want)
+	return ""
+}
+
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("LEASEBUS_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"} {
+		if p == "" {
+			continue
+		}
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	if os.Getenv("LEASEBUS_BROWSER") == "required" {
+		t.Fatal("no Chromium found, and LEASEBUS_BROWSER=required (install Debian's chromium package)")
+	}
+	t.Skip("no Chromium found: install Debian's chromium package to run the browser test")
+	return ""
+}
+
+// browser starts a headless Chromium for the test, with the flags a
+// machine without an outside network needs.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.WindowSize(1280, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	// A bound on the whole test, so that a hung browser fails it rather
+	// than CI's limit; no step waits on it.
+	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() {
+		cancelTimeout()
+		cancel()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+// shot saves a screenshot of the whole page as name.
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	dir := os.Getenv("LEASEBUS_SCREENSHOTS")
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
+}
+
+// textOf returns a visible element's text, trimmed.
+func textOf[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(sel, chromedp.NodeVisible))
+	if err != nil {
+		t.Fatalf("text of %v: %v", sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+// do runs steps, failing the test with what step says on an error.
+func do(t *testing.T, ctx context.Context, step string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("%s: the browser did not finish in time: %v", step, err)
+		}
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+type css = chromedp.CSS
+type xpath = chromedp.Search
+
+func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
+	ctx := browser(t)
+	d := startDemo(t)
+	d.await(t, "order 1009 dead-lettered: card expired")
+	d.await(t, "order 1004 dead-lettered: card declined")
+
+	// The overview: every subscription, and billing's two dead letters.
+	do(t, ctx, "overview", chromedp.Navigate(d.url+"/"), chromedp.WaitVisible(css("#subscriptions")))
+	subs := textOf(t, ctx, css("#subscriptions"))
+	for _, want := range []string{"billing", "shipping", "audit", "pattern"} {
+		if !strings.Contains(subs, want) {
+			t.Errorf("overview: %q missing from %q", want, subs)
+		}
+	}
+	if letters := textOf(t, ctx, css(`tr[data-name="billing"] [data-f="letters"]`)); !strings.HasPrefix(letters, "2 held") {
+		t.Errorf("billing's dead letters: %q, want 2 held", letters)
+	}
+	// The live update has run twice once a rate shows a number.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('tr[data-name="billing"] [data-f="publishRate"]').textContent !== "–"`)); err != nil {
+		t.Fatalf("the overview never updated itself: %v", err)
+	}
+	shot(t, ctx, "overview.png")
+
+	// Why did it die? Follow the dead letters to the declined card.
+	do(t, ctx, "find the dead letters",
+		chromedp.Click(css(`tr[data-name="billing"] [data-f="letters"] a`)),
+		chromedp.WaitVisible(css("#letters")))
+	if total := textOf(t, ctx, css("#total")); total != "2 matches." {
+		t.Fatalf("dead letters of billing: %q", total)
+	}
+	shot(t, ctx, "dead-letters.png")
+	do(t, ctx, "open the declined one",
+		chromedp.Click(xpath(`//tr[td[contains(., "card declined")]]//a[@class="letter"]`)),
+		chromedp.WaitVisible(css("#edit")))
+	if e := textOf(t, ctx, css("#last-error")); e != "card declined" {
+		t.Fatalf("last error %q", e)
+	}
+	payload, err := chromedp.Run(ctx, chromedp.Value(css("#edit")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shot(t, ctx, "dead-letter.png")
+	const declined, good = "4000-0000-0000-0002", "4242-4242-4242-4242"
+	if !strings.Contains(payload, declined) {
+		t.Fatalf("the payload to edit does not hold the declined card: %q", payload)
+	}
+
+	// Fix the card, redrive, and watch billing ack it.
+	do(t, ctx, "redrive with the fixed card",
+		chromedp.SetValue(css("#edit"), strings.Replace(payload, declined, good, 1)),
+		chromedp.Click(css("#redrive-edited")),
+		chromedp.WaitVisible(css("#done")))
+	if done := textOf(t, ctx, css("#done")); done != "Redrove 1 dead letter." {
+		t.Fatalf("after the redrive: %q", done)
+	}
+	// Billing acks every good order, and now the fixed one.
+	for _, n := range []int{1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1010, 1011, 1012} {
+		d.await(t, fmt.Sprintf("order %d charged", n))
+	}
+	do(t, ctx, "billing's page", chromedp.Navigate(d.url+"/subscription?topic=orders&name=billing"), chromedp.WaitVisible(css("#acked")))
+	if acked := textOf(t, ctx, css("#acked")); acked != "11" {
+		t.Errorf("billing acked %s, want 11 (10 good orders and the fixed one)", acked)
+	}
+	shot(t, ctx, "billing.png")
+
+	// Discard the expired card's letter by selecting it.
+	do(t, ctx, "discard the other",
+		chromedp.Navigate(d.url+"/dead-letters"),
+		chromedp.Click(xpath(`//tr[td[contains(., "card expired")]]//input[@type="checkbox"]`)),
+		chromedp.Click(css("#discard-selected")),
+		chromedp.WaitVisible(css("#done")))
+	if done, total := textOf(t, ctx, css("#done")), textOf(t, ctx, css("#total")); done != "Discarded 1 dead letter." || total != "0 matches." {
+		t.Errorf("after the discard: %q, %q", done, total)
+	}
+
+	// Pause shipping, resume it, then purge it.
+	do(t, ctx, "pause shipping",
+		chromedp.Navigate(d.url+"/subscription?topic=orders&name=shipping"),
+		chromedp.Click(css("#pause")),
+		chromedp.WaitVisible(css("#paused")))
+	if done, badge := textOf(t, ctx, css("#done")), textOf(t, ctx, css("#paused")); done != "Paused." || badge != "paused" {
+		t.Errorf("after pause: %q, badge %q", done, badge)
+	}
+	shot(t, ctx, "shipping-paused.png")
+	do(t, ctx, "resume shipping", chromedp.Click(css("#resume")), chromedp.WaitVisible(css("#pause")))
+	if done := textOf(t, ctx, css("#done")); done != "Resumed." {
+		t.Errorf("after resume: %q", done)
+	}
+	depth := textOf(t, ctx, css("#depth"))
+	do(t, ctx, "purge shipping",
+		chromedp.Click(css("#purge-confirm")),
+		chromedp.Click(css("#purge")),
+		chromedp.WaitVisible(css("#done")))
+	if done, want := textOf(t, ctx, css("#done")), "Purged "+depth+" messages."; done != want {
+		t.Errorf("after purge: %q, want %q", done, want)
+	}
+	if depth := textOf(t, ctx, css("#depth")); depth != "0" {
+		t.Errorf("shipping holds %s after the purge", depth)
+	}
+
+	// What the pages showed is what the console's JSON says.
+	resp, err := http.Get(d.url + "/api/overview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var o console.Overview
+	if err := json.NewDecoder(resp.Body).Decode(&o); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]console.SubscriptionRow{}
+	for _, s := range o.Subscriptions {
+		got[s.Name] = s
+	}
+	if b, s := got["billing"], got["shipping"]; b.Acked != 11 || b.DeadLettersHeld != 0 || s.Paused || s.Depth != 0 || o.DeadLetters.Discarded != 1 {
+		t.Errorf("api/overview: billing %+v, shipping %+v, store %+v", b, s, o.DeadLetters)
+	}
+}
