@@ -55,18 +55,18 @@ type Recorder[T any] interface {
 // logs it and gives it back to Restore. Times are absolute, from the queue's
 // clock.
 type Entry[T any] struct {
-	Message   *queue.Message[T]
-	Place     uint64 // its place in publish order within the queue
-	Attempts  int    // attempts spent
-	InFlight  bool   // delivered and not settled: after a restart, its lease has expired
+	Message  *queue.Message[T]
+	Place    uint64 // its place in publish order within the queue
+	Attempts int    // attempts spent
+	InFlight bool   // delivered and not settled: after a restart, its lease has expired
 	// StillLeased keeps an InFlight entry in flight, with no lease anyone
 	// here can settle and no deadline (it never expires): how a copy of a
 	// journal whose owner still runs shows the owner's leases.
 	StillLeased bool
-	VisibleAt time.Time
-	TTL       time.Duration // its time to live, counted again from a redrive
-	ExpiresAt time.Time     // zero: never
-	LastError string
+	VisibleAt   time.Time
+	TTL         time.Duration // its time to live, counted again from a redrive
+	ExpiresAt   time.Time     // zero: never
+	LastError   string
 	// Dead marks a dead letter, with its Reason and when (DeadAt).
 	Dead   bool
 	Reason queue.Reason
