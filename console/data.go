@@ -207,7 +207,7 @@ func (c *Console[T]) deadLetterList(f Filter, offset, limit int) DeadLetterList 
 	var all []DeadLetterView
 	for _, dl := range c.b.DeadLetters() {
 		if matches(f, dl) {
-			all = append(all, c.letterView(dl))
+			all = append(all, NewDeadLetterView(dl))
 		}
 	}
 	slices.SortStableFunc(all, func(a, b DeadLetterView) int { return cmp.Compare(a.At.UnixNano(), b.At.UnixNano()) })
@@ -222,21 +222,25 @@ func (c *Console[T]) deadLetterList(f Filter, offset, limit int) DeadLetterList 
 	return l
 }
 
-func (c *Console[T]) letterView(dl queue.DeadLetter[T]) DeadLetterView {
+// NewDeadLetterView returns a dead letter as the console shows it (and
+// as its JSON says it).
+func NewDeadLetterView[T any](dl queue.DeadLetter[T]) DeadLetterView {
 	m := dl.Message
 	return DeadLetterView{
 		Ref: ref(m.ID, dl.Subscription), ID: m.ID, Subscription: dl.Subscription, Topic: m.Topic, Key: m.Key,
 		Priority: m.Priority.String(), Headers: headerMap(m.Headers), Published: m.PublishedAt,
 		Reason: dl.Reason.String(), Attempts: dl.Attempts, LastError: dl.LastError, At: dl.At,
-		Payload: show(m.Payload),
+		Payload: ShowPayload(m.Payload),
 	}
 }
 
-func heldView[T any](h queue.Held[T]) HeldView {
+// NewHeldView returns a held message as the console shows it (and as its
+// JSON says it).
+func NewHeldView[T any](h queue.Held[T]) HeldView {
 	v := HeldView{
 		Seq: h.Seq, ID: h.ID, Topic: h.Topic, Key: h.Key, Priority: h.Priority.String(),
 		Headers: headerMap(h.Headers), Published: h.PublishedAt, State: h.State.String(),
-		Attempts: h.Attempts, LastError: h.LastError, Payload: show(h.Payload),
+		Attempts: h.Attempts, LastError: h.LastError, Payload: ShowPayload(h.Payload),
 	}
 	if !h.At.IsZero() {
 		at := h.At

@@ -152,7 +152,7 @@ func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error)
 	v := SubscriptionView{Row: row(s.Topic(), s.Name(), s.Stats(), letters), Options: settings(s.Config()),
 		State: state.String(), Messages: make([]HeldView, 0, len(held))}
 	for _, h := range held {
-		v.Messages = append(v.Messages, heldView(h))
+		v.Messages = append(v.Messages, NewHeldView(h))
 	}
 	if more && len(held) > 0 {
 		v.Next = held[len(held)-1].Seq
@@ -252,7 +252,7 @@ func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
 	}
 	for _, dl := range c.b.DeadLetters() {
 		if dl.Message.ID == id && dl.Subscription == sub {
-			return c.letterView(dl), nil
+			return NewDeadLetterView(dl), nil
 		}
 	}
 	return DeadLetterView{}, notFound("dead letter %s is not in the store (redriven, discarded or dropped)", ref(id, sub))

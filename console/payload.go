@@ -25,9 +25,10 @@ type Payload struct {
 	Size    int    `json:"size"` // bytes
 }
 
-// show renders a payload: a []byte or string payload as JSON when it is
-// JSON, else as text or bytes; any other type as its JSON encoding.
-func show[T any](v T) Payload {
+// ShowPayload renders a payload as the console shows it: a []byte or
+// string payload as JSON when it is JSON, else as text (UTF-8) or bytes
+// (base64); a payload of any other type as its JSON encoding.
+func ShowPayload[T any](v T) Payload {
 	var raw []byte
 	switch p := any(v).(type) {
 	case []byte:

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+type order struct {
+	Order int    `json:"order"`
+	Card  string `json:"card"`
+}
+
+var ctx = context.Background()
+
+// running is a durable directory held open by its owner: orders fanned out
+// to billing and shipping, billing with one order leased and one
+// dead-lettered ("card declined").
+type running struct {
+	dir     string
+	b       *broker.Broker[order]
+	billing *broker.Subscription[order]
+	dead    queue.Message[order]
+}
+
+func startOwner(t *testing.T) *running {
+	t.Helper()
+	r := &running{dir: t.TempDir()}
+	r.open(t)
+	require.NoError(t, r.b.CreateTopic("orders"))
+	var err error
+	r.billing, err = r.b.Subscribe("orders", "billing", broker.WithMaxAttempts(1))
+	require.NoError(t, err)
+	_, err = r.b.Subscribe("orders", "shipping")
+	require.NoError(t, err)
+	for i, card := range []string{"4242", "0000", "4242"} {
+		m, err := r.b.Publish(ctx, "orders", order{Order: 1001 + i, Card: card}, broker.WithKey("cust-1"))
+		require.NoError(t, err)
+		if card == "0000" {
+			r.dead = m
+		}
+	}
+	ds, err := r.billing.Poll(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, r.billing.Ack(ds[0].LeaseID))
+	ds, err = r.billing.Poll(ctx, 1)
+	require.NoError(t, err)
+	require.NoError(t, r.billing.Fail(ds[0].LeaseID, errors.New("card declined\x1b[31m")))
+	_, err = r.billing.Poll(ctx, 1) // 1003: leased by the owner
+	require.NoError(t, err)
+	return r
+}
+
+func (r *running) open(t *testing.T) {
+	t.Helper()
+	b, err := broker.Open(r.dir, broker.JSONCodec[order]())
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	r.b = b
+}
+
+// leasebus runs the command and returns its exit status, output and
+// errors.
+func leasebus(args ...string) (int, string, string) {
+	var out, errOut strings.Builder
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func sum(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	m := map[string][32]byte{}
+	require.NoError(t, filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		m[p] = sha256.Sum256(data)
+		return err
+	}))
+	return m
+}
+
+func TestReadingWhileTheOwnerRuns(t *testing.T) {
+	r := startOwner(t)
+	require.NoError(t, r.b.Sync())
+	before := sum(t, r.dir)
+
+	code, out, errOut := leasebus("inspect", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "1 topics, 2 subscriptions")
+	assert.Contains(t, out, "1 dead letters")
+	lines := strings.Split(out, "\n")
+	var billing, shipping string
+	for _, l := range lines {
+		switch {
+		case strings.Contains(l, "billing"):
+			billing = strings.Join(strings.Fields(l), " ")
+		case strings.Contains(l, "shipping"):
+			shipping = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	// TOPIC SUBSCRIPTION HELD VISIBLE IN-FLIGHT DELAYED HELD-BACK OLDEST DEAD
+	assert.Equal(t, "orders billing 1 0 1 0 0 - 1 (max-attempts 1)", billing)
+	assert.True(t, strings.HasPrefix(shipping, "orders shipping 3 1 0 0 2 "), shipping)
+
+	code, out, errOut = leasebus("peek", "-state", "in-flight", r.dir, "orders", "billing")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, `{"order":1003,"card":"4242"}`)
+	assert.Contains(t, out, "in-flight")
+
+	code, out, errOut = leasebus("peek", "-json", "-limit", "2", r.dir, "orders", "shipping")
+	require.Equal(t, 0, code, errOut)
+	sc := bufio.NewScanner(strings.NewReader(out))
+	n := 0
+	for sc.Scan() {
+		var l exportLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
+		assert.Equal(t, "shipping", l.Subscription)
+		n++
+	}
+	assert.Equal(t, 2, n)
+
+	code, out, errOut = leasebus("dead-letters", "-error", "declined", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, r.dead.ID.String()+"/billing")
+	assert.Contains(t, out, `"card": "0000"`, "JSON shown as JSON")
+	assert.Contains(t, out, `"card declined\x1b[31m"`, "control characters quoted, never sent to the terminal")
+	assert.NotContains(t, out, "\x1b")
+
+	code, out, errOut = leasebus("export", r.dir)
+	require.Equal(t, 0, code, errOut)
+	kinds := map[string]int{}
+	sc = bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var l exportLine
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &l))
+		kinds[l.Kind+" "+l.Subscription]++
+	}
+	assert.Equal(t, map[string]int{"message billing": 1, "message shipping": 3, "dead-letter billing": 1}, kinds)
+
+	assert.Equal(t, before, sum(t, r.dir), "reading changed no byte")
+
+	code, _, errOut = leasebus("redrive", "-all", r.dir)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "stop the process that holds it first")
+}
+
+func TestFixAPayloadRedriveAndTheOwnerAcksIt(t *testing.T) {
+	r := startOwner(t)
+	require.NoError(t, r.b.Close()) // the owner stops
+
+	fixed := filepath.Join(t.TempDir(), "fixed.json")
+	require.NoError(t, os.WriteFile(fixed, []byte(`{"order":1002,"card":"5555"}`), 0o644))
+	code, out, errOut := leasebus("redrive", "-ref", r.dead.ID.String()+"/billing", "-payload", fixed, r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "redrove 1 dead letters\n", out)
+
+	r.open(t) // the owner starts again
+	billing, err := r.b.Subscribe("orders", "billing", broker.WithMaxAttempts(1))
+	require.NoError(t, err)
+	ds := billing.TryPoll(10)
+	require.Len(t, ds, 1, "the fixed 1002; 1003's lease ended with the owner, on its last attempt: dead")
+	assert.Equal(t, order{1002, "5555"}, ds[0].Payload)
+	require.NoError(t, billing.Ack(ds[0].LeaseID))
+	require.NoError(t, r.b.Sync())
+
+	code, out, errOut = leasebus("inspect", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "1 dead letters")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "billing") {
+			assert.Equal(t, "orders billing 0 0 0 0 0 - 1 (max-attempts 1)", strings.Join(strings.Fields(l), " "))
+		}
+	}
+	code, out, errOut = leasebus("dead-letters", "-subscription", "billing", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "lease expired")
+	assert.NotContains(t, out, "card declined")
+}
+
+func TestDiscardAndSalvageTakeTheLock(t *testing.T) {
+	r := startOwner(t)
+	require.NoError(t, r.b.Close())
+	code, out, errOut := leasebus("discard", "-error", "declined", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "discarded 1 dead letters\n", out)
+	code, out, _ = leasebus("dead-letters", r.dir)
+	require.Equal(t, 0, code)
+	assert.Contains(t, out, "lease expired", "1003, dead when the discard's Open ended the stopped owner's lease")
+	code, out, errOut = leasebus("discard", "-all", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "discarded 1 dead letters\n", out)
+	code, out, _ = leasebus("dead-letters", r.dir)
+	require.Equal(t, 0, code)
+	assert.Equal(t, "0 dead letters\n", out)
+	code, out, errOut = leasebus("salvage", r.dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "kept ")
+	assert.Contains(t, out, "dropped 0 bytes")
+}
+
+func TestBadCommandLines(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{},
+		{"frobnicate", dir},
+		{"inspect"},
+		{"inspect", dir, "extra"},
+		{"peek", dir, "orders"},
+		{"peek", "-state", "asleep", dir, "t", "s"},
+		{"redrive", dir},
+		{"discard", dir},
+		{"redrive", "-reason", "boredom", dir},
+		{"redrive", "-since", "yesterday", dir},
+		{"redrive", "-ref", "nonsense", dir},
+		{"redrive", "-payload", "x.json", "-all", dir},
+		{"inspect", "-nope", dir},
+	} {
+		code, _, errOut := leasebus(args...)
+		assert.Equal(t, 2, code, "%q: %s", args, errOut)
+		assert.NotEmpty(t, errOut, "%q", args)
+	}
+	code, _, errOut := leasebus("inspect", dir)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "no journal there")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "a failed read left nothing behind")
+	code, _, _ = leasebus("help")
+	assert.Equal(t, 0, code)
+}
+

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// openCopy opens a copy of dir: payloads as the owner's codec wrote them.
+func openCopy(dir string) (*broker.Broker[[]byte], error) {
+	return broker.OpenCopy(dir, broker.BytesCodec())
+}
+
+func inspect(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	pos, err := parse(fs, args, "DIR")
+	if err != nil {
+		return err
+	}
+	b, err := openCopy(pos[0])
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	info := b.Recovery()
+	letters := b.DeadLetters()
+	fmt.Fprintf(out, "%s: %d topics, %d subscriptions, %d messages, %d dead letters\n",
+		pos[0], info.Topics, info.Subscriptions, info.Messages, len(letters))
+	if info.TruncatedBytes > 0 {
+		fmt.Fprintf(out, "(%d bytes at the journal's end were being written, or are torn: left out)\n", info.TruncatedBytes)
+	}
+	fmt.Fprintf(out, "topics: %s\n\n", strings.Join(b.Topics(), ", "))
+
+	byReason := map[string]map[string]int{}
+	for _, dl := range letters {
+		if byReason[dl.Subscription] == nil {
+			byReason[dl.Subscription] = map[string]int{}
+		}
+		byReason[dl.Subscription][dl.Reason.String()]++
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TOPIC\tSUBSCRIPTION\tHELD\tVISIBLE\tIN FLIGHT\tDELAYED\tHELD BACK\tOLDEST VISIBLE\tDEAD LETTERS\t")
+	for _, s := range b.AllSubscriptions() {
+		st := s.Stats()
+		age := "-"
+		if st.OldestVisibleAge > 0 {
+			age = st.OldestVisibleAge.Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", s.Topic(), s.Name(),
+			st.Visible+st.Delayed+st.InFlight+st.HeldBack, st.Visible, st.InFlight, st.Delayed, st.HeldBack, age,
+			reasons(byReason[s.Name()]))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(letters) > 0 {
+		fmt.Fprintf(out, "\n'leasebus dead-letters %s' shows them.\n", pos[0])
+	}
+	return nil
+}
+
+func reasons(m map[string]int) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	n := 0
+	var parts []string
+	for r, k := range m {
+		n += k
+		parts = append(parts, fmt.Sprintf("%s %d", r, k))
+	}
+	sort.Strings(parts)
+	return fmt.Sprintf("%d (%s)", n, strings.Join(parts, ", "))
+}
+
+func peek(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("peek", flag.ContinueOnError)
+	state := fs.String("state", "any", "only messages in this state: visible, delayed, in-flight, held-back")
+	limit := fs.Int("limit", 50, "at most this many (1 to 1000)")
+	after := fs.Uint64("after", 0, "only messages after this seq (the last seq of the page before)")
+	asJSON := fs.Bool("json", false, "print JSON lines, as export does")
+	pos, err := parse(fs, args, "DIR", "TOPIC", "SUBSCRIPTION")
+	if err != nil {
+		return err
+	}
+	st, ok := queue.ParseState(*state)
+	if !ok {
+		return fmt.Errorf("%w: -state %q is not any, visible, delayed, in-flight or held-back", errUsage, *state)
+	}
+	b, err := openCopy(pos[0])
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	s, err := b.Subscription(pos[1], pos[2])
+	if err != nil {
+		return err
+	}
+	held, err := s.Peek(queue.PeekQuery{State: st, After: *after, Limit: *limit})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(out)
+		for _, h := range held {
+			if err := enc.Encode(exportLine{Kind: "message", Topic: s.Topic(), Subscription: s.Name(), Message: ptr(console.NewHeldView(h))}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tSTATE\tATTEMPTS\tKEY\tPRIORITY\tAT\tLAST ERROR\tPAYLOAD")
+	for _, h := range held {
+		v := console.NewHeldView(h)
+		at := "-"
+		if v.At != nil {
+			at = v.At.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", v.Seq, v.State, v.Attempts, orDash(v.Key), v.Priority, at,
+			orDash(oneLine(v.LastError)), oneLine(v.Payload.Preview))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(held) == *limit {
+		fmt.Fprintf(out, "(more: -after %d)\n", held[len(held)-1].Seq)
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine keeps a text to one line of a table, and a terminal's escape
+// sequences out of it: a text with a character that is not printable (a
+// newline, a tab, an escape) is shown quoted, as %q would.
+func oneLine(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// filter is the dead-letter filter flags of dead-letters, redrive and
+// discard.
+type filter struct {
+	sub, reason, errText, key, since, until string
+}
+
+func (f *filter) flags(fs *flag.FlagSet) {
+	fs.StringVar(&f.sub, "subscription", "", "only this subscription's")
+	fs.StringVar(&f.reason, "reason", "", "only of this reason: max-attempts, overflow, expired, rejected")
+	fs.StringVar(&f.errText, "error", "", "only those whose last error contains this text")
+	fs.StringVar(&f.key, "key", "", "only of this ordering key")
+	fs.StringVar(&f.since, "since", "", "only those dead-lettered at or after this time (RFC 3339)")
+	fs.StringVar(&f.until, "until", "", "only those dead-lettered before this time (RFC 3339)")
+}
+
+func (f *filter) empty() bool { return *f == filter{} }
+
+// match returns the filter as a function; bad values are usage errors.
+func (f *filter) match() (func(queue.DeadLetter[[]byte]) bool, error) {
+	var since, until time.Time
+	for _, t := range []struct {
+		name, s string
+		dst     *time.Time
+	}{{"since", f.since, &since}, {"until", f.until, &until}} {
+		if t.s == "" {
+			continue
+		}
+		v, err := time.Parse(time.RFC3339Nano, t.s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: -%s %q is not an RFC 3339 time", errUsage, t.name, t.s)
+		}
+		*t.dst = v
+	}
+	var reason queue.Reason
+	if f.reason != "" {
+		r, ok := queue.ParseReason(f.reason)
+		if !ok {
+			return nil, fmt.Errorf("%w: -reason %q is not max-attempts, overflow, expired or rejected", errUsage, f.reason)
+		}
+		reason = r
+	}
+	return func(dl queue.DeadLetter[[]byte]) bool {
+		return (f.sub == "" || dl.Subscription == f.sub) &&
+			(f.reason == "" || dl.Reason == reason) &&
+			(f.errText == "" || strings.Contains(dl.LastError, f.errText)) &&
+			(f.key == "" || dl.Message.Key == f.key) &&
+			(since.IsZero() || !dl.At.Before(since)) &&
+			(until.IsZero() || dl.At.Before(until))
+	}, nil
+}
+
+func deadLetters(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("dead-letters", flag.ContinueOnError)
+	var f filter
+	f.flags(fs)
+	asJSON := fs.Bool("json", false, "print JSON lines, as export does")
+	pos, err := parse(fs, args, "DIR")
+	if err != nil {
+		return err
+	}
+	match, err := f.match()
+	if err != nil {
+		return err
+	}
+	b, err := openCopy(pos[0])
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	enc := json.NewEncoder(out)
+	n := 0
+	for _, dl := range b.DeadLetters() {
+		if !match(dl) {
+			continue
+		}
+		n++
+		v := console.NewDeadLetterView(dl)
+		if *asJSON {
+			if err := enc.Encode(exportLine{Kind: "dead-letter", Topic: v.Topic, Subscription: v.Subscription, DeadLetter: &v}); err != nil {
+				return err
+			}
+			continue
+		}
+		fmt.Fprintf(out, "%s\n  subscription  %s (topic %s)\n  reason        %s after %d attempts, %s\n  last error    %s\n",
+			v.Ref, v.Subscription, v.Topic, v.Reason, v.Attempts, v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
+		if v.Key != "" {
+			fmt.Fprintf(out, "  key           %s\n", oneLine(v.Key))
+		}
+		for k, val := range v.Headers {
+			fmt.Fprintf(out, "  header        %s: %s\n", oneLine(k), oneLine(val))
+		}
+		fmt.Fprintf(out, "  payload (%s, %d bytes)\n", v.Payload.Kind, v.Payload.Size)
+		for _, line := range strings.Split(v.Payload.Text, "\n") {
+			fmt.Fprintf(out, "    %s\n", oneLine(line))
+		}
+		fmt.Fprintln(out)
+	}
+	if !*asJSON {
+		fmt.Fprintf(out, "%d dead letters\n", n)
+	}
+	return nil
+}
+
+// exportLine is one line of export (and of peek -json, dead-letters -json).
+type exportLine struct {
+	Kind         string                  `json:"kind"` // "message" or "dead-letter"
+	Topic        string                  `json:"topic"`
+	Subscription string                  `json:"subscription"`
+	Message      *console.HeldView       `json:"message,omitempty"`
+	DeadLetter   *console.DeadLetterView `json:"deadLetter,omitempty"`
+}
+
+func export(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("export", flag.ContinueOnError)
+	pos, err := parse(fs, args, "DIR")
+	if err != nil {
+		return err
+	}
+	b, err := openCopy(pos[0])
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	enc := json.NewEncoder(out)
+	for _, s := range b.AllSubscriptions() {
+		for after := uint64(0); ; {
+			page, err := s.Peek(queue.PeekQuery{After: after, Limit: queue.MaxPeek})
+			if err != nil {
+				return err
+			}
+			for _, h := range page {
+				if err := enc.Encode(exportLine{Kind: "message", Topic: s.Topic(), Subscription: s.Name(), Message: ptr(console.NewHeldView(h))}); err != nil {
+					return err
+				}
+			}
+			if len(page) < queue.MaxPeek {
+				break
+			}
+			after = page[len(page)-1].Seq
+		}
+	}
+	for _, dl := range b.DeadLetters() {
+		v := console.NewDeadLetterView(dl)
+		if err := enc.Encode(exportLine{Kind: "dead-letter", Topic: v.Topic, Subscription: v.Subscription, DeadLetter: &v}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
