@@ -243,4 +243,3 @@ func TestBadCommandLines(t *testing.T) {
 	code, _, _ = leasebus("help")
 	assert.Equal(t, 0, code)
 }
-
