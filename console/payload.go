@@ -36,11 +36,13 @@ func ShowPayload[T any](v T) Payload {
 	case string:
 		raw = []byte(p)
 	default:
-		b, err := json.Marshal(v)
-		if err != nil {
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false) // the pages escape it; the JSON is never read as HTML
+		if err := enc.Encode(v); err != nil {
 			return payloadOf("text", fmt.Sprintf("%+v", v), 0)
 		}
-		raw = b
+		raw = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	}
 	var out bytes.Buffer
 	switch {

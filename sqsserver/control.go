@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -26,9 +27,14 @@ type parkedReply struct {
 //	POST /leasebus/clock?advance=<duration> moves a mock clock forward (Go syntax: 30s, 1m30s)
 //	POST /leasebus/clock?set=<RFC 3339>     sets a mock clock (never backwards)
 //	GET  /leasebus/parked?queue=Q&n=N       waits until N receives on Q are long-polling
+//	     /leasebus/console/...              the console, with WithConsole
 //
 // Each answers JSON. Moving a real clock is 409 Conflict; bad input 400.
 func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
+	if s.console != nil && (r.URL.Path == consolePrefix || strings.HasPrefix(r.URL.Path, consolePrefix+"/")) {
+		s.console.ServeHTTP(w, r)
+		return
+	}
 	switch r.URL.Path {
 	case "/leasebus/clock":
 		s.serveClock(w, r)
@@ -38,6 +44,9 @@ func (s *Server) serveControl(w http.ResponseWriter, r *http.Request) {
 		replyJSON(w, http.StatusNotFound, clockReply{Now: s.now(), Mock: s.mock != nil, Error: "no such control endpoint: " + r.URL.Path})
 	}
 }
+
+// consolePrefix is where WithConsole's console is served.
+const consolePrefix = "/leasebus/console"
 
 func (s *Server) now() string { return s.clock.Now().UTC().Format(time.RFC3339Nano) }
 

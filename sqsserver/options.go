@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/leasebus/leasebus/console"
+
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
@@ -24,6 +26,7 @@ type config struct {
 	baseURL    string
 	accessKeys map[string]bool
 	key        []byte
+	console    []console.Option // WithConsole's; nil: no console
 }
 
 // WithClock sets the clock of every time the server reads and every timer
@@ -36,6 +39,21 @@ func WithClock(c clock.Clock) Option {
 			return fmt.Errorf("sqsserver: WithClock: nil clock")
 		}
 		cfg.clock = c
+		return nil
+	}}
+}
+
+// WithConsole serves leasebus's console (package console) on the server's
+// own port under /leasebus/console/: each queue shows as a topic with one
+// subscription, its messages (the payload's "b" is the body) can be peeked
+// at, and a queue can be paused (a receive then waits), resumed and
+// purged. opts are the console's (console.WithReadOnly, say); its prefix
+// is the server's. A queue's dead-letter queue (RedrivePolicy) is a queue
+// of its own there: the console's dead letters are only messages past
+// their retention. Default: no console.
+func WithConsole(opts ...console.Option) Option {
+	return Option{func(cfg *config) error {
+		cfg.console = append([]console.Option{console.WithTitle("leasebus-sqs")}, opts...)
 		return nil
 	}}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -58,7 +59,10 @@ type Server struct {
 	mu     sync.RWMutex // guards everything below, and the state file
 	queues map[string]*sqsQueue
 	tasks  []*moveTask // newest last
-	closed bool
+	// console serves /leasebus/console/ (WithConsole); nil: none. Set
+	// once, before the server serves.
+	console http.Handler
+	closed  bool
 }
 
 // New starts a server: in memory, or durable with WithDir (which brings
@@ -98,6 +102,10 @@ func New(opts ...Option) (*Server, error) {
 		if s.key = cfg.key; s.key == nil {
 			s.key = randomBytes(32)
 		}
+		if err := s.mountConsole(); err != nil {
+			b.Close()
+			return nil, err
+		}
 		return s, nil
 	}
 	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
@@ -115,7 +123,24 @@ func New(opts ...Option) (*Server, error) {
 		b.Close()
 		return nil, err
 	}
+	if err := s.mountConsole(); err != nil {
+		b.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// mountConsole makes WithConsole's console, if asked for.
+func (s *Server) mountConsole() error {
+	if s.cfg.console == nil {
+		return nil
+	}
+	c, err := console.New(s.b, append(s.cfg.console, console.WithPrefix(consolePrefix))...)
+	if err != nil {
+		return fmt.Errorf("sqsserver: WithConsole: %w", err)
+	}
+	s.console = c
+	return nil
 }
 
 func randomBytes(n int) []byte {

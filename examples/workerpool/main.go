@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -43,6 +46,7 @@ type config struct {
 	Work       time.Duration // time one delivery takes
 	Slow       time.Duration // time a slow delivery takes (> Visibility)
 	FlakyPct   int           // % of webhooks whose first attempt fails
+	Console    string        // serve the console here while it runs, and after until Ctrl-C ("": none)
 }
 
 // summary is what a run did.
@@ -57,6 +61,7 @@ func main() {
 	cfg := config{Visibility: 400 * time.Millisecond, Work: 5 * time.Millisecond, Slow: time.Second, FlakyPct: 10}
 	flag.IntVar(&cfg.Webhooks, "webhooks", 400, "webhooks to deliver")
 	flag.IntVar(&cfg.Workers, "workers", 8, "concurrent deliveries")
+	flag.StringVar(&cfg.Console, "console", "", "serve leasebus's console on this address (such as 127.0.0.1:8080) while it runs, and after until Ctrl-C")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -118,6 +123,13 @@ func run(ctx context.Context, cfg config, progress io.Writer) (summary, error) {
 		return summary{}, err
 	}
 	defer b.Close()
+	if cfg.Console != "" {
+		stopConsole, err := serveConsole(cfg.Console, b, progress)
+		if err != nil {
+			return summary{}, err
+		}
+		defer stopConsole()
+	}
 
 	var s summary
 	if s.Published, err = publishAll(ctx, b, cfg.Webhooks); err != nil {
@@ -177,7 +189,36 @@ wait:
 	s.Delivered, s.Retried = int(c.delivered.Load()), int(c.retried.Load())
 	s.DeadLettered, s.Lost, s.Slow = int(c.dead.Load()), int(c.lost.Load()), int(ep.slow.Load())
 	s.Elapsed = time.Since(start)
+	if cfg.Console != "" && ctx.Err() == nil {
+		fmt.Fprintln(progress, "done: the console stays up until Ctrl-C")
+		<-ctx.Done()
+		return s, nil
+	}
 	return s, ctx.Err()
+}
+
+// serveConsole serves the console over b on addr until the returned stop
+// is called.
+func serveConsole(addr string, b *broker.Broker[webhook], progress io.Writer) (stop func(), err error) {
+	c, err := console.New(b, console.WithTitle("webhooks · leasebus"))
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln) // ErrServerClosed, once stop closes it
+	}()
+	fmt.Fprintf(progress, "console: http://%s/\n", ln.Addr())
+	return func() {
+		_ = srv.Close()
+		<-served
+	}, nil
 }
 
 // setUp makes the broker, its webhooks topic and two subscriptions: the

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasebus/leasebus/console"
 )
 
 func TestWorkerPoolDeliversEverything(t *testing.T) {
@@ -49,5 +55,71 @@ func TestWorkerPoolStopsOnCancel(t *testing.T) {
 	cancel() // Ctrl-C before anything is delivered: run drains and says why
 	if _, err := run(ctx, cfg, io.Discard); err != context.Canceled {
 		t.Fatalf("run = %v, want context.Canceled", err)
+	}
+}
+
+// lineWriter sends each line written to it on a channel.
+type lineWriter struct {
+	mu    sync.Mutex
+	buf   []byte
+	lines chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexAny(w.buf, "\r\n")
+		if i < 0 {
+			return len(p), nil
+		}
+		w.lines <- string(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+func TestWorkerPoolWithTheConsole(t *testing.T) {
+	cfg := config{Webhooks: 60, Workers: 4, Visibility: 200 * time.Millisecond, Work: time.Millisecond, Slow: 300 * time.Millisecond, FlakyPct: 10, Console: "127.0.0.1:0"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := &lineWriter{lines: make(chan string, 1024)}
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(ctx, cfg, w)
+		done <- err
+	}()
+	var url string
+	for line := range w.lines {
+		if u, ok := strings.CutPrefix(line, "console: "); ok {
+			url = u
+		}
+		if line == "done: the console stays up until Ctrl-C" {
+			break
+		}
+	}
+	if url == "" {
+		t.Fatal("no console address printed")
+	}
+	resp, err := http.Get(url + "api/overview")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o console.Overview
+	err = json.NewDecoder(resp.Body).Decode(&o)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[string]uint64{}
+	for _, s := range o.Subscriptions {
+		acked[s.Name] = s.Acked
+	}
+	if acked["deliver"] != 60 || o.DeadLetters.Held != 0 {
+		t.Errorf("after the run the console shows deliver acked %d (want 60), %d dead letters held (want 0)", acked["deliver"], o.DeadLetters.Held)
+	}
+	cancel() // Ctrl-C
+	if err := <-done; err != nil {
+		t.Fatalf("run = %v after the console's Ctrl-C, want nil", err)
 	}
 }

@@ -15,6 +15,7 @@
 //	-account ID       the 12-digit account in queue URLs and ARNs (default 000000000000)
 //	-base-url URL     the scheme and host of queue URLs (default: each request's Host)
 //	-access-key ID    accept only this access key (repeat for more; default: any)
+//	-console          serve leasebus's console at /leasebus/console/ (its queues, a peek, pause, purge)
 //
 // It prints "leasebus-sqs listening on ADDR" once it serves, and stops on
 // SIGINT or SIGTERM: long polls end, a durable directory keeps everything.
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	region := fs.String("region", "us-east-1", "the region in queue ARNs")
 	account := fs.String("account", "000000000000", "the account ID in queue URLs and ARNs")
 	baseURL := fs.String("base-url", "", "scheme and host of queue URLs (default: each request's Host)")
+	withConsole := fs.Bool("console", false, "serve the console at /leasebus/console/ on the same port")
 	var access keys
 	fs.Var(&access, "access-key", "accept only this access key ID (repeatable; default: any)")
 	if err := fs.Parse(args); err != nil {
@@ -103,6 +105,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(access) > 0 {
 		opts = append(opts, sqsserver.WithAccessKeys(access...))
 	}
+	if *withConsole {
+		opts = append(opts, sqsserver.WithConsole())
+	}
 	srv, err := sqsserver.New(opts...)
 	if err != nil {
 		return err
@@ -129,6 +134,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	fmt.Fprintf(out, "leasebus-sqs listening on %s\n", ln.Addr())
+	if *withConsole {
+		fmt.Fprintf(out, "console: http://%s/leasebus/console/\n", ln.Addr())
+	}
 	select {
 	case err := <-served:
 		return errors.Join(err, srv.Close())
