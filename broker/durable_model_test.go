@@ -66,7 +66,7 @@ func view(b *Broker[string]) (map[string][]held, []deadView) {
 	var fresh []deadView // dead-lettered by the restart itself
 	out := map[string][]held{}
 	for _, s := range subs {
-		es, thaw := s.q.Freeze()
+		es, _, thaw := s.q.Freeze()
 		thaw()
 		maxAttempts := s.q.Config().MaxAttempts
 		slices.SortFunc(es, func(x, y core.Entry[string]) int { return cmp.Compare(x.Place, y.Place) })

@@ -38,6 +38,7 @@ const (
 	recGroup                // count, then each record with its length: one operation's records, all or none (version 3)
 	recPutRef               // recPut whose envelope is that of a put before it in its group: the message ID instead (version 3)
 	recDedupID              // topic, dedup ID, message ID, first publish: what a remembered ID keeps (version 3)
+	recPause                // sub, paused (1) or resumed (0) (version 4)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -45,7 +46,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 3 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; Open reads 1 and 2 too
+	formatVersion = 4 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; 4 recPause; Open reads 1 to 3 too
 )
 
 // Flags of a recPut.

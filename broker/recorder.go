@@ -164,6 +164,14 @@ func (r *subRec[T]) Purged() {
 	r.st.mu.Unlock()
 }
 
+func (r *subRec[T]) Paused(paused bool) {
+	r.st.mu.Lock()
+	e := r.e.start(recPause).sub(r.id)
+	e.byte(b2u(paused))
+	r.st.j.Append(e.b)
+	r.st.mu.Unlock()
+}
+
 func (r *subRec[T]) Commit() error { return r.b.commit() }
 
 func (e *enc) strs(ss ...string) *enc {

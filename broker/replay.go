@@ -38,6 +38,7 @@ type rsub struct {
 	topic, name string
 	spec        subSpec
 	gone        bool
+	paused      bool // Pause (recPause), until Resume
 	msgs        map[uuid.UUID]*rmsg
 }
 
@@ -205,6 +206,8 @@ func (rs *replay) applyOne(body []byte, inGroup bool) error {
 		rs.purge(d)
 	case recDiscard:
 		rs.discard(d)
+	case recPause:
+		rs.pause(d)
 	default:
 		return fmt.Errorf("unknown record type %d", typ)
 	}
@@ -429,6 +432,13 @@ func (rs *replay) dead(sub uint32, id uuid.UUID, d *dec) {
 	if m := rs.msg(sub, id); m != nil && d.err == nil {
 		rs.deadSeq++
 		m.dead, m.inFlight, m.reason, m.attempts, m.lastErr, m.deadAt, m.deadSeq = true, false, reason, attempts, lastErr, at, rs.deadSeq
+	}
+}
+
+func (rs *replay) pause(d *dec) {
+	id, paused := d.sub(), d.byte() == 1
+	if s := rs.subs[id]; s != nil && d.err == nil {
+		s.paused = paused
 	}
 }
 

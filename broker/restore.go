@@ -142,6 +142,9 @@ func (r *restorer[T]) sub(rsub *rsub) error {
 	}
 	st.info.Subscriptions++
 	st.info.Messages += len(es) - len(seqs)
+	if rsub.paused {
+		s.q.RestorePaused()
+	}
 	dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
 	if err != nil {
 		return err

@@ -18,10 +18,11 @@ func (b *Broker[T]) compactLocked() error {
 	sn := &snapshot[T]{codec: st.codec, subs: b.allLocked()}
 	slices.SortFunc(sn.subs, func(x, y *Subscription[T]) int { return cmp.Compare(x.jid, y.jid) })
 	sn.held = make([][]core.Entry[T], len(sn.subs))
+	sn.paused = make([]bool, len(sn.subs))
 	for i, s := range sn.subs {
-		es, thaw := s.q.Freeze()
+		es, paused, thaw := s.q.Freeze()
 		defer thaw()
-		sn.held[i] = es
+		sn.held[i], sn.paused[i] = es, paused
 	}
 	b.dead.mu.Lock()
 	defer b.dead.mu.Unlock()
@@ -64,6 +65,7 @@ type snapshot[T any] struct {
 	topics []string           // sorted
 	subs   []*Subscription[T] // by journal id
 	held   [][]core.Entry[T]  // what each of subs holds
+	paused []bool             // whether each of subs is paused
 	dead   []letter[T]        // in the store's order
 	dedups [][]idSlot[T]      // each topic's live IDs, oldest first
 	e      enc                // the record being built
@@ -90,9 +92,13 @@ func (sn *snapshot[T]) writeStructure(emit func([]byte)) {
 		emit(e.start(recTopic).strs(name).b)
 	}
 	live := make(map[uint32]bool, len(sn.subs))
-	for _, s := range sn.subs {
+	for i, s := range sn.subs {
 		live[s.jid] = true
 		emit(e.start(recSub).sub(s.jid).strs(s.topic, s.name).specs(s.spec).b)
+		if sn.paused[i] {
+			e.start(recPause).sub(s.jid).byte(1)
+			emit(e.b)
+		}
 	}
 	gone := map[uint32]bool{}
 	for _, d := range sn.dead { // the subscriptions of dead letters that outlived them

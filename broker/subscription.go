@@ -150,8 +150,8 @@ func (s *Subscription[T]) Peek(q queue.PeekQuery) ([]queue.Held[T], error) {
 // Pause stops deliveries until Resume: Polls wait and TryPoll finds
 // nothing, while the subscription goes on accepting messages, leases in
 // flight can still be settled and expire, and Stats.Paused is true. A
-// pause lasts as long as the Subscription: a durable broker reopens every
-// subscription running. Pausing twice changes nothing; after close,
+// durable broker records it: the subscription is still paused when the
+// directory is opened again. Pausing twice changes nothing; after close,
 // queue.ErrClosed.
 func (s *Subscription[T]) Pause() error { return s.q.Pause() }
 

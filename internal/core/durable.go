@@ -42,6 +42,8 @@ type Recorder[T any] interface {
 	DeadLettered(dl Letter[T])
 	// Purged: every message the queue held is gone.
 	Purged()
+	// Paused: the queue was paused (true) or resumed (false).
+	Paused(paused bool)
 	// Commit is called without the queue's lock before a call that
 	// recorded something returns (but an Offer WithDeferredCommit leaves
 	// it to its caller): it returns once what was recorded is as durable
@@ -201,15 +203,15 @@ func DeadLetterOf[T any](sub string, e Entry[T]) Letter[T] {
 	}
 }
 
-// Freeze locks the queue and returns everything it holds; every other call
-// on the queue waits until thaw is called (exactly once). A durable store
-// uses it to write a consistent snapshot of many queues. A closed queue
-// returns no entries.
-func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
+// Freeze locks the queue and returns everything it holds, and whether it
+// is paused; every other call on the queue waits until thaw is called
+// (exactly once). A durable store uses it to write a consistent snapshot
+// of many queues. A closed queue returns no entries.
+func (q *Queue[T]) Freeze() (es []Entry[T], paused bool, thaw func()) {
 	q.mu.Lock()
 	thaw = func() { _ = q.unlock() } // nothing recorded while frozen: no Commit to report
 	if q.closed {
-		return nil, thaw
+		return nil, false, thaw
 	}
 	q.drainLocked()
 	es = make([]Entry[T], 0, q.nheld)
@@ -228,7 +230,15 @@ func (q *Queue[T]) Freeze() (es []Entry[T], thaw func()) {
 		r.ExpiresAt, r.TTL = q.expiresLocked(e)
 		es = append(es, r)
 	}
-	return es, thaw
+	return es, q.paused, thaw
+}
+
+// RestorePaused pauses a queue that a store restores as paused, without
+// recording it (the store has it already).
+func (q *Queue[T]) RestorePaused() {
+	q.mu.Lock()
+	q.paused = true
+	q.mu.Unlock()
 }
 
 // Reconfigure changes the queue's configuration (all but Name and Clock,

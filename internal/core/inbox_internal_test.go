@@ -158,6 +158,7 @@ func (nopRecorder[T]) Released(*queue.Message[T])                   {}
 func (nopRecorder[T]) Removed(*queue.Message[T])                    {}
 func (nopRecorder[T]) DeadLettered(Letter[T])                       {}
 func (nopRecorder[T]) Purged()                                      {}
+func (nopRecorder[T]) Paused(bool)                                  {}
 func (nopRecorder[T]) Commit() error                                { return nil }
 
 // held is how many messages a Stats says the queue holds.

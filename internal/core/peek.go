@@ -122,12 +122,13 @@ func (h *heldHeap[T]) Pop() any {
 // Pause stops deliveries: Polls wait (TryPoll finds nothing) until Resume,
 // while the queue goes on taking messages, expiring leases and settling
 // the ones in flight. Stats says Paused. Pausing a paused queue changes
-// nothing. After Close, ErrClosed.
+// nothing. A queue with a Recorder records the change, and returns the
+// Commit's error. After Close, ErrClosed.
 func (q *Queue[T]) Pause() error {
 	if _, err := q.lock(); err != nil {
 		return err
 	}
-	q.paused = true
+	q.setPausedLocked(true)
 	return q.unlock()
 }
 
@@ -138,8 +139,20 @@ func (q *Queue[T]) Resume() error {
 		return err
 	}
 	if q.paused {
-		q.paused = false
+		q.setPausedLocked(false)
 		q.wakeLocked()
 	}
 	return q.unlock()
+}
+
+// setPausedLocked pauses or resumes the queue, recording a change.
+func (q *Queue[T]) setPausedLocked(paused bool) {
+	if q.paused == paused {
+		return
+	}
+	q.paused = paused
+	if q.rec != nil {
+		q.dirty = true
+		q.rec.Paused(paused)
+	}
 }

@@ -195,6 +195,7 @@ func (r *countingRecorder) Released(*queue.Message[int])                   {}
 func (r *countingRecorder) Removed(*queue.Message[int])                    {}
 func (r *countingRecorder) DeadLettered(Letter[int])                       {}
 func (r *countingRecorder) Purged()                                        {}
+func (r *countingRecorder) Paused(bool)                                    {}
 func (r *countingRecorder) Commit() error                                  { r.commits++; return nil }
 
 // TestEntrySize holds the budget of what a queue keeps per message beside
