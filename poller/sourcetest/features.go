@@ -80,6 +80,8 @@ func (s *suite) featureCases() []struct {
 		{"Stats", s.testStats},
 		{"Redrive", s.testRedrive},
 		{"WildcardSubscription", s.testWildcard},
+		{"Pause", s.testPause},
+		{"Peek", s.testPeek},
 	}
 }
 

@@ -19,9 +19,10 @@
 // implements the optional interfaces (BatchPublisher, DedupPublisher,
 // TryPoller, VisibilityPoller, Purger, StatsReader, Redriver,
 // PatternSubscriber, TTLPublisher, FilterSubscriber, KeyPublisher,
-// DelayPublisher), batch publish, deduplication, TryPoll,
+// DelayPublisher, Pauser, Peeker), batch publish, deduplication, TryPoll,
 // PollWithVisibility, Purge, Stats, Redrive, wildcard subscriptions,
-// message TTL, subscription filters, ordering keys and publish delay.
+// message TTL, subscription filters, ordering keys, publish delay, pause
+// and peek.
 //
 // # Capabilities
 //

@@ -135,7 +135,21 @@ var (
 	_ sourcetest.StatsReader       = (*memHarness)(nil)
 	_ sourcetest.Redriver          = (*memHarness)(nil)
 	_ sourcetest.PatternSubscriber = (*memHarness)(nil)
+	_ sourcetest.Pauser            = (*memHarness)(nil)
+	_ sourcetest.Peeker            = (*memHarness)(nil)
 )
+
+func (h *memHarness) Pause(_ context.Context, sub sourcetest.Subscription) error {
+	return sub.(memSub).Pause()
+}
+
+func (h *memHarness) Resume(_ context.Context, sub sourcetest.Subscription) error {
+	return sub.(memSub).Resume()
+}
+
+func (h *memHarness) Peek(_ context.Context, sub sourcetest.Subscription, limit int) ([]queue.Held[string], error) {
+	return sub.(memSub).Peek(queue.PeekQuery{Limit: limit})
+}
 
 func (h *memHarness) PublishBatch(ctx context.Context, topic string, payloads []string) error {
 	_, err := h.b.PublishBatch(ctx, topic, payloads)
