@@ -1,11 +1,14 @@
-// Package sqsserver serves the Amazon SQS JSON protocol over a leasebus
-// broker, on an injected clock, so that a test of an SQS consumer moves time
+// Package sqsserver serves the Amazon SQS JSON and query protocols over a
+// leasebus broker, on an injected clock, so that a test of an SQS consumer moves time
 // forward with a call instead of sleeping through visibility timeouts,
 // delays and long polls.
 //
-// A Server is an http.Handler. Any SQS client that speaks the JSON protocol
-// (application/x-amz-json-1.0, X-Amz-Target: AmazonSQS.<Action>) can use
-// it: the AWS SDK for Go v2, boto3, the JavaScript SDK v3. Requests are
+// A Server is an http.Handler. Any SQS client can use it: those of the
+// JSON protocol (application/x-amz-json-1.0, X-Amz-Target:
+// AmazonSQS.<Action>: the AWS SDK for Go v2, current boto3, the
+// JavaScript SDK v3) and those of the older query protocol (form-encoded
+// Action=<Action>, XML answers: Debian's boto3 1.26, kombu, the aws CLI
+// before 2.13). Both run one handler per action, with the same errors. Requests are
 // signed with SigV4 by the clients; the server accepts any credentials
 // unless WithAccessKeys names some. Package sqstest starts one on httptest
 // with a mock clock and a configured *sqs.Client; the leasebus-sqs command

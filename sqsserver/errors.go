@@ -61,6 +61,7 @@ var (
 	kUnsupportedOperation  = errorKind{"UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation", 400, true}
 	kResourceNotFound      = errorKind{"ResourceNotFoundException", "ResourceNotFoundException", 404, true}
 	kInvalidAction         = errorKind{"InvalidAction", "InvalidAction", 400, true}
+	kMissingAction         = errorKind{"MissingAction", "MissingAction", 400, true}
 	kSerialization         = errorKind{"SerializationException", "SerializationException", 400, true}
 	kInvalidClientTokenID  = errorKind{"InvalidClientTokenId", "InvalidClientTokenId", 403, true}
 	kMissingAuth           = errorKind{"MissingAuthenticationToken", "MissingAuthenticationToken", 403, true}

@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"mime"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -187,7 +187,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	reqID := uuid.NewString()
 	target := r.Header.Get("X-Amz-Target")
 	if target == "" {
-		s.refuseQuery(w, r, reqID)
+		s.serveQuery(w, r, reqID)
 		return
 	}
 	if r.Method != http.MethodPost {
@@ -195,8 +195,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	action, ok := strings.CutPrefix(target, targetSQS)
-	h := handlers[action]
-	if !ok || h == nil {
+	h, found := handlers[action]
+	if !ok || !found {
 		kInvalidAction.new("The action %q is not valid for this endpoint.", target).write(w, reqID)
 		return
 	}
@@ -213,7 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	out, err := h(rc, body)
+	out, err := h.run(rc, body)
 	if err != nil {
 		asError(err).write(w, reqID)
 		return
@@ -227,26 +227,6 @@ func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(v) // a write error means the client is gone
-}
-
-// refuseQuery answers a request without X-Amz-Target: an SDK that speaks
-// SQS's older query protocol (form-encoded Action=...), in the XML such a
-// client reads, or anything else.
-func (s *Server) refuseQuery(w http.ResponseWriter, r *http.Request, reqID string) {
-	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if r.Method == http.MethodGet && r.URL.Path == "/" && r.URL.RawQuery == "" {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "leasebus-sqs: the SQS JSON protocol (POST / with X-Amz-Target: AmazonSQS.<Action>); control under /leasebus/clock")
-		return
-	}
-	msg := "This server speaks the SQS JSON protocol only (Content-Type application/x-amz-json-1.0, X-Amz-Target AmazonSQS.<Action>), as current AWS SDKs do; this request has no X-Amz-Target"
-	if ct == "application/x-www-form-urlencoded" || r.URL.Query().Has("Action") {
-		msg += " and uses the older query protocol: upgrade the SDK"
-	}
-	w.Header().Set("Content-Type", "text/xml")
-	w.Header().Set("X-Amzn-RequestId", reqID)
-	w.WriteHeader(http.StatusBadRequest)
-	fmt.Fprintf(w, `<?xml version="1.0"?><ErrorResponse><Error><Type>Sender</Type><Code>InvalidAction</Code><Message>%s.</Message></Error><RequestId>%s</RequestId></ErrorResponse>`, msg, reqID)
 }
 
 // request is one SQS call being served.
@@ -297,8 +277,14 @@ func (s *Server) authenticate(rc *request) *Error {
 	return nil
 }
 
-// handler serves one action: it decodes body and returns the response.
-type handler func(rc *request, body []byte) (any, error)
+// handler serves one action: run decodes body (the action's input, as
+// JSON) and returns the response, and in is the input's type, which the
+// query protocol's form is read into (nil: the action takes none). Both
+// protocols call the same run.
+type handler struct {
+	run func(rc *request, body []byte) (any, error)
+	in  reflect.Type
+}
 
 // handlers maps each action to its handler; an action missing here is
 // InvalidAction. It is never written.
@@ -330,19 +316,22 @@ var handlers = map[string]handler{
 
 // decode makes a handler of a function of the action's input type.
 func decode[In any](f func(rc *request, in *In) (any, error)) handler {
-	return func(rc *request, body []byte) (any, error) {
-		in := new(In)
-		if err := json.Unmarshal(body, in); err != nil {
-			return nil, kSerialization.new("The request body is not the JSON this action takes: %v", err)
-		}
-		return f(rc, in)
+	return handler{
+		run: func(rc *request, body []byte) (any, error) {
+			in := new(In)
+			if err := json.Unmarshal(body, in); err != nil {
+				return nil, kSerialization.new("The request body is not the JSON this action takes: %v", err)
+			}
+			return f(rc, in)
+		},
+		in: reflect.TypeFor[In](),
 	}
 }
 
 func unsupported(action string) handler {
-	return func(*request, []byte) (any, error) {
+	return handler{run: func(*request, []byte) (any, error) {
 		return nil, kUnsupportedOperation.new("%s is not supported by leasebus-sqs: set the queue's Policy attribute instead (it is stored, not enforced).", action)
-	}
+	}}
 }
 
 // brokerError maps an error of the broker: a closed server is

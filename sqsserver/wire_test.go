@@ -108,20 +108,6 @@ func asType[E error](err error, target *E) bool {
 	return false
 }
 
-// A client of the older query protocol is told, in the XML it reads.
-func TestQueryProtocolRefused(t *testing.T) {
-	srv := sqstest.Start(t)
-	resp, err := http.Post(srv.URL+"/", "application/x-www-form-urlencoded", strings.NewReader("Action=ListQueues&Version=2012-11-05"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 400 || !strings.Contains(string(b), "<Code>InvalidAction</Code>") || !strings.Contains(string(b), "query protocol") {
-		t.Fatalf("%d %s", resp.StatusCode, b)
-	}
-}
-
 // Receipt handles authenticate themselves: one forged from a real one by
 // changing a byte, or one of another queue, is ReceiptHandleIsInvalid.
 func TestForgedReceiptHandles(t *testing.T) {

@@ -1,4 +1,4 @@
-// Command leasebus-sqs serves the SQS JSON protocol over leasebus, for the
+// Command leasebus-sqs serves the SQS JSON and query protocols over leasebus, for the
 // test suites of any language: start it, point an SQS client at it, and
 // move its clock over HTTP instead of sleeping.
 //

@@ -1,0 +1,241 @@
+package sqsserver
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/xml"
+	"net/url"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// The query protocol's shapes are the JSON ones (wire.go), named by AWS's
+// query rules: a list is flattened under its member's name (AttributeNames
+// as AttributeName.1, AttributeName.2, …), a map as numbered Name and Value
+// pairs (Key and Value for tags) under its singular name (Attribute.1.Name),
+// a batch's entries as <Action>RequestEntry.N.<member>, and in responses a
+// list's members as repeated elements of the singular name (<Message>,
+// <QueueUrl>), a batch's results as <Action>ResultEntry and
+// BatchResultErrorEntry. One reading of the Go types serves both
+// directions, so the two protocols share every action's model.
+
+// jsonName returns a field's JSON name and whether it has omitempty; ""
+// for a field JSON skips.
+func jsonName(f reflect.StructField) (string, bool) {
+	tag := f.Tag.Get("json")
+	if tag == "-" || !f.IsExported() {
+		return "", false
+	}
+	name, opts, _ := strings.Cut(tag, ",")
+	if name == "" {
+		name = f.Name
+	}
+	return name, strings.Contains(opts, "omitempty")
+}
+
+// singular is a list's or a map's member name in the query protocol.
+func singular(name string) string {
+	name = strings.ToUpper(name[:1]) + name[1:] // "tags", "queueUrls"
+	return strings.TrimSuffix(name, "s")
+}
+
+// entryName is the element name of a list of structures: what a batch
+// request's entries or a response's list members are called.
+func entryName(field, action string, response bool) string {
+	switch {
+	case field == "Failed":
+		return "BatchResultErrorEntry"
+	case field == "Entries":
+		return action + "RequestEntry"
+	case field == "Successful" || field == "Results":
+		return action + "ResultEntry"
+	}
+	return singular(field) // Messages: Message
+}
+
+// mapNames are the names of a map entry's key and value.
+func mapNames(member string) (key, value string) {
+	if member == "Tag" {
+		return "Key", "Value"
+	}
+	return "Name", "Value"
+}
+
+var byteSlice = reflect.TypeFor[[]byte]()
+
+// fromForm reads a value of type t (an action's input, or a part of it)
+// from form under prefix, as JSON would decode it: present is false when
+// the form has nothing for it.
+func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v any, present bool, err error) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == byteSlice:
+		if !form.Has(prefix) {
+			return nil, false, nil
+		}
+		return form.Get(prefix), true, nil // base64, as JSON takes []byte
+	case t.Kind() == reflect.String:
+		if !form.Has(prefix) {
+			return nil, false, nil
+		}
+		return form.Get(prefix), true, nil
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		if !form.Has(prefix) {
+			return nil, false, nil
+		}
+		n, err := strconv.ParseInt(form.Get(prefix), 10, 64)
+		if err != nil {
+			return nil, false, kInvalidParameterValue.new("Value %s for parameter %s is invalid. Reason: must be an integer.", form.Get(prefix), prefix)
+		}
+		return n, true, nil
+	case t.Kind() == reflect.Bool:
+		if !form.Has(prefix) {
+			return nil, false, nil
+		}
+		b, err := strconv.ParseBool(form.Get(prefix))
+		if err != nil {
+			return nil, false, kInvalidParameterValue.new("Value %s for parameter %s is invalid. Reason: must be true or false.", form.Get(prefix), prefix)
+		}
+		return b, true, nil
+	case t.Kind() == reflect.Slice:
+		var list []any
+		for i := 1; ; i++ {
+			item, ok, err := fromForm(form, prefix+"."+strconv.Itoa(i), t.Elem(), action)
+			if err != nil {
+				return nil, false, err
+			}
+			if !ok {
+				break
+			}
+			list = append(list, item)
+		}
+		return list, len(list) > 0, nil
+	case t.Kind() == reflect.Map:
+		keyName, valueName := mapNames(prefix[strings.LastIndexByte(prefix, '.')+1:])
+		m := map[string]any{}
+		for i := 1; ; i++ {
+			at := prefix + "." + strconv.Itoa(i) + "."
+			if !form.Has(at + keyName) {
+				break
+			}
+			val, _, err := fromForm(form, at+valueName, t.Elem(), action)
+			if err != nil {
+				return nil, false, err
+			}
+			m[form.Get(at+keyName)] = val
+		}
+		return m, len(m) > 0, nil
+	case t.Kind() == reflect.Struct:
+		m := map[string]any{}
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _ := jsonName(f)
+			if name == "" {
+				continue
+			}
+			key := queryName(name, f.Type, action, false)
+			if prefix != "" {
+				key = prefix + "." + key
+			}
+			val, ok, err := fromForm(form, key, f.Type, action)
+			if err != nil {
+				return nil, false, err
+			}
+			if ok {
+				m[name] = val
+			}
+		}
+		return m, len(m) > 0, nil
+	}
+	return nil, false, nil
+}
+
+// queryName is the query protocol's name of a field of JSON name name.
+func queryName(name string, t reflect.Type, action string, response bool) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == byteSlice:
+		return name
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		return entryName(name, action, response)
+	case t.Kind() == reflect.Slice, t.Kind() == reflect.Map:
+		return singular(name)
+	}
+	return name
+}
+
+// writeXML writes v's fields as XML elements, as the query protocol's
+// responses carry them.
+func writeXML(b *bytes.Buffer, v reflect.Value, action string) {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			writeXML(b, fv, action) // an embedded shape's fields are the entry's own
+			continue
+		}
+		name, omit := jsonName(f)
+		if name == "" || (omit && fv.IsZero()) {
+			continue
+		}
+		writeElement(b, queryName(name, f.Type, action, true), fv, action)
+	}
+}
+
+func writeElement(b *bytes.Buffer, name string, v reflect.Value, action string) {
+	for v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	switch {
+	case v.Type() == byteSlice:
+		element(b, name, base64.StdEncoding.EncodeToString(v.Bytes()))
+	case v.Kind() == reflect.String:
+		element(b, name, v.String())
+	case v.Kind() == reflect.Int || v.Kind() == reflect.Int64:
+		element(b, name, strconv.FormatInt(v.Int(), 10))
+	case v.Kind() == reflect.Bool:
+		element(b, name, strconv.FormatBool(v.Bool()))
+	case v.Kind() == reflect.Slice:
+		for i := range v.Len() {
+			writeElement(b, name, v.Index(i), action)
+		}
+	case v.Kind() == reflect.Map:
+		keyName, valueName := mapNames(name)
+		keys := v.MapKeys()
+		slices.SortFunc(keys, func(x, y reflect.Value) int { return strings.Compare(x.String(), y.String()) })
+		for _, k := range keys {
+			b.WriteString("<" + name + ">")
+			element(b, keyName, k.String())
+			writeElement(b, valueName, v.MapIndex(k), action)
+			b.WriteString("</" + name + ">")
+		}
+	case v.Kind() == reflect.Struct:
+		b.WriteString("<" + name + ">")
+		writeXML(b, v, action)
+		b.WriteString("</" + name + ">")
+	}
+}
+
+func element(b *bytes.Buffer, name, text string) {
+	b.WriteString("<" + name + ">")
+	_ = xml.EscapeText(b, []byte(text)) // a bytes.Buffer does not fail
+	b.WriteString("</" + name + ">")
+}
