@@ -55,7 +55,7 @@ func TestBatchLimits(t *testing.T) {
 	for i := range 11 {
 		eleven = append(eleven, entry("e"+strconv.Itoa(i), "x"))
 	}
-	big := strings.Repeat("x", 200_000)
+	big := strings.Repeat("x", 600_000)
 	for name, tc := range map[string]struct {
 		entries []types.SendMessageBatchRequestEntry
 		code    string
@@ -65,7 +65,7 @@ func TestBatchLimits(t *testing.T) {
 		"same ids":     {[]types.SendMessageBatchRequestEntry{entry("a", "x"), entry("a", "y")}, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"},
 		"bad id":       {[]types.SendMessageBatchRequestEntry{entry("no spaces", "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
 		"long id":      {[]types.SendMessageBatchRequestEntry{entry(strings.Repeat("i", 81), "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
-		"over 256 KiB": {[]types.SendMessageBatchRequestEntry{entry("a", big), entry("b", big)}, "AWS.SimpleQueueService.BatchRequestTooLong"},
+		"over 1 MiB": {[]types.SendMessageBatchRequestEntry{entry("a", big), entry("b", big)}, "AWS.SimpleQueueService.BatchRequestTooLong"},
 	} {
 		// The SDK refuses an empty list itself? It sends it: the server answers.
 		_, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: tc.entries})

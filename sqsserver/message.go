@@ -54,7 +54,7 @@ const (
 	maxBatchEntries     = 10
 	maxBatchEntryID     = 80
 	maxGroupOrDedupID   = 128
-	maxMessageSizeLimit = 262_144 // MaximumMessageSize's ceiling, and a batch's total
+	maxMessageSizeLimit = 1 << 20 // MaximumMessageSize's ceiling and default (1 MiB, as AWS since 2025), and a batch's total
 	maxVisibility       = 43_200  // 12 hours, in seconds
 	maxDelay            = 900     // 15 minutes
 	maxWait             = 20

@@ -220,3 +220,29 @@ func TestRetention(t *testing.T) {
 		t.Fatal("received after the shortened retention")
 	}
 }
+
+// AWS's limits since August 2025: a message of 1 MiB, and a queue's
+// MaximumMessageSize up to 1,048,576, its default.
+func TestOneMiBMessages(t *testing.T) {
+	srv, c := start(t)
+	ctx := context.Background()
+	q := srv.CreateQueue(t, "big", map[string]string{"MaximumMessageSize": "1048576"})
+	body := strings.Repeat("m", 1<<20)
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q, MessageBody: &body}); err != nil {
+		t.Fatalf("a 1 MiB message: %v", err)
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q})
+	if err != nil || len(out.Messages) != 1 || len(aws.ToString(out.Messages[0].Body)) != 1<<20 {
+		t.Fatalf("receive: %v", err)
+	}
+	over := body + "m"
+	_, err = c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q, MessageBody: &over})
+	wantCode(t, err, "InvalidParameterValue")
+	_, err = c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("bigger"), Attributes: map[string]string{"MaximumMessageSize": "1048577"}})
+	wantCode(t, err, "InvalidAttributeValue")
+	dflt := srv.CreateQueue(t, "default", nil)
+	attrs, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &dflt, AttributeNames: []types.QueueAttributeName{"MaximumMessageSize"}})
+	if err != nil || attrs.Attributes["MaximumMessageSize"] != "1048576" {
+		t.Fatalf("default MaximumMessageSize: %v %v", attrs, err)
+	}
+}

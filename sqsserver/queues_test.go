@@ -76,7 +76,7 @@ func TestQueueAttributes(t *testing.T) {
 	url := srv.CreateQueue(t, "q", nil)
 	attrs := must[*sqs.GetQueueAttributesOutput](t)(c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{"All"}})).Attributes
 	for k, v := range map[string]string{
-		"VisibilityTimeout": "30", "DelaySeconds": "0", "MaximumMessageSize": "262144", "MessageRetentionPeriod": "345600",
+		"VisibilityTimeout": "30", "DelaySeconds": "0", "MaximumMessageSize": "1048576", "MessageRetentionPeriod": "345600",
 		"ReceiveMessageWaitTimeSeconds": "0", "QueueArn": "arn:aws:sqs:us-east-1:000000000000:q",
 		"ApproximateNumberOfMessages": "0", "CreatedTimestamp": strconv.FormatInt(srv.Clock.Now().Unix(), 10),
 	} {

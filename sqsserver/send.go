@@ -209,7 +209,7 @@ func failed(id string, err error) batchResultError {
 	return batchResultError{ID: id, SenderFault: e.Sender, Code: e.Type, Message: e.Message}
 }
 
-// batchSize is what SQS counts toward a batch's 262,144 bytes: the
+// batchSize is what SQS counts toward a batch's 1 MiB: the
 // bodies, and the attributes' names, types and values.
 func batchSize(entries []sendMessageBatchEntry) int {
 	total := 0

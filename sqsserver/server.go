@@ -30,7 +30,7 @@ const (
 	contentType = "application/x-amz-json-1.0"
 	targetSQS   = "AmazonSQS."
 	subName     = "sqs"           // the one subscription of each queue's topic
-	maxBody     = 4 << 20         // a request's body: a batch of 256 KiB in JSON, binary in base64, fits
+	maxBody     = 8 << 20         // a request's body: a batch of 1 MiB in JSON (control characters escaped) or form-encoded fits
 	maxQueued   = math.MaxInt32   // SQS queues are unbounded; leasebus wants a bound
 	seqBlock    = 1 << 20         // sequence numbers reserved per write of the state file
 	stateFile   = "queues.json"   // a durable server's queues, in its directory
