@@ -60,11 +60,11 @@ func TestBatchLimits(t *testing.T) {
 		entries []types.SendMessageBatchRequestEntry
 		code    string
 	}{
-		"empty":        {[]types.SendMessageBatchRequestEntry{}, "AWS.SimpleQueueService.EmptyBatchRequest"},
-		"eleven":       {eleven, "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"},
-		"same ids":     {[]types.SendMessageBatchRequestEntry{entry("a", "x"), entry("a", "y")}, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"},
-		"bad id":       {[]types.SendMessageBatchRequestEntry{entry("no spaces", "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
-		"long id":      {[]types.SendMessageBatchRequestEntry{entry(strings.Repeat("i", 81), "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
+		"empty":      {[]types.SendMessageBatchRequestEntry{}, "AWS.SimpleQueueService.EmptyBatchRequest"},
+		"eleven":     {eleven, "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"},
+		"same ids":   {[]types.SendMessageBatchRequestEntry{entry("a", "x"), entry("a", "y")}, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"},
+		"bad id":     {[]types.SendMessageBatchRequestEntry{entry("no spaces", "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
+		"long id":    {[]types.SendMessageBatchRequestEntry{entry(strings.Repeat("i", 81), "x")}, "AWS.SimpleQueueService.InvalidBatchEntryId"},
 		"over 1 MiB": {[]types.SendMessageBatchRequestEntry{entry("a", big), entry("b", big)}, "AWS.SimpleQueueService.BatchRequestTooLong"},
 	} {
 		// The SDK refuses an empty list itself? It sends it: the server answers.
