@@ -82,6 +82,7 @@ var (
 // X-Amzn-ErrorType and in the body's __type, and the legacy code with its
 // fault in x-amzn-query-error.
 func (e *Error) write(w http.ResponseWriter, requestID string) {
+	noteError(w, e)
 	fault := "Sender"
 	if !e.Sender {
 		fault = "Receiver"

@@ -2,6 +2,7 @@ package sqsserver
 
 import (
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 
@@ -27,6 +28,7 @@ type config struct {
 	accessKeys map[string]bool
 	key        []byte
 	console    []console.Option // WithConsole's; nil: no console
+	logger     *slog.Logger     // WithLogger's; nil: no request log
 }
 
 // WithClock sets the clock of every time the server reads and every timer

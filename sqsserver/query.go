@@ -33,6 +33,7 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 	}
 	form := r.Form
 	action := form.Get("Action")
+	noteAction(w, "query", action)
 	h, found := handlers[action]
 	switch {
 	case action == "":
@@ -97,6 +98,7 @@ func hasFields(out any) bool {
 // writeQueryError sends e as the query protocol does: AWS's XML
 // ErrorResponse with the legacy code, and the JSON side's status.
 func writeQueryError(w http.ResponseWriter, e *Error, reqID string) {
+	noteError(w, e)
 	typ := "Receiver"
 	if e.Sender {
 		typ = "Sender"

@@ -185,16 +185,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reqID := uuid.NewString()
+	s.logged(w, r, reqID, func(w http.ResponseWriter) {
+		if r.Header.Get("X-Amz-Target") == "" {
+			s.serveQuery(w, r, reqID)
+		} else {
+			s.serveJSON(w, r, reqID)
+		}
+	})
+}
+
+// serveJSON serves a request of SQS's JSON protocol.
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, reqID string) {
 	target := r.Header.Get("X-Amz-Target")
-	if target == "" {
-		s.serveQuery(w, r, reqID)
-		return
-	}
 	if r.Method != http.MethodPost {
 		kInvalidAction.new("SQS requests are POST, not %s.", r.Method).write(w, reqID)
 		return
 	}
 	action, ok := strings.CutPrefix(target, targetSQS)
+	noteAction(w, "json", action)
 	h, found := handlers[action]
 	if !ok || !found {
 		kInvalidAction.new("The action %q is not valid for this endpoint.", target).write(w, reqID)

@@ -16,6 +16,7 @@
 //	-base-url URL     the scheme and host of queue URLs (default: each request's Host)
 //	-access-key ID    accept only this access key (repeat for more; default: any)
 //	-console          serve leasebus's console at /leasebus/console/ (its queues, a peek, pause, purge)
+//	-log              log one line per SQS request to stderr (protocol, action, status, error, time taken)
 //
 // It prints "leasebus-sqs listening on ADDR" once it serves, and stops on
 // SIGINT or SIGTERM: long polls end, a durable directory keeps everything.
@@ -27,6 +28,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -71,6 +73,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	account := fs.String("account", "000000000000", "the account ID in queue URLs and ARNs")
 	baseURL := fs.String("base-url", "", "scheme and host of queue URLs (default: each request's Host)")
 	withConsole := fs.Bool("console", false, "serve the console at /leasebus/console/ on the same port")
+	logRequests := fs.Bool("log", false, "log one line per SQS request to stderr")
 	var access keys
 	fs.Var(&access, "access-key", "accept only this access key ID (repeatable; default: any)")
 	if err := fs.Parse(args); err != nil {
@@ -107,6 +110,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	if *withConsole {
 		opts = append(opts, sqsserver.WithConsole())
+	}
+	if *logRequests {
+		opts = append(opts, sqsserver.WithLogger(slog.New(slog.NewTextHandler(errOut, nil))))
 	}
 	srv, err := sqsserver.New(opts...)
 	if err != nil {
