@@ -40,3 +40,14 @@ func TestBoto3QueryProtocol(t *testing.T) {
 		t.Fatalf("boto3: %v\n%s", err, out)
 	}
 }
+
+// Debian's boto3 speaks SNS's query protocol too (every SDK does): a topic
+// fanned out to two queues by filter policy, enveloped and raw, and FIFO.
+func TestBoto3SNS(t *testing.T) {
+	py := python(t, "boto3")
+	srv := sqstest.Start(t)
+	out, err := exec.Command(py, "testdata/boto3_sns.py", srv.URL).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("boto3: %v\n%s", err, out)
+	}
+}

@@ -8,8 +8,45 @@ import (
 	"reflect"
 )
 
-// queryNamespace is the XML namespace of SQS's query protocol.
-const queryNamespace = "http://queue.amazonaws.com/doc/2012-11-05/"
+// The XML namespaces of SQS's and SNS's query protocols.
+const (
+	queryNamespace = "http://queue.amazonaws.com/doc/2012-11-05/"
+	snsNamespace   = "http://sns.amazonaws.com/doc/2010-03-31/"
+)
+
+// queryService is the query protocol of one service: its actions, how it
+// names lists and maps, and its XML namespace.
+type queryService struct {
+	handlers  map[string]handler
+	dialect   dialect
+	namespace string
+}
+
+var (
+	sqsQuery = queryService{handlers, sqsDialect, queryNamespace}
+	snsQuery = queryService{snsHandlers, snsDialect, snsNamespace}
+)
+
+// snsHandlers are SNS's actions, served by the query protocol only (no
+// SDK has another for SNS). Their names differ from every SQS action's.
+var snsHandlers = map[string]handler{
+	"CreateTopic":               decode(createTopic),
+	"DeleteTopic":               decode(deleteTopic),
+	"ListTopics":                decode(listTopics),
+	"GetTopicAttributes":        decode(getTopicAttributes),
+	"SetTopicAttributes":        decode(setTopicAttributes),
+	"Subscribe":                 decode(subscribe),
+	"Unsubscribe":               decode(unsubscribe),
+	"ListSubscriptions":         decode(listSubscriptions),
+	"ListSubscriptionsByTopic":  decode(listSubscriptionsByTopic),
+	"GetSubscriptionAttributes": decode(getSubscriptionAttributes),
+	"SetSubscriptionAttributes": decode(setSubscriptionAttributes),
+	"Publish":                   decode(publish),
+	"PublishBatch":              decode(publishBatch),
+	"TagResource":               decode(tagResource),
+	"UntagResource":             decode(untagResource),
+	"ListTagsForResource":       decode(listTagsForResource),
+}
 
 // serveQuery serves a request of SQS's query protocol: the action and its
 // parameters form-encoded, in a POST's body or a GET's query, posted to
@@ -34,25 +71,30 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 	form := r.Form
 	action := form.Get("Action")
 	noteAction(w, "query", action)
+	svc := sqsQuery
 	h, found := handlers[action]
+	if sh, ok := snsHandlers[action]; ok {
+		svc, h, found = snsQuery, sh, true
+	}
 	switch {
 	case action == "":
-		writeQueryError(w, kMissingAction.new("The request has no Action: this server speaks the SQS JSON protocol (X-Amz-Target) and query protocol (Action=...)."), reqID)
+		writeQueryError(w, kMissingAction.new("The request has no Action: this server speaks the SQS JSON protocol (X-Amz-Target) and the SQS and SNS query protocols (Action=...)."), reqID)
 		return
 	case !found:
 		writeQueryError(w, kInvalidAction.new("The action %s is not valid for this endpoint.", action), reqID)
 		return
 	}
+	writeErr := func(e *Error) { writeQueryErrorIn(w, e, reqID, svc.namespace) }
 	rc := &request{s: s, r: r, sender: s.cfg.account}
 	if err := s.authenticate(rc); err != nil {
-		writeQueryError(w, err, reqID)
+		writeErr(err)
 		return
 	}
 	body := []byte("{}")
 	if h.in != nil {
-		in, _, err := fromForm(form, "", h.in, action)
+		in, _, err := svc.dialect.fromForm(form, "", h.in, action)
 		if err != nil {
-			writeQueryError(w, asError(err), reqID)
+			writeErr(asError(err))
 			return
 		}
 		m := in.(map[string]any)
@@ -60,20 +102,20 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 			m["QueueUrl"] = rc.baseURL() + r.URL.Path // posted to the queue's URL
 		}
 		if body, err = json.Marshal(m); err != nil {
-			writeQueryError(w, kInternal.new("%v", err), reqID)
+			writeErr(kInternal.new("%v", err))
 			return
 		}
 	}
 	out, err := h.run(rc, body)
 	if err != nil {
-		writeQueryError(w, asError(err), reqID)
+		writeErr(asError(err))
 		return
 	}
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, queryNamespace)
+	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, svc.namespace)
 	var result bytes.Buffer
-	writeXML(&result, reflect.ValueOf(out), action)
+	svc.dialect.writeXML(&result, reflect.ValueOf(out), action)
 	if result.Len() > 0 || hasFields(out) {
 		fmt.Fprintf(&b, "<%sResult>", action)
 		b.Write(result.Bytes())
@@ -85,9 +127,16 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 	_, _ = w.Write(b.Bytes()) // a write error means the client is gone
 }
 
+// emptyResult is the output of an action whose answer has an empty Result
+// element (SNS's TagResource and UntagResource), where struct{} has none.
+type emptyResult struct{}
+
 // hasFields reports whether an action's output is a structure with fields
 // (an empty result is still a Result element), as opposed to struct{}.
 func hasFields(out any) bool {
+	if _, ok := out.(emptyResult); ok {
+		return true
+	}
 	t := reflect.TypeOf(out)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -95,9 +144,14 @@ func hasFields(out any) bool {
 	return t != nil && t.Kind() == reflect.Struct && t.NumField() > 0
 }
 
-// writeQueryError sends e as the query protocol does: AWS's XML
+// writeQueryError sends e as SQS's query protocol does: AWS's XML
 // ErrorResponse with the legacy code, and the JSON side's status.
 func writeQueryError(w http.ResponseWriter, e *Error, reqID string) {
+	writeQueryErrorIn(w, e, reqID, queryNamespace)
+}
+
+// writeQueryErrorIn is writeQueryError in a service's namespace.
+func writeQueryErrorIn(w http.ResponseWriter, e *Error, reqID, namespace string) {
 	noteError(w, e)
 	typ := "Receiver"
 	if e.Sender {
@@ -105,7 +159,7 @@ func writeQueryError(w http.ResponseWriter, e *Error, reqID string) {
 	}
 	var b bytes.Buffer
 	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	fmt.Fprintf(&b, `<ErrorResponse xmlns="%s"><Error>`, queryNamespace)
+	fmt.Fprintf(&b, `<ErrorResponse xmlns="%s"><Error>`, namespace)
 	element(&b, "Type", typ)
 	element(&b, "Code", e.QueryCode)
 	element(&b, "Message", e.Message)

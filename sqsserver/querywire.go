@@ -20,6 +20,19 @@ import (
 // <QueueUrl>), a batch's results as <Action>ResultEntry and
 // BatchResultErrorEntry. One reading of the Go types serves both
 // directions, so the two protocols share every action's model.
+//
+// SNS's query protocol (the dialect sns) names lists and maps AWS's other
+// way, unflattened: a list as Name.member.N (<Name><member>…</member></Name>),
+// a map as Name.entry.N.key and .value (Name and Value for message
+// attributes), each under the field's own name.
+
+// dialect says whose query rules apply: SQS's (flattened) or SNS's.
+type dialect struct{ sns bool }
+
+var (
+	sqsDialect = dialect{}
+	snsDialect = dialect{sns: true}
+)
 
 // jsonName returns a field's JSON name and whether it has omitempty; ""
 // for a field JSON skips.
@@ -56,11 +69,25 @@ func entryName(field, action string, response bool) string {
 }
 
 // mapNames are the names of a map entry's key and value.
-func mapNames(member string) (key, value string) {
-	if member == "Tag" {
+func (d dialect) mapNames(member string) (key, value string) {
+	switch {
+	case member == "Tag":
 		return "Key", "Value"
+	case d.sns && member != "MessageAttributes":
+		return "key", "value"
 	}
 	return "Name", "Value"
+}
+
+// item is the prefix of a list's or map's i-th member.
+func (d dialect) item(prefix string, i int, isMap bool) string {
+	switch {
+	case d.sns && isMap:
+		return prefix + ".entry." + strconv.Itoa(i)
+	case d.sns:
+		return prefix + ".member." + strconv.Itoa(i)
+	}
+	return prefix + "." + strconv.Itoa(i)
 }
 
 var byteSlice = reflect.TypeFor[[]byte]()
@@ -68,7 +95,7 @@ var byteSlice = reflect.TypeFor[[]byte]()
 // fromForm reads a value of type t (an action's input, or a part of it)
 // from form under prefix, as JSON would decode it: present is false when
 // the form has nothing for it.
-func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v any, present bool, err error) {
+func (d dialect) fromForm(form url.Values, prefix string, t reflect.Type, action string) (v any, present bool, err error) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -104,7 +131,7 @@ func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v 
 	case t.Kind() == reflect.Slice:
 		var list []any
 		for i := 1; ; i++ {
-			item, ok, err := fromForm(form, prefix+"."+strconv.Itoa(i), t.Elem(), action)
+			item, ok, err := d.fromForm(form, d.item(prefix, i, false), t.Elem(), action)
 			if err != nil {
 				return nil, false, err
 			}
@@ -115,14 +142,14 @@ func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v 
 		}
 		return list, len(list) > 0, nil
 	case t.Kind() == reflect.Map:
-		keyName, valueName := mapNames(prefix[strings.LastIndexByte(prefix, '.')+1:])
+		keyName, valueName := d.mapNames(prefix[strings.LastIndexByte(prefix, '.')+1:])
 		m := map[string]any{}
 		for i := 1; ; i++ {
-			at := prefix + "." + strconv.Itoa(i) + "."
+			at := d.item(prefix, i, true) + "."
 			if !form.Has(at + keyName) {
 				break
 			}
-			val, _, err := fromForm(form, at+valueName, t.Elem(), action)
+			val, _, err := d.fromForm(form, at+valueName, t.Elem(), action)
 			if err != nil {
 				return nil, false, err
 			}
@@ -137,11 +164,11 @@ func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v 
 			if name == "" {
 				continue
 			}
-			key := queryName(name, f.Type, action, false)
+			key := d.queryName(name, f.Type, action, false)
 			if prefix != "" {
 				key = prefix + "." + key
 			}
-			val, ok, err := fromForm(form, key, f.Type, action)
+			val, ok, err := d.fromForm(form, key, f.Type, action)
 			if err != nil {
 				return nil, false, err
 			}
@@ -155,11 +182,13 @@ func fromForm(form url.Values, prefix string, t reflect.Type, action string) (v 
 }
 
 // queryName is the query protocol's name of a field of JSON name name.
-func queryName(name string, t reflect.Type, action string, response bool) string {
+func (d dialect) queryName(name string, t reflect.Type, action string, response bool) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	switch {
+	case d.sns:
+		return name
 	case t == byteSlice:
 		return name
 	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
@@ -172,7 +201,7 @@ func queryName(name string, t reflect.Type, action string, response bool) string
 
 // writeXML writes v's fields as XML elements, as the query protocol's
 // responses carry them.
-func writeXML(b *bytes.Buffer, v reflect.Value, action string) {
+func (d dialect) writeXML(b *bytes.Buffer, v reflect.Value, action string) {
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
 			return
@@ -186,18 +215,18 @@ func writeXML(b *bytes.Buffer, v reflect.Value, action string) {
 	for i := range t.NumField() {
 		f, fv := t.Field(i), v.Field(i)
 		if f.Anonymous && f.Type.Kind() == reflect.Struct {
-			writeXML(b, fv, action) // an embedded shape's fields are the entry's own
+			d.writeXML(b, fv, action) // an embedded shape's fields are the entry's own
 			continue
 		}
 		name, omit := jsonName(f)
 		if name == "" || (omit && fv.IsZero()) {
 			continue
 		}
-		writeElement(b, queryName(name, f.Type, action, true), fv, action)
+		d.writeElement(b, d.queryName(name, f.Type, action, true), fv, action)
 	}
 }
 
-func writeElement(b *bytes.Buffer, name string, v reflect.Value, action string) {
+func (d dialect) writeElement(b *bytes.Buffer, name string, v reflect.Value, action string) {
 	for v.Kind() == reflect.Pointer {
 		if v.IsNil() {
 			return
@@ -213,23 +242,37 @@ func writeElement(b *bytes.Buffer, name string, v reflect.Value, action string) 
 		element(b, name, strconv.FormatInt(v.Int(), 10))
 	case v.Kind() == reflect.Bool:
 		element(b, name, strconv.FormatBool(v.Bool()))
+	case v.Kind() == reflect.Slice && d.sns:
+		b.WriteString("<" + name + ">")
+		for i := range v.Len() {
+			d.writeElement(b, "member", v.Index(i), action)
+		}
+		b.WriteString("</" + name + ">")
 	case v.Kind() == reflect.Slice:
 		for i := range v.Len() {
-			writeElement(b, name, v.Index(i), action)
+			d.writeElement(b, name, v.Index(i), action)
 		}
 	case v.Kind() == reflect.Map:
-		keyName, valueName := mapNames(name)
+		keyName, valueName := d.mapNames(name)
 		keys := v.MapKeys()
 		slices.SortFunc(keys, func(x, y reflect.Value) int { return strings.Compare(x.String(), y.String()) })
-		for _, k := range keys {
+		entry := name
+		if d.sns {
 			b.WriteString("<" + name + ">")
+			entry = "entry"
+		}
+		for _, k := range keys {
+			b.WriteString("<" + entry + ">")
 			element(b, keyName, k.String())
-			writeElement(b, valueName, v.MapIndex(k), action)
+			d.writeElement(b, valueName, v.MapIndex(k), action)
+			b.WriteString("</" + entry + ">")
+		}
+		if d.sns {
 			b.WriteString("</" + name + ">")
 		}
 	case v.Kind() == reflect.Struct:
 		b.WriteString("<" + name + ">")
-		writeXML(b, v, action)
+		d.writeXML(b, v, action)
 		b.WriteString("</" + name + ">")
 	}
 }

@@ -58,7 +58,9 @@ type Server struct {
 
 	mu     sync.RWMutex // guards everything below, and the state file
 	queues map[string]*sqsQueue
-	tasks  []*moveTask // newest last
+	topics map[string]*snsTopic // SNS topics by name
+	subs   map[string]*snsSub   // SNS subscriptions by ARN
+	tasks  []*moveTask          // newest last
 	// console serves /leasebus/console/ (WithConsole); nil: none. Set
 	// once, before the server serves.
 	console http.Handler
@@ -80,7 +82,8 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.syncSet && cfg.dir == "" {
 		return nil, fmt.Errorf("sqsserver: WithSync needs WithDir")
 	}
-	s := &Server{cfg: cfg, clock: cfg.clock, queues: make(map[string]*sqsQueue)}
+	s := &Server{cfg: cfg, clock: cfg.clock, queues: make(map[string]*sqsQueue),
+		topics: make(map[string]*snsTopic), subs: make(map[string]*snsSub)}
 	s.mock, _ = cfg.clock.(*clock.Mock)
 	bopts := []broker.Option{
 		broker.WithClock(cfg.clock),

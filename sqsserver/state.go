@@ -3,6 +3,7 @@ package sqsserver
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,20 @@ type state struct {
 	Key      []byte       `json:"key"`
 	SeqFloor uint64       `json:"seqFloor"`
 	Queues   []savedQueue `json:"queues"`
+	Topics   []savedTopic `json:"topics,omitempty"` // SNS
+}
+
+type savedTopic struct {
+	Name          string            `json:"name"`
+	Attributes    map[string]string `json:"attributes,omitempty"`
+	Tags          map[string]string `json:"tags,omitempty"`
+	Subscriptions []savedSub        `json:"subscriptions,omitempty"`
+}
+
+type savedSub struct {
+	Arn        string            `json:"arn"`
+	Endpoint   string            `json:"endpoint"`
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 type savedQueue struct {
@@ -44,6 +59,14 @@ func (s *Server) saveLocked() error {
 			Name: q.name, Gen: q.gen, Attributes: q.attrs, Tags: q.tags, Created: q.created, Modified: q.modified,
 		})
 		q.mu.Unlock()
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.topics)) {
+		t := s.topics[name]
+		saved := savedTopic{Name: t.name, Attributes: t.attrs, Tags: t.tags}
+		for _, sub := range t.subs {
+			saved.Subscriptions = append(saved.Subscriptions, savedSub{Arn: sub.arn, Endpoint: sub.endpoint, Attributes: sub.attrs})
+		}
+		st.Topics = append(st.Topics, saved)
 	}
 	slices.SortFunc(st.Queues, func(a, b savedQueue) int {
 		if a.Name < b.Name {
@@ -137,6 +160,11 @@ func (s *Server) restore() error {
 			return fmt.Errorf("sqsserver: restore queue %s: %w", q.name, err)
 		}
 		s.queues[q.name] = q
+	}
+	for _, saved := range st.Topics {
+		if err := s.restoreTopic(saved); err != nil {
+			return fmt.Errorf("sqsserver: %s: %w", path, err)
+		}
 	}
 	for _, t := range s.b.Topics() {
 		if s.queues[t] == nil {

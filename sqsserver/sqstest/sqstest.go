@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/sqsserver"
@@ -38,6 +40,7 @@ type Server struct {
 	HTTP              *httptest.Server // the HTTP server it runs on
 	URL               string           // the endpoint: http://127.0.0.1:port
 	Client            *sqs.Client      // an SQS client for URL, region us-east-1, access key "test"
+	SNS               *sns.Client      // an SNS client for URL, likewise
 	Clock             *clock.Mock      // the server's clock, set to Epoch
 }
 
@@ -62,6 +65,7 @@ func StartWithClock(tb testing.TB, mock *clock.Mock, opts ...sqsserver.Option) *
 	hs := httptest.NewServer(s)
 	srv := &Server{Server: s, HTTP: hs, URL: hs.URL, Clock: mock}
 	srv.Client = NewClient(hs.URL, hs.Client())
+	srv.SNS = NewSNSClient(hs.URL, hs.Client())
 	tb.Cleanup(srv.Close)
 	return srv
 }
@@ -97,6 +101,34 @@ func NewClient(url string, httpClient sqs.HTTPClient) *sqs.Client {
 		opts.HTTPClient = httpClient
 	}
 	return sqs.New(opts)
+}
+
+// NewSNSClient is NewClient for SNS (which the server serves on the same
+// endpoint, in SNS's query protocol).
+func NewSNSClient(url string, httpClient sns.HTTPClient) *sns.Client {
+	opts := sns.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(url),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "sqstest"}, nil
+		}),
+		Retryer: aws.NopRetryer{},
+	}
+	if httpClient != nil {
+		opts.HTTPClient = httpClient
+	}
+	return sns.New(opts)
+}
+
+// QueueARN returns the ARN of the queue at url; a failure fails the test.
+func (s *Server) QueueARN(tb testing.TB, url string) string {
+	tb.Helper()
+	out, err := s.Client.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		tb.Fatalf("sqstest: queue ARN of %s: %v", url, err)
+	}
+	return out.Attributes[string(types.QueueAttributeNameQueueArn)]
 }
 
 // AwaitParked waits until n ReceiveMessage calls on the named queue are
