@@ -8,7 +8,10 @@
 // AmazonSQS.<Action>: the AWS SDK for Go v2, current boto3, the
 // JavaScript SDK v3) and those of the older query protocol (form-encoded
 // Action=<Action>, XML answers: Debian's boto3 1.26, kombu, the aws CLI
-// before 2.13). Both run one handler per action, with the same errors. Requests are
+// before 2.13). Both run one handler per action, with the same errors.
+// The same port serves SNS (its query protocol): topics whose subscriptions
+// deliver to this server's queues, with AWS's envelope or raw, filter
+// policies and FIFO; the README's SNS section says what differs from AWS. Requests are
 // signed with SigV4 by the clients; the server accepts any credentials
 // unless WithAccessKeys names some. Package sqstest starts one on httptest
 // with a mock clock and a configured *sqs.Client; the leasebus-sqs command
