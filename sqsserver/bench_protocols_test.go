@@ -39,7 +39,9 @@ func (jsonWire) call(c *http.Client, base, action string, params map[string]any)
 }
 
 func (jsonWire) handles(body []byte) []string {
-	var out struct{ Messages []struct{ ReceiptHandle string } }
+	var out struct {
+		Messages []struct{ ReceiptHandle string }
+	}
 	_ = json.Unmarshal(body, &out)
 	hs := make([]string, len(out.Messages))
 	for i, m := range out.Messages {
