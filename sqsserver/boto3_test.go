@@ -9,9 +9,9 @@ import (
 	"github.com/leasebus/leasebus/sqsserver/sqstest"
 )
 
-// python returns the Python that has Debian's boto3, skipping the test
-// without one unless LEASEBUS_PYTHON=required (as .ci/run sets, having
-// installed python3-boto3).
+// python returns the Python that has Debian's module (or modules, given
+// as "a, b"), skipping the test without one unless LEASEBUS_PYTHON=required
+// (as .ci/run sets, having installed them).
 func python(t *testing.T, module string) string {
 	t.Helper()
 	for _, p := range []string{os.Getenv("LEASEBUS_PYTHON_BIN"), "/usr/bin/python3", "python3"} {
