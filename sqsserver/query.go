@@ -106,6 +106,7 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 			return
 		}
 	}
+	s.advanceTasks()
 	out, err := h.run(rc, body)
 	if err != nil {
 		writeErr(asError(err))

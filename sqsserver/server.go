@@ -60,7 +60,11 @@ type Server struct {
 	queues map[string]*sqsQueue
 	topics map[string]*snsTopic // SNS topics by name
 	subs   map[string]*snsSub   // SNS subscriptions by ARN
-	tasks  []*moveTask          // newest last
+	// stopped is closed by Close: move tasks' wake-ups end.
+	stopped chan struct{}
+	taskMu  sync.Mutex   // guards tasks and their entries; taken before a queue's locks, never under mu
+	tasks   []*moveTask  // newest last
+	running atomic.Int64 // tasks RUNNING, with a wake-up goroutine
 	// console serves /leasebus/console/ (WithConsole); nil: none. Set
 	// once, before the server serves.
 	console http.Handler
@@ -83,7 +87,7 @@ func New(opts ...Option) (*Server, error) {
 		return nil, fmt.Errorf("sqsserver: WithSync needs WithDir")
 	}
 	s := &Server{cfg: cfg, clock: cfg.clock, queues: make(map[string]*sqsQueue),
-		topics: make(map[string]*snsTopic), subs: make(map[string]*snsSub)}
+		topics: make(map[string]*snsTopic), subs: make(map[string]*snsSub), stopped: make(chan struct{})}
 	s.mock, _ = cfg.clock.(*clock.Mock)
 	bopts := []broker.Option{
 		broker.WithClock(cfg.clock),
@@ -163,6 +167,7 @@ func (s *Server) Close() error {
 	}
 	s.closed = true
 	s.mu.Unlock()
+	close(s.stopped)
 	return s.b.Close()
 }
 
@@ -224,6 +229,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request, reqID string)
 	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
+	s.advanceTasks()
 	out, err := h.run(rc, body)
 	if err != nil {
 		asError(err).write(w, reqID)

@@ -200,6 +200,10 @@ type startMoveTaskOutput struct {
 	TaskHandle string `json:"TaskHandle"`
 }
 
+type cancelMoveTaskOutput struct {
+	ApproximateNumberOfMessagesMoved int64 `json:"ApproximateNumberOfMessagesMoved"`
+}
+
 type cancelMoveTaskInput struct {
 	TaskHandle *string `json:"TaskHandle"`
 }
