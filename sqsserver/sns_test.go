@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -350,5 +351,29 @@ func TestSNSDurable(t *testing.T) {
 	got := receiveAll(t, srv.Client, q)
 	if len(got) != 1 || aws.ToString(got[0].Body) != "v" {
 		t.Fatalf("after a restart the filtered raw subscription got %v", got)
+	}
+}
+
+// A delivery its queue refuses goes to the subscription's dead-letter
+// queue (RedrivePolicy).
+func TestSNSSubscriptionRedrivePolicy(t *testing.T) {
+	srv := sqstest.Start(t)
+	ctx := context.Background()
+	topic := aws.ToString(must[*sns.CreateTopicOutput](t)(srv.SNS.CreateTopic(ctx, &sns.CreateTopicInput{Name: aws.String("t")})).TopicArn)
+	small := srv.CreateQueue(t, "small", map[string]string{"MaximumMessageSize": "1024"})
+	dlq := srv.CreateQueue(t, "sub-dlq", nil)
+	subscribeQueue(t, srv, topic, small, map[string]string{"RawMessageDelivery": "true",
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + srv.QueueARN(t, dlq) + `"}`})
+	long := strings.Repeat("x", 2000)
+	for _, m := range []string{"fits", long} {
+		if _, err := srv.SNS.Publish(ctx, &sns.PublishInput{TopicArn: &topic, Message: aws.String(m)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receiveAll(t, srv.Client, small); len(got) != 1 || aws.ToString(got[0].Body) != "fits" {
+		t.Fatalf("the queue got %v", got)
+	}
+	if got := receiveAll(t, srv.Client, dlq); len(got) != 1 || aws.ToString(got[0].Body) != long {
+		t.Fatalf("the subscription's DLQ got %d", len(got))
 	}
 }

@@ -188,9 +188,12 @@ func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string
 
 // deliver sends m to every queue subscribed to t whose filter policy it
 // passes, as SendMessage would: in the JSON envelope, or raw (the message
-// itself, its attributes as the queue message's). A queue that is gone,
-// or refuses the message, misses it; the publish still succeeded, as in
-// SNS (which would retry, then use the subscription's RedrivePolicy).
+// itself, its attributes as the queue message's). A delivery its queue
+// refuses (the queue is gone, or the message too large for it) goes to
+// the subscription's dead-letter queue (RedrivePolicy's
+// deadLetterTargetArn, a queue of this server), as SNS does once its
+// retries are spent; without one, it is lost. The publish succeeds either
+// way, as in SNS.
 func (rc *request) deliver(t *snsTopic, m *snsMessage) {
 	s := rc.s
 	s.mu.RLock()
@@ -222,7 +225,9 @@ func (rc *request) deliver(t *snsTopic, m *snsMessage) {
 		} else {
 			in.MessageBody = ptr(rc.envelope(t, sub, m, now.Format("2006-01-02T15:04:05.000Z")))
 		}
-		_, _ = sendMessage(rc, in) // see above: a delivery that fails is missed
+		if _, err := sendMessage(rc, in); err != nil {
+			rc.deadLetterDelivery(sub, in)
+		}
 	}
 }
 
@@ -260,4 +265,24 @@ func (rc *request) envelope(t *snsTopic, sub *snsSub, m *snsMessage, at string) 
 	enc.SetEscapeHTML(false) // as AWS writes it: <, > and & as they are
 	_ = enc.Encode(n)        // strings and maps of strings: no error
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// deadLetterDelivery sends a delivery that its queue refused to the
+// subscription's dead-letter queue, if it has one.
+func (rc *request) deadLetterDelivery(sub *snsSub, in *sendMessageInput) {
+	var p struct {
+		Target string `json:"deadLetterTargetArn"`
+	}
+	rc.s.mu.RLock()
+	policy := sub.attrs["RedrivePolicy"]
+	rc.s.mu.RUnlock()
+	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil {
+		return
+	}
+	name, ok := rc.s.nameOfARN(p.Target)
+	if !ok {
+		return
+	}
+	in.QueueURL = ptr(rc.queueURL(name))
+	_, _ = sendMessage(rc, in) // a dead-letter queue that refuses it too: lost, as in SNS
 }
