@@ -108,14 +108,7 @@ func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 		q.dueAt(q.ttlOf(e).expires)
 	}
 	if key := e.key(); key != "" {
-		if q.keys == nil {
-			q.keys = make(map[string]*keyQueue[T])
-		}
-		kq := q.keys[key]
-		if kq == nil {
-			kq = &keyQueue[T]{}
-			q.keys[key] = kq
-		}
+		kq := q.keyQueueLocked(key)
 		if kq.head != nil {
 			kq.hold(e)
 			q.heldBack++
@@ -124,6 +117,19 @@ func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 		kq.head = e
 	}
 	q.showLocked(now, e, fresh)
+}
+
+// keyQueueLocked returns key's queue, made if it has none.
+func (q *Queue[T]) keyQueueLocked(key string) *keyQueue[T] {
+	if q.keys == nil {
+		q.keys = make(map[string]*keyQueue[T])
+	}
+	kq := q.keys[key]
+	if kq == nil {
+		kq = &keyQueue[T]{}
+		q.keys[key] = kq
+	}
+	return kq
 }
 
 // showLocked puts an entry that may be delivered in the delayed heap or

@@ -171,15 +171,7 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 // Entry.StillLeased), at the head of its key if it has one.
 func (q *Queue[T]) holdLeasedLocked(e *entry[T]) {
 	if key := e.key(); key != "" {
-		if q.keys == nil {
-			q.keys = make(map[string]*keyQueue[T])
-		}
-		kq := q.keys[key]
-		if kq == nil {
-			kq = &keyQueue[T]{}
-			q.keys[key] = kq
-		}
-		if kq.head == nil {
+		if kq := q.keyQueueLocked(key); kq.head == nil {
 			kq.head = e
 		}
 	}
