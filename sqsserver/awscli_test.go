@@ -45,7 +45,9 @@ func TestDebianAWSCLI(t *testing.T) {
 	var q struct{ QueueUrl string }
 	run(&q, "sqs", "create-queue", "--queue-name", "cli")
 	run(nil, "sqs", "send-message", "--queue-url", q.QueueUrl, "--message-body", "hi")
-	var got struct{ Messages []struct{ Body, ReceiptHandle string } }
+	var got struct {
+		Messages []struct{ Body, ReceiptHandle string }
+	}
 	run(&got, "sqs", "receive-message", "--queue-url", q.QueueUrl)
 	if len(got.Messages) != 1 || got.Messages[0].Body != "hi" {
 		t.Fatalf("received %+v", got)
