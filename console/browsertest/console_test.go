@@ -144,14 +144,42 @@ func shot(t *testing.T, ctx context.Context, name string) {
 	t.Logf("screenshot: %s", path)
 }
 
-// textOf returns a visible element's text, trimmed.
-func textOf[S chromedp.Selectable](t *testing.T, ctx context.Context, sel S) string {
+// textJS is a JavaScript expression for the trimmed text of the element
+// sel selects in the current document ("" when there is none). Reading
+// through the page's own DOM, not DevTools node IDs, keeps a read right
+// after a navigation from seeing the document before it.
+func textJS(sel css) string {
+	return fmt.Sprintf(`((e) => e ? e.textContent.trim() : "")(document.querySelector(%q))`, string(sel))
+}
+
+// textOf returns an element's text, trimmed.
+func textOf(t *testing.T, ctx context.Context, sel css) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(sel, chromedp.NodeVisible))
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](textJS(sel)))
 	if err != nil {
-		t.Fatalf("text of %v: %v", sel, err)
+		t.Fatalf("text of %s: %v", sel, err)
 	}
-	return strings.TrimSpace(s)
+	return s
+}
+
+// awaitText waits until the element sel selects says want: after a form
+// posts and the page it returns to loads. It fails with what it says.
+func awaitText(t *testing.T, ctx context.Context, sel css, want string) {
+	t.Helper()
+	expr := fmt.Sprintf("%s === %q", textJS(sel), want)
+	for {
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr))
+		if err == nil {
+			return
+		}
+		// A poll that began on the page the form left ends with a
+		// DevTools error (-32000: target navigated, context gone) when it
+		// navigates: poll the new one.
+		if strings.Contains(err.Error(), "-32000") && ctx.Err() == nil {
+			continue
+		}
+		t.Fatalf("%s: %q, want %q (%v)", sel, textOf(t, ctx, sel), want, err)
+	}
 }
 
 // do runs steps, failing the test with what step says on an error.
@@ -220,9 +248,7 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 		chromedp.SetValue(css("#edit"), strings.Replace(payload, declined, good, 1)),
 		chromedp.Click(css("#redrive-edited")),
 		chromedp.WaitVisible(css("#done")))
-	if done := textOf(t, ctx, css("#done")); done != "Redrove 1 dead letter." {
-		t.Fatalf("after the redrive: %q", done)
-	}
+	awaitText(t, ctx, css("#done"), "Redrove 1 dead letter.")
 	// Billing acks every good order, and now the fixed one.
 	for _, n := range []int{1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1010, 1011, 1012} {
 		d.await(t, fmt.Sprintf("order %d charged", n))
@@ -239,34 +265,26 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 		chromedp.Click(xpath(`//tr[td[contains(., "card expired")]]//input[@type="checkbox"]`)),
 		chromedp.Click(css("#discard-selected")),
 		chromedp.WaitVisible(css("#done")))
-	if done, total := textOf(t, ctx, css("#done")), textOf(t, ctx, css("#total")); done != "Discarded 1 dead letter." || total != "0 matches." {
-		t.Errorf("after the discard: %q, %q", done, total)
-	}
+	awaitText(t, ctx, css("#done"), "Discarded 1 dead letter.")
+	awaitText(t, ctx, css("#total"), "0 matches.")
 
 	// Pause shipping, resume it, then purge it.
 	do(t, ctx, "pause shipping",
 		chromedp.Navigate(d.url+"/subscription?topic=orders&name=shipping"),
 		chromedp.Click(css("#pause")),
 		chromedp.WaitVisible(css("#paused")))
-	if done, badge := textOf(t, ctx, css("#done")), textOf(t, ctx, css("#paused")); done != "Paused." || badge != "paused" {
-		t.Errorf("after pause: %q, badge %q", done, badge)
-	}
+	awaitText(t, ctx, css("#done"), "Paused.")
+	awaitText(t, ctx, css("#paused"), "paused")
 	shot(t, ctx, "shipping-paused.png")
 	do(t, ctx, "resume shipping", chromedp.Click(css("#resume")), chromedp.WaitVisible(css("#pause")))
-	if done := textOf(t, ctx, css("#done")); done != "Resumed." {
-		t.Errorf("after resume: %q", done)
-	}
+	awaitText(t, ctx, css("#done"), "Resumed.")
 	depth := textOf(t, ctx, css("#depth"))
 	do(t, ctx, "purge shipping",
 		chromedp.Click(css("#purge-confirm")),
 		chromedp.Click(css("#purge")),
 		chromedp.WaitVisible(css("#done")))
-	if done, want := textOf(t, ctx, css("#done")), "Purged "+depth+" messages."; done != want {
-		t.Errorf("after purge: %q, want %q", done, want)
-	}
-	if depth := textOf(t, ctx, css("#depth")); depth != "0" {
-		t.Errorf("shipping holds %s after the purge", depth)
-	}
+	awaitText(t, ctx, css("#done"), "Purged "+depth+" messages.")
+	awaitText(t, ctx, css("#depth"), "0")
 
 	// What the pages showed is what the console's JSON says.
 	resp, err := http.Get(d.url + "/api/overview")
