@@ -106,12 +106,7 @@ func (c *Console[T]) subscription(v url.Values) (*broker.Subscription[T], error)
 	if topic == "" || name == "" {
 		return nil, badRequest("topic and name are required")
 	}
-	for _, s := range c.b.AllSubscriptions() {
-		if s.Topic() == topic && s.Name() == name {
-			return s, nil
-		}
-	}
-	return nil, notFound("no subscription %q on %q", name, topic)
+	return c.b.Subscription(topic, name) // patterns too; not found: 404, a bad name: 400
 }
 
 func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error) {
