@@ -60,28 +60,40 @@ func plural(n int) string {
 func actions[T any]() []actionDef[T] {
 	return []actionDef[T]{
 		{"pause", func(c *Console[T], r *http.Request) (Result, error) {
-			s, err := c.subscription(r.PostForm)
+			pa, ok := c.be.(Pauser)
+			if !ok {
+				return Result{}, unsupported("pause a subscription")
+			}
+			topic, name, err := subscriptionOf(r.PostForm)
 			if err != nil {
 				return Result{}, err
 			}
-			return Result{}, s.Pause()
+			return Result{}, pa.Pause(r.Context(), topic, name)
 		}},
 		{"resume", func(c *Console[T], r *http.Request) (Result, error) {
-			s, err := c.subscription(r.PostForm)
+			pa, ok := c.be.(Pauser)
+			if !ok {
+				return Result{}, unsupported("resume a subscription")
+			}
+			topic, name, err := subscriptionOf(r.PostForm)
 			if err != nil {
 				return Result{}, err
 			}
-			return Result{}, s.Resume()
+			return Result{}, pa.Resume(r.Context(), topic, name)
 		}},
 		{"purge", func(c *Console[T], r *http.Request) (Result, error) {
+			pu, ok := c.be.(Purger)
+			if !ok {
+				return Result{}, unsupported("purge a subscription")
+			}
 			if r.PostForm.Get("confirm") != "yes" {
 				return Result{}, badRequest("purge drops every message the subscription holds: confirm=yes is required")
 			}
-			s, err := c.subscription(r.PostForm)
+			topic, name, err := subscriptionOf(r.PostForm)
 			if err != nil {
 				return Result{}, err
 			}
-			n, err := s.Purge()
+			n, err := pu.Purge(r.Context(), topic, name)
 			return Result{Count: n}, err
 		}},
 		{"redrive", func(c *Console[T], r *http.Request) (Result, error) {
@@ -89,18 +101,26 @@ func actions[T any]() []actionDef[T] {
 			if err != nil {
 				return Result{}, err
 			}
-			n, err := c.b.Redrive(match)
+			n, err := c.be.Redrive(r.Context(), match)
 			return Result{Count: n}, err
 		}},
 		{"discard", func(c *Console[T], r *http.Request) (Result, error) {
+			d, ok := c.be.(Discarder[T])
+			if !ok {
+				return Result{}, unsupported("discard dead letters")
+			}
 			match, err := letterMatch[T](r.PostForm)
 			if err != nil {
 				return Result{}, err
 			}
-			n, err := c.b.DiscardDeadLetters(match)
+			n, err := d.DiscardDeadLetters(r.Context(), match)
 			return Result{Count: n}, err
 		}},
 		{"redrive-edited", func(c *Console[T], r *http.Request) (Result, error) {
+			ed, ok := c.be.(Editor[T])
+			if !ok {
+				return Result{}, unsupported("redrive with an edited payload")
+			}
 			id, sub, err := parseRef(r.PostForm.Get("ref"))
 			if err != nil {
 				return Result{}, err
@@ -109,7 +129,7 @@ func actions[T any]() []actionDef[T] {
 			if err != nil {
 				return Result{}, err
 			}
-			n, err := c.b.RedriveWith(func(dl queue.DeadLetter[T]) (T, bool) {
+			n, err := ed.RedriveWith(r.Context(), func(dl queue.DeadLetter[T]) (T, bool) {
 				return payload, dl.Message.ID == id && dl.Subscription == sub
 			})
 			if err == nil && n == 0 {

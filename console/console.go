@@ -80,11 +80,12 @@ func WithTitle(title string) Option {
 	return Option{func(c *config) { c.title = title }}
 }
 
-// Console is the console's http.Handler over one broker. Create one with
-// New; it is safe for concurrent use and holds nothing but its broker,
-// its options and its parsed templates.
+// Console is the console's http.Handler over one broker (New) or another
+// backend (NewFor). It is safe for concurrent use and holds nothing but
+// its backend, its options and its parsed templates.
 type Console[T any] struct {
-	b     *broker.Broker[T]
+	be    Backend[T]
+	can   can // what be does beyond Backend
 	cfg   config
 	pages map[string]*template.Template
 	mux   *http.ServeMux
@@ -98,6 +99,17 @@ func New[T any](b *broker.Broker[T], opts ...Option) (*Console[T], error) {
 	if b == nil {
 		return nil, backend.Invalid("console: nil broker")
 	}
+	return NewFor[T](brokerBackend[T]{b}, opts...)
+}
+
+// NewFor returns a console over another backend, such as JetStream's
+// (see the natsleasebus module): it shows what be tells and offers the
+// actions be implements (see Backend). A nil backend, a zero Option or a
+// bad prefix is an error matching queue.ErrInvalidArgument.
+func NewFor[T any](be Backend[T], opts ...Option) (*Console[T], error) {
+	if be == nil {
+		return nil, backend.Invalid("console: nil backend")
+	}
 	cfg := config{title: "leasebus"}
 	for i, o := range opts {
 		if o.apply == nil {
@@ -108,7 +120,7 @@ func New[T any](b *broker.Broker[T], opts ...Option) (*Console[T], error) {
 	if cfg.prefix != "" && (!strings.HasPrefix(cfg.prefix, "/") || strings.HasSuffix(cfg.prefix, "/")) {
 		return nil, backend.Invalid("console: prefix %q must start with / and not end with one", cfg.prefix)
 	}
-	c := &Console[T]{b: b, cfg: cfg, csrf: http.NewCrossOriginProtection()}
+	c := &Console[T]{be: be, can: capabilities(be), cfg: cfg, csrf: http.NewCrossOriginProtection()}
 	pages, err := parsePages(cfg.prefix)
 	if err != nil {
 		return nil, err
@@ -190,6 +202,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, queue.ErrClosed):
 		return http.StatusServiceUnavailable
+	case errors.Is(err, errors.ErrUnsupported):
+		return http.StatusNotImplemented
 	}
 	return http.StatusInternalServerError
 }

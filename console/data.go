@@ -2,6 +2,7 @@ package console
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"strings"
 	"time"
@@ -39,7 +40,7 @@ type SubscriptionRow struct {
 	DeadLettered     uint64            `json:"deadLettered"`
 	DeadLetteredBy   map[string]uint64 `json:"deadLetteredBy"` // by reason, since the broker started
 	DeadLettersHeld  int               `json:"deadLettersHeld"`
-	stats            queue.Stats
+	Note             string            `json:"note,omitempty"` // what the backend does not know of it (SubscriptionInfo.Note)
 }
 
 // StoreCounts describes the broker's dead-letter store.
@@ -148,25 +149,34 @@ func parseRef(s string) (uuid.UUID, string, error) {
 	return id, sub, nil
 }
 
-func (c *Console[T]) overview() Overview {
-	now := c.b.Clock().Now()
-	letters := c.b.DeadLetters()
+func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
+	now := c.be.Now()
+	letters, err := c.be.DeadLetters(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
 	held := map[string]int{}
 	store := StoreCounts{Held: len(letters), ByReason: map[string]int{}}
 	for _, dl := range letters {
 		held[dl.Subscription]++
 		store.ByReason[dl.Reason.String()]++
 	}
-	store.Dropped = c.b.DeadLettersDropped()
-	store.Discarded = c.b.DeadLettersDiscarded()
-	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
-	for _, s := range c.b.AllSubscriptions() {
-		o.Subscriptions = append(o.Subscriptions, row(s.Topic(), s.Name(), s.Stats(), held[s.Name()]))
+	if sc, ok := c.be.(storeCounter); ok {
+		store.Dropped, store.Discarded = sc.storeCounts()
 	}
-	return o
+	subs, err := c.be.Subscriptions(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
+	for _, s := range subs {
+		o.Subscriptions = append(o.Subscriptions, row(s, held[s.Name]))
+	}
+	return o, nil
 }
 
-func row(topic, name string, st queue.Stats, held int) SubscriptionRow {
+func row(s SubscriptionInfo, held int) SubscriptionRow {
+	st := s.Stats
 	by := map[string]uint64{}
 	for _, c := range []struct {
 		r queue.Reason
@@ -178,11 +188,11 @@ func row(topic, name string, st queue.Stats, held int) SubscriptionRow {
 		}
 	}
 	return SubscriptionRow{
-		Topic: topic, Name: name, Pattern: strings.ContainsAny(topic, "*>#"), Paused: st.Paused,
+		Topic: s.Topic, Name: s.Name, Pattern: strings.ContainsAny(s.Topic, "*>#"), Paused: st.Paused,
 		Depth: st.Visible + st.Delayed + st.InFlight + st.HeldBack, Visible: st.Visible, Delayed: st.Delayed,
 		InFlight: st.InFlight, HeldBack: st.HeldBack, OldestVisibleAge: st.OldestVisibleAge.Seconds(),
 		Published: st.Published, Acked: st.Acked, Delivered: st.Delivered, DeadLettered: st.DeadLettered,
-		DeadLetteredBy: by, DeadLettersHeld: held, stats: st,
+		DeadLetteredBy: by, DeadLettersHeld: held, Note: s.Note,
 	}
 }
 
@@ -203,9 +213,13 @@ func settings(cfg queue.Config) []Setting {
 	return s
 }
 
-func (c *Console[T]) deadLetterList(f Filter, offset, limit int) DeadLetterList {
+func (c *Console[T]) deadLetterList(ctx context.Context, f Filter, offset, limit int) (DeadLetterList, error) {
+	letters, err := c.be.DeadLetters(ctx)
+	if err != nil {
+		return DeadLetterList{}, err
+	}
 	var all []DeadLetterView
-	for _, dl := range c.b.DeadLetters() {
+	for _, dl := range letters {
 		if matches(f, dl) {
 			all = append(all, NewDeadLetterView(dl))
 		}
@@ -219,7 +233,7 @@ func (c *Console[T]) deadLetterList(f Filter, offset, limit int) DeadLetterList 
 			l.Next = end
 		}
 	}
-	return l
+	return l, nil
 }
 
 // NewDeadLetterView returns a dead letter as the console shows it (and

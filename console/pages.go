@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -61,6 +60,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 type page struct {
 	Title    string
 	ReadOnly bool
+	Can      can // what the backend does beyond the Backend interface
 	Done     string // what the last action did
 	Back     string // this page's path and query, for the forms' back field
 	Data     any
@@ -68,7 +68,7 @@ type page struct {
 
 func (c *Console[T]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	var buf bytes.Buffer
-	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
+	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
 	if err := c.pages[name].Execute(&buf, p); err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
 		return
@@ -94,24 +94,35 @@ func (c *Console[T]) errorPage(w http.ResponseWriter, r *http.Request, err error
 }
 
 func (c *Console[T]) overviewPage(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, http.StatusOK, "overview", c.overview())
-}
-
-func (c *Console[T]) overviewJSON(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, c.overview())
-}
-
-func (c *Console[T]) subscription(v url.Values) (*broker.Subscription[T], error) {
-	topic, name := v.Get("topic"), v.Get("name")
-	if topic == "" || name == "" {
-		return nil, badRequest("topic and name are required")
+	o, err := c.overview(r.Context())
+	if err != nil {
+		c.errorPage(w, r, err)
+		return
 	}
-	return c.b.Subscription(topic, name) // patterns too; not found: 404, a bad name: 400
+	c.render(w, r, http.StatusOK, "overview", o)
+}
+
+func (c *Console[T]) overviewJSON(w http.ResponseWriter, r *http.Request) {
+	o, err := c.overview(r.Context())
+	if err != nil {
+		writeJSON(w, statusOf(err), Result{Error: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// subscriptionOf reads the topic and name a request names.
+func subscriptionOf(v url.Values) (topic, name string, err error) {
+	topic, name = v.Get("topic"), v.Get("name")
+	if topic == "" || name == "" {
+		return "", "", badRequest("topic and name are required")
+	}
+	return topic, name, nil
 }
 
 func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error) {
-	q := r.URL.Query()
-	s, err := c.subscription(q)
+	ctx, q := r.Context(), r.URL.Query()
+	topic, name, err := subscriptionOf(q)
 	if err != nil {
 		return SubscriptionView{}, err
 	}
@@ -128,29 +139,40 @@ func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error)
 	} else if l > 0 {
 		pq.Limit = int(min(l, queue.MaxPeek))
 	}
+	s, err := c.be.Subscription(ctx, topic, name)
+	if err != nil {
+		return SubscriptionView{}, err
+	}
+	letters, err := c.be.DeadLetters(ctx)
+	if err != nil {
+		return SubscriptionView{}, err
+	}
+	held := 0
+	for _, dl := range letters {
+		if dl.Subscription == s.Name {
+			held++
+		}
+	}
+	v := SubscriptionView{Row: row(s, held), Options: s.Options, State: state.String(), Messages: []HeldView{}}
+	pk, ok := c.be.(Peeker[T])
+	if !ok {
+		return v, nil // the page says the backend cannot peek; the JSON's messages are empty
+	}
 	want := pq.Limit
 	if want < queue.MaxPeek {
 		pq.Limit++ // one more says whether there is a next page
 	}
-	held, err := s.Peek(pq)
+	msgs, err := pk.Peek(ctx, s.Topic, s.Name, pq)
 	if err != nil {
 		return SubscriptionView{}, err
 	}
-	more := len(held) > want || len(held) == queue.MaxPeek
-	held = held[:min(len(held), want)]
-	letters := 0
-	for _, dl := range c.b.DeadLetters() {
-		if dl.Subscription == s.Name() {
-			letters++
-		}
-	}
-	v := SubscriptionView{Row: row(s.Topic(), s.Name(), s.Stats(), letters), Options: settings(s.Config()),
-		State: state.String(), Messages: make([]HeldView, 0, len(held))}
-	for _, h := range held {
+	more := len(msgs) > want || len(msgs) == queue.MaxPeek
+	msgs = msgs[:min(len(msgs), want)]
+	for _, h := range msgs {
 		v.Messages = append(v.Messages, NewHeldView(h))
 	}
-	if more && len(held) > 0 {
-		v.Next = held[len(held)-1].Seq
+	if more && len(msgs) > 0 {
+		v.Next = msgs[len(msgs)-1].Seq
 	}
 	return v, nil
 }
@@ -210,7 +232,7 @@ func (c *Console[T]) deadLetterListOf(r *http.Request) (DeadLetterList, error) {
 	if limit == 0 {
 		limit = pageSize
 	}
-	return c.deadLetterList(f, int(min(offset, 1<<31)), int(min(limit, queue.MaxPeek))), nil
+	return c.deadLetterList(r.Context(), f, int(min(offset, 1<<31)), int(min(limit, queue.MaxPeek)))
 }
 
 func (c *Console[T]) deadLettersPage(w http.ResponseWriter, r *http.Request) {
@@ -219,12 +241,17 @@ func (c *Console[T]) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, err)
 		return
 	}
+	all, err := c.be.Subscriptions(r.Context())
+	if err != nil {
+		c.errorPage(w, r, err)
+		return
+	}
 	seen := map[string]bool{}
 	var subs []string
-	for _, s := range c.b.AllSubscriptions() {
-		if !seen[s.Name()] {
-			seen[s.Name()] = true
-			subs = append(subs, s.Name())
+	for _, s := range all {
+		if !seen[s.Name] {
+			seen[s.Name] = true
+			subs = append(subs, s.Name)
 		}
 	}
 	c.render(w, r, http.StatusOK, "deadletters", letterPage{DeadLetterList: l, Subscriptions: subs,
@@ -245,7 +272,11 @@ func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
 	if err != nil {
 		return DeadLetterView{}, err
 	}
-	for _, dl := range c.b.DeadLetters() {
+	letters, err := c.be.DeadLetters(r.Context())
+	if err != nil {
+		return DeadLetterView{}, err
+	}
+	for _, dl := range letters {
 		if dl.Message.ID == id && dl.Subscription == sub {
 			return NewDeadLetterView(dl), nil
 		}
