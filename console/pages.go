@@ -60,7 +60,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 type page struct {
 	Title    string
 	ReadOnly bool
-	Can      can // what the backend does beyond the Backend interface
+	Can      can    // what the backend does beyond the Backend interface
 	Done     string // what the last action did
 	Back     string // this page's path and query, for the forms' back field
 	Data     any
