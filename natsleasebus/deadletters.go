@@ -144,8 +144,13 @@ func Redrive[T any](ctx context.Context, b *Bus, topic, name string, match func(
 // false when the topics' stream had the copy already (an earlier or
 // concurrent Redrive of the same dead letter).
 func (b *Bus) redrive(ctx context.Context, topic, name string, m js.Msg, seq uint64) (fresh bool, err error) {
+	return b.redriveData(ctx, topic, name, m, seq, m.Data())
+}
+
+// redriveData is redrive with the payload data in place of the letter's.
+func (b *Bus) redriveData(ctx context.Context, topic, name string, m js.Msg, seq uint64, data []byte) (fresh bool, err error) {
 	out := nats.NewMsg(b.subscriptionSubject(topic, name))
-	out.Data = m.Data()
+	out.Data = data
 	for k, vs := range m.Headers() {
 		if !isReserved(k) {
 			out.Header[k] = vs

@@ -257,24 +257,35 @@ func (s *Subscription[T]) Purge(ctx context.Context) (int, error) {
 	if s.isClosed() {
 		return 0, s.errClosed("purge")
 	}
-	info, err := s.cons.Info(ctx)
+	n, err := s.bus.purge(ctx, s.topic, s.name, s.cons)
 	if err != nil {
-		return 0, fmt.Errorf("purge %s/%s: %w", s.topic, s.name, err)
-	}
-	cfg := info.Config
-	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = js.DeliverNewPolicy, 0, nil
-	if err := s.bus.stream.DeleteConsumer(ctx, s.durable); err != nil && !errors.Is(err, js.ErrConsumerNotFound) {
-		return 0, fmt.Errorf("purge %s/%s: %w", s.topic, s.name, err)
-	}
-	// The handles' js.Consumer values name the consumer, so they pull
-	// from the new one as they did from the old.
-	if _, err := s.bus.stream.CreateConsumer(ctx, cfg); err != nil && !errors.Is(err, js.ErrConsumerExists) {
-		return 0, fmt.Errorf("purge %s/%s: deleted, not created again (Subscribe creates it): %w", s.topic, s.name, err)
+		return 0, err
 	}
 	s.mu.Lock()
 	clear(s.held)
 	clear(s.watch)
 	clear(s.latest)
 	s.mu.Unlock()
+	return n, nil
+}
+
+// purge deletes the consumer cons of the subscription name of topic and
+// creates it again with the same settings, from the end of the stream,
+// and returns how many messages it held. The handles' js.Consumer values
+// name the consumer, so they pull from the new one as they did from the
+// old.
+func (b *Bus) purge(ctx context.Context, topic, name string, cons js.Consumer) (int, error) {
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("purge %s/%s: %w", topic, name, err)
+	}
+	cfg := info.Config
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = js.DeliverNewPolicy, 0, nil
+	if err := b.stream.DeleteConsumer(ctx, cfg.Durable); err != nil && !errors.Is(err, js.ErrConsumerNotFound) {
+		return 0, fmt.Errorf("purge %s/%s: %w", topic, name, err)
+	}
+	if _, err := b.stream.CreateConsumer(ctx, cfg); err != nil && !errors.Is(err, js.ErrConsumerExists) {
+		return 0, fmt.Errorf("purge %s/%s: deleted, not created again (Subscribe creates it): %w", topic, name, err)
+	}
 	return int(info.NumPending) + info.NumAckPending, nil
 }
