@@ -6,26 +6,35 @@
 // JetStream enabled), otherwise it starts an embedded server of its own in
 // a temporary directory. It publishes a batch of jobs, works them off
 // (some fail once and are retried, one always fails and is dead-lettered)
-// and exits when every job is settled.
+// and exits when every job is settled. With -console ADDR it then serves
+// the console over the bus at ADDR (its subscription, the dead letter, a
+// redrive with an edited payload) until interrupted.
 //
 //	go run ./examples/workerpool
+//	go run ./examples/workerpool -console 127.0.0.1:8080
 //	NATS_URL=nats://127.0.0.1:4222 go run ./examples/workerpool
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -38,16 +47,61 @@ type Job struct {
 }
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	addr := flag.String("console", "", "after the run, serve the console at this address until interrupted")
+	flag.Parse()
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if err := run(ctx, os.Getenv("NATS_URL"), 40, os.Stdout); err != nil {
+	var then func(context.Context, *natsleasebus.Bus) error
+	if *addr != "" {
+		then = func(ctx context.Context, bus *natsleasebus.Bus) error {
+			return serveConsole(ctx, bus, *addr, os.Stdout, nil)
+		}
+	}
+	if err := run(ctx, os.Getenv("NATS_URL"), 40, os.Stdout, then); err != nil {
 		log.Fatal(err)
 	}
 }
 
+// serveConsole serves the console over bus at addr until ctx is done,
+// calling ready (if not nil) with its URL once it listens.
+func serveConsole(ctx context.Context, bus *natsleasebus.Bus, addr string, out io.Writer, ready func(url string)) error {
+	be, err := natsleasebus.ConsoleBackend[Job](bus)
+	if err != nil {
+		return err
+	}
+	c, err := console.NewFor(be, console.WithTitle("jobs · leasebus on JetStream"))
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	url := "http://" + ln.Addr().String() + "/"
+	fmt.Fprintln(out, "console at", url, "(Ctrl-C to stop)")
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	if ready != nil {
+		ready(url)
+	}
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	stop, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(stop)
+}
+
 // run publishes jobs jobs and works them off on the server at url (an
-// embedded one when url is empty), writing a report to out.
-func run(ctx context.Context, url string, jobs int, out io.Writer) error {
+// embedded one when url is empty), writing a report to out; then, if
+// then is not nil, it calls then with the bus before it cleans up.
+func run(ctx context.Context, url string, jobs int, out io.Writer, then func(context.Context, *natsleasebus.Bus) error) error {
+	outer := ctx
+	ctx, cancel := context.WithTimeout(ctx, time.Minute) // the work's bound; then is not bound by it
+	defer cancel()
 	if url == "" {
 		dir, err := os.MkdirTemp("", "leasebus-workerpool-")
 		if err != nil {
@@ -137,12 +191,17 @@ func run(ctx context.Context, url string, jobs int, out io.Writer) error {
 
 	st := p.Stats()
 	fmt.Fprintf(out, "%d jobs: %d acked, %d retries, %d dead-lettered\n", jobs, st.Acked, st.Retried, st.DeadLettered)
-	dls, err := natsleasebus.FetchDeadLetters[Job](ctx, bus, "jobs", name, 1)
+	// Those there now: a job's Fail has dead-lettered it before the
+	// observer hears of it.
+	dls, err := natsleasebus.FetchDeadLetters[Job](ctx, bus, "jobs", name, 0)
 	if err != nil {
 		return err
 	}
 	for _, dl := range dls {
 		fmt.Fprintf(out, "dead letter: job %d after %d attempts (%s): %s\n", dl.Message.Payload.ID, dl.Attempts, dl.Reason, dl.LastError)
+	}
+	if then != nil {
+		return then(outer, bus)
 	}
 	return nil
 }
