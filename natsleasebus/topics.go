@@ -62,11 +62,6 @@ func escapeTopic(topic string) string {
 	return strings.NewReplacer("*", "+", ">", "#").Replace(topic)
 }
 
-// CreateTopic checks the topic's name. Every topic lives in the bus's
-// stream, so there is nothing to create; it exists for parity with the
-// broker.
-func (b *Bus) CreateTopic(topic string) error { return validTopic(topic, false) }
-
 // Subject returns the subject of topic: PREFIX.topic.TOPIC, a filter with
 // wildcards for a pattern.
 func (b *Bus) Subject(topic string) string { return b.cfg.prefix + ".topic." + normalTopic(topic) }
