@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/natsleasebus"
 )
 
@@ -91,5 +92,47 @@ func TestOpenRefusesAnOldServer(t *testing.T) {
 				t.Fatalf("Open = %v, want an error matching ErrUnsupported saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A server older than 2.11 cannot pause a consumer: the console's pause
+// says so, with the version it needs, and changes nothing.
+func TestConsolePauseNeedsServer211(t *testing.T) {
+	srv := startServer(t, t.TempDir(), -1)
+	from := []byte(`"version":"` + server.VERSION + `"`)
+	to := []byte(`"version":"` + "2.10.9" + `"`)
+	if len(from) != len(to) {
+		t.Skipf("the embedded server's version %q is not as long as 2.10.9", server.VERSION)
+	}
+	nc, err := nats.Connect(srv.srv.ClientURL(), nats.SetCustomDialer(versionDialer{from, to}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	bus := open(t, nc)
+	ctx := context.Background()
+	sub, err := natsleasebus.Subscribe[string](ctx, bus, "orders", "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	be, err := natsleasebus.ConsoleBackend[string](bus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pz, ok := be.(console.Pauser)
+	if !ok {
+		t.Fatal("the backend does not pause")
+	}
+	err = pz.Pause(ctx, "orders", "billing")
+	if !errors.Is(err, natsleasebus.ErrUnsupported) || !strings.Contains(err.Error(), "nats-server 2.10.9 cannot pause a consumer: it needs 2.11.0 or newer") {
+		t.Fatalf("Pause on 2.10.9: %v", err)
+	}
+	info, err := sub.Consumer().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Paused {
+		t.Error("paused anyway")
 	}
 }
