@@ -134,6 +134,15 @@ func TestReadingWhileTheOwnerRuns(t *testing.T) {
 	}
 	assert.Equal(t, 2, n)
 
+	// Shipping holds 3: a page of 2 says there is more, a page of 3 does not.
+	code, out, errOut = leasebus("peek", "-limit", "2", r.dir, "orders", "shipping")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "(more: -after ")
+	code, out, errOut = leasebus("peek", "-limit", "3", r.dir, "orders", "shipping")
+	require.Equal(t, 0, code, errOut)
+	assert.NotContains(t, out, "(more")
+	assert.Equal(t, 4, strings.Count(out, "\n"), "a header and 3 messages:\n%s", out)
+
 	code, out, errOut = leasebus("dead-letters", "-error", "declined", r.dir)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, r.dead.ID.String()+"/billing")

@@ -107,10 +107,16 @@ func peek(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	held, err := s.Peek(queue.PeekQuery{State: st, After: *after, Limit: *limit})
+	q := queue.PeekQuery{State: st, After: *after, Limit: *limit}
+	if q.Limit > 0 && q.Limit < queue.MaxPeek {
+		q.Limit++ // one more says whether there is a next page
+	}
+	held, err := s.Peek(q)
 	if err != nil {
 		return err
 	}
+	more := len(held) > *limit || len(held) == queue.MaxPeek
+	held = held[:min(len(held), *limit)]
 	if *asJSON {
 		enc := json.NewEncoder(out)
 		for _, h := range held {
@@ -134,7 +140,7 @@ func peek(args []string, out io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if len(held) == *limit {
+	if more && len(held) > 0 {
 		fmt.Fprintf(out, "(more: -after %d)\n", held[len(held)-1].Seq)
 	}
 	return nil
