@@ -50,6 +50,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	require.True(t, ok, "a message from a dead-letter topic reads back as its dead letter")
 	assert.Equal(t, queue.DeadLetter[string]{
 		Subscription: "worker",
+		Topic:        "jobs",
 		Message: queue.Message[string]{ID: d.ID, Topic: "jobs", Payload: "poison", Priority: queue.PriorityHigh,
 			Headers: queue.NewHeaders(map[string]string{"tenant": "acme"}), PublishedAt: dl.PublishedAt},
 		Reason:    queue.ReasonMaxAttempts,

@@ -51,6 +51,7 @@ func (s *deadLetters[T]) add(topic string, sub uint32, dl core.Letter[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextID++
+	dl.Topic = topic
 	s.items = append(s.items, storedLetter[T]{id: s.nextID, topic: topic, sub: sub, dl: dl})
 	s.trimLocked()
 }
@@ -204,8 +205,8 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 // dead-letter topic (WithDeadLetterTopic) carries in its headers: the
 // subscription that gave up on it, the reason, the attempts, the last
 // error and when, and the original message: its ID, key, priority, payload
-// and its own headers. The original's Topic is the source subscription's
-// topic (its pattern, for a pattern subscription) and its PublishedAt is
+// and its own headers. Its Topic, and the original's, is the source
+// subscription's topic (its pattern, for a pattern subscription), and the original's PublishedAt is
 // when the dead letter was published. ok is false if m did not come
 // through a dead-letter topic, or its headers do not read back.
 //
@@ -240,6 +241,7 @@ func DeadLetterOf[T any](m queue.Message[T]) (dl queue.DeadLetter[T], ok bool) {
 	orig.ID, orig.Topic, orig.Headers = id, h.Get(backend.HeaderTopic), queue.NewHeaders(own)
 	return queue.DeadLetter[T]{
 		Subscription: h.Get(backend.HeaderSubscription),
+		Topic:        orig.Topic,
 		Message:      orig,
 		Reason:       reason,
 		Attempts:     attempts,

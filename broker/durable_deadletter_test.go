@@ -41,16 +41,17 @@ func TestDurableDeadLettersAndRedrive(t *testing.T) {
 	want := deadLettersOf(d.Broker)
 	require.Equal(t, []string{"rej", "nack", "over", "ttl"}, deadPayloads(d.Broker))
 	type why struct {
+		Topic     string // the subscription's
 		Reason    queue.Reason
 		Attempts  int
 		LastError string
 	}
 	var whys []why
 	for _, dl := range want {
-		whys = append(whys, why{dl.Reason, dl.Attempts, dl.LastError})
+		whys = append(whys, why{dl.Topic, dl.Reason, dl.Attempts, dl.LastError})
 	}
-	require.Equal(t, []why{{queue.ReasonRejected, 1, "bad input"}, {queue.ReasonMaxAttempts, 2, "nacked"},
-		{queue.ReasonOverflow, 0, ""}, {queue.ReasonExpired, 0, ""}}, whys)
+	require.Equal(t, []why{{"jobs", queue.ReasonRejected, 1, "bad input"}, {"jobs", queue.ReasonMaxAttempts, 2, "nacked"},
+		{"tiny", queue.ReasonOverflow, 0, ""}, {"jobs", queue.ReasonExpired, 0, ""}}, whys)
 
 	d.restart()
 	require.Equal(t, want, deadLettersOf(d.Broker), "the dead letters, in order")

@@ -134,16 +134,16 @@ func peek(t *testing.T, s *broker.Subscription[string]) []string {
 
 // durDead is a dead letter in comparable form.
 type durDead struct {
-	Sub, ID, Payload, LastError string
-	Reason                      queue.Reason
-	Attempts                    int
-	At                          int64
+	Sub, Topic, ID, Payload, LastError string
+	Reason                             queue.Reason
+	Attempts                           int
+	At                                 int64
 }
 
 func deadLettersOf[T any](b *broker.Broker[T]) []durDead {
 	var out []durDead
 	for _, dl := range b.DeadLetters() {
-		out = append(out, durDead{dl.Subscription, dl.Message.ID.String(), fmt.Sprint(dl.Message.Payload), dl.LastError,
+		out = append(out, durDead{dl.Subscription, dl.Topic, dl.Message.ID.String(), fmt.Sprint(dl.Message.Payload), dl.LastError,
 			dl.Reason, dl.Attempts, dl.At.UnixNano()})
 	}
 	return out
@@ -331,7 +331,7 @@ func TestDurableTimesAreAbsolute(t *testing.T) {
 		require.Equal(t, 1, s.Stats().Visible)
 		require.Empty(t, d.DeadLetters())
 		d.mock.Set(t0.Add(time.Minute))
-		require.Equal(t, []durDead{{"s", m.ID.String(), "a", "", queue.ReasonExpired, 0, d.mock.Now().UnixNano()}}, deadLettersOf(d.Broker))
+		require.Equal(t, []durDead{{"s", "t", m.ID.String(), "a", "", queue.ReasonExpired, 0, d.mock.Now().UnixNano()}}, deadLettersOf(d.Broker))
 		require.Empty(t, s.TryPoll(1))
 	})
 	t.Run("ttl passed while down", func(t *testing.T) {
@@ -376,7 +376,7 @@ func TestDurableLeasedAtRestart(t *testing.T) {
 			s = d.sub("t", "s")
 		}
 		// Leased on its last attempt at the restart: dead-lettered by Open.
-		require.Equal(t, []durDead{{"s", m.ID.String(), "a", "lease expired", queue.ReasonMaxAttempts, 3, d.mock.Now().UnixNano()}},
+		require.Equal(t, []durDead{{"s", "t", m.ID.String(), "a", "lease expired", queue.ReasonMaxAttempts, 3, d.mock.Now().UnixNano()}},
 			deadLettersOf(d.Broker))
 		require.Empty(t, s.TryPoll(1))
 		st := s.Stats()

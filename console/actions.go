@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -121,7 +122,7 @@ func actions[T any]() []actionDef[T] {
 			if !ok {
 				return Result{}, unsupported("redrive with an edited payload")
 			}
-			id, sub, err := parseRef(r.PostForm.Get("ref"))
+			ref, err := parseRef(r.PostForm.Get("ref"))
 			if err != nil {
 				return Result{}, err
 			}
@@ -130,10 +131,10 @@ func actions[T any]() []actionDef[T] {
 				return Result{}, err
 			}
 			n, err := ed.RedriveWith(r.Context(), func(dl queue.DeadLetter[T]) (T, bool) {
-				return payload, dl.Message.ID == id && dl.Subscription == sub
+				return payload, names(ref, dl)
 			})
 			if err == nil && n == 0 {
-				err = notFound("dead letter %s is no longer in the store", ref(id, sub))
+				err = notFound("dead letter %s is no longer in the store", ref)
 			}
 			return Result{Count: n}, err
 		}},
@@ -156,24 +157,22 @@ func letterMatch[T any](form url.Values) (func(queue.DeadLetter[T]) bool, error)
 	if len(refs) == 0 {
 		return nil, badRequest("select at least one dead letter (ref), or all=yes with a filter")
 	}
-	type key struct {
-		id  uuid.UUID
-		sub string
-	}
-	want := make(map[key]bool, len(refs))
+	want := make(map[uuid.UUID][]letterRef, len(refs))
 	for _, r := range refs {
-		id, sub, err := parseRef(r)
+		ref, err := parseRef(r)
 		if err != nil {
 			return nil, err
 		}
-		want[key{id, sub}] = true
+		want[ref.id] = append(want[ref.id], ref)
 	}
-	return func(dl queue.DeadLetter[T]) bool { return want[key{dl.Message.ID, dl.Subscription}] }, nil
+	return func(dl queue.DeadLetter[T]) bool {
+		return slices.ContainsFunc(want[dl.Message.ID], func(r letterRef) bool { return names(r, dl) })
+	}, nil
 }
 
 // filterOf reads a Filter from a query or a form.
 func filterOf(v url.Values) (Filter, error) {
-	f := Filter{Subscription: v.Get("subscription"), Reason: v.Get("reason"), Error: v.Get("error"), Key: v.Get("key")}
+	f := Filter{Subscription: v.Get("subscription"), Topic: v.Get("topic"), Reason: v.Get("reason"), Error: v.Get("error"), Key: v.Get("key")}
 	if f.Reason != "" {
 		if _, ok := queue.ParseReason(f.Reason); !ok {
 			return f, badRequest("reason %q is not one of max-attempts, overflow, expired, rejected", f.Reason)

@@ -260,3 +260,59 @@ func TestAClosedBrokerAnswersUnavailable(t *testing.T) {
 	status, _, _ = post(t, srv.URL+"/api/actions/redrive", url.Values{"all": {"yes"}})
 	assert.Equal(t, http.StatusServiceUnavailable, status)
 }
+
+// TestDeadLettersOfOneNameOnTwoTopics: a pattern subscription and an exact
+// one share a name, and both dead-letter the same message. The console
+// tells them apart by topic: counts, filters, the letter's page and a
+// redrive by ref touch one subscription's letter, not both.
+func TestDeadLettersOfOneNameOnTwoTopics(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
+	exact := brokertest.Subscribe(t, b, "orders.eu", "worker")
+	pattern, err := b.Subscribe("orders.*", "worker")
+	require.NoError(t, err)
+	msgs := brokertest.Publish(t, b, "orders.eu", "x")
+	for _, s := range []*broker.Subscription[string]{exact, pattern} {
+		ds := s.TryPoll(1)
+		require.Len(t, ds, 1)
+		require.NoError(t, s.Fail(ds[0].LeaseID, errors.New("boom on "+s.Topic())))
+	}
+	mock.Add(0)
+	require.Len(t, b.DeadLetters(), 2)
+	srv := serve(t, b)
+
+	var o console.Overview
+	require.Equal(t, http.StatusOK, getJSON(t, srv.URL+"/api/overview", &o))
+	require.Len(t, o.Subscriptions, 2)
+	for _, r := range o.Subscriptions {
+		assert.Equal(t, 1, r.DeadLettersHeld, "%s/%s", r.Topic, r.Name)
+	}
+	var v console.SubscriptionView
+	require.Equal(t, http.StatusOK, getJSON(t, srv.URL+"/api/subscription?topic=orders.*&name=worker", &v))
+	assert.Equal(t, 1, v.Row.DeadLettersHeld)
+
+	var l console.DeadLetterList
+	require.Equal(t, http.StatusOK, getJSON(t, srv.URL+"/api/dead-letters?subscription=worker&topic=orders.eu", &l))
+	require.Equal(t, 1, l.Total)
+	assert.Equal(t, "boom on orders.eu", l.Letters[0].LastError)
+	ref := l.Letters[0].Ref
+	assert.Equal(t, msgs[0].ID.String()+"/worker orders.eu", ref)
+	_, body := get(t, srv.URL+"/dead-letter?ref="+url.QueryEscape(ref))
+	assert.Contains(t, body, "boom on orders.eu")
+	assert.NotContains(t, body, "boom on orders.*")
+
+	status, body, _ := post(t, srv.URL+"/api/actions/redrive", url.Values{"ref": {ref}})
+	require.Equal(t, http.StatusOK, status, body)
+	var res console.Result
+	require.NoError(t, jsonOf(body, &res))
+	assert.Equal(t, 1, res.Count)
+	assert.Len(t, exact.TryPoll(10), 1, "the exact subscription's letter is back")
+	assert.Empty(t, pattern.TryPoll(10), "the pattern's stays dead")
+	left := b.DeadLetters()
+	require.Len(t, left, 1)
+	assert.Equal(t, "orders.*", left[0].Topic)
+
+	// A ref without a topic names the letter of that name on any topic.
+	status, body, _ = post(t, srv.URL+"/api/actions/discard", url.Values{"ref": {msgs[0].ID.String() + "/worker"}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Empty(t, b.DeadLetters())
+}

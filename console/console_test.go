@@ -192,7 +192,8 @@ func TestDeadLettersFilterAndShowWhole(t *testing.T) {
 	letter := l.Letters[0]
 	assert.Equal(t, "card declined", letter.LastError)
 	assert.Equal(t, s.dead.ID, letter.ID)
-	assert.Equal(t, s.dead.ID.String()+"/billing", letter.Ref)
+	assert.Equal(t, s.dead.ID.String()+"/billing orders", letter.Ref)
+	assert.Equal(t, "orders", letter.SubscriptionTopic)
 
 	for q, want := range map[string]int{
 		"reason=max-attempts":        2,

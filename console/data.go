@@ -83,22 +83,28 @@ type HeldView struct {
 	Payload   Payload           `json:"payload"`
 }
 
-// DeadLetterView is one dead letter as the console shows it. Its ID
-// (the message's ID and the subscription's name) is what the actions take.
+// DeadLetterView is one dead letter as the console shows it. Its Ref
+// (the message's ID and the subscription's name and topic) is what the
+// actions take.
 type DeadLetterView struct {
-	Ref          string            `json:"ref"` // "<message id>/<subscription>": names the letter in actions
-	ID           uuid.UUID         `json:"id"`
-	Subscription string            `json:"subscription"`
-	Topic        string            `json:"topic"`
-	Key          string            `json:"key,omitempty"`
-	Priority     string            `json:"priority"`
-	Headers      map[string]string `json:"headers,omitempty"`
-	Published    time.Time         `json:"publishedAt"`
-	Reason       string            `json:"reason"`
-	Attempts     int               `json:"attempts"`
-	LastError    string            `json:"lastError"`
-	At           time.Time         `json:"at"`
-	Payload      Payload           `json:"payload"`
+	// Ref names the letter in actions: "<message id>/<subscription>
+	// <subscription topic>" (a space, which no name holds, before the
+	// topic). "<message id>/<subscription>" is also taken, for a letter of
+	// that name on any topic.
+	Ref               string            `json:"ref"`
+	ID                uuid.UUID         `json:"id"`
+	Subscription      string            `json:"subscription"`
+	SubscriptionTopic string            `json:"subscriptionTopic,omitempty"` // the subscription's topic or pattern, if the backend says
+	Topic             string            `json:"topic"`                       // where the message was published
+	Key               string            `json:"key,omitempty"`
+	Priority          string            `json:"priority"`
+	Headers           map[string]string `json:"headers,omitempty"`
+	Published         time.Time         `json:"publishedAt"`
+	Reason            string            `json:"reason"`
+	Attempts          int               `json:"attempts"`
+	LastError         string            `json:"lastError"`
+	At                time.Time         `json:"at"`
+	Payload           Payload           `json:"payload"`
 }
 
 // DeadLetterList is the JSON of api/dead-letters: one page of the dead
@@ -113,6 +119,7 @@ type DeadLetterList struct {
 // Filter selects dead letters; an empty field matches every letter.
 type Filter struct {
 	Subscription string    `json:"subscription,omitempty"`
+	Topic        string    `json:"topic,omitempty"`  // the subscription's topic or pattern
 	Reason       string    `json:"reason,omitempty"` // a queue.Reason's word
 	Error        string    `json:"error,omitempty"`  // a substring of the last error
 	Key          string    `json:"key,omitempty"`
@@ -123,8 +130,9 @@ type Filter struct {
 // Empty reports whether f matches every letter.
 func (f Filter) Empty() bool { return f == Filter{} }
 
-func (f Filter) match(reason queue.Reason, sub, lastErr, key string, at time.Time) bool {
+func (f Filter) match(reason queue.Reason, sub, topic, lastErr, key string, at time.Time) bool {
 	return (f.Subscription == "" || f.Subscription == sub) &&
+		(f.Topic == "" || topic == "" || f.Topic == topic) &&
 		(f.Reason == "" || f.Reason == reason.String()) &&
 		(f.Error == "" || strings.Contains(lastErr, f.Error)) &&
 		(f.Key == "" || f.Key == key) &&
@@ -133,20 +141,43 @@ func (f Filter) match(reason queue.Reason, sub, lastErr, key string, at time.Tim
 }
 
 func matches[T any](f Filter, dl queue.DeadLetter[T]) bool {
-	return f.match(dl.Reason, dl.Subscription, dl.LastError, dl.Message.Key, dl.At)
+	return f.match(dl.Reason, dl.Subscription, dl.Topic, dl.LastError, dl.Message.Key, dl.At)
 }
 
-// ref names a dead letter in a form or a URL.
-func ref(id uuid.UUID, sub string) string { return id.String() + "/" + sub }
+// letterRef names a dead letter: its message and the subscription that
+// dead-lettered it. A topic of "" (a ref without one, or a backend that
+// does not say) matches any.
+type letterRef struct {
+	id         uuid.UUID
+	sub, topic string
+}
 
-// parseRef reverses ref.
-func parseRef(s string) (uuid.UUID, string, error) {
-	idText, sub, ok := strings.Cut(s, "/")
-	id, err := uuid.Parse(idText)
-	if !ok || err != nil || sub == "" {
-		return uuid.UUID{}, "", badRequest("dead letter %q is not <message id>/<subscription>", s)
+func refOf[T any](dl queue.DeadLetter[T]) letterRef {
+	return letterRef{dl.Message.ID, dl.Subscription, dl.Topic}
+}
+
+// String is the ref as forms and URLs carry it.
+func (r letterRef) String() string {
+	if r.topic == "" {
+		return r.id.String() + "/" + r.sub
 	}
-	return id, sub, nil
+	return r.id.String() + "/" + r.sub + " " + r.topic
+}
+
+// names reports whether r names dl.
+func names[T any](r letterRef, dl queue.DeadLetter[T]) bool {
+	return r.id == dl.Message.ID && r.sub == dl.Subscription && (r.topic == "" || dl.Topic == "" || r.topic == dl.Topic)
+}
+
+// parseRef reverses letterRef.String.
+func parseRef(s string) (letterRef, error) {
+	idText, rest, ok := strings.Cut(s, "/")
+	id, err := uuid.Parse(idText)
+	sub, topic, _ := strings.Cut(rest, " ")
+	if !ok || err != nil || sub == "" {
+		return letterRef{}, badRequest("dead letter %q is not <message id>/<subscription> [topic]", s)
+	}
+	return letterRef{id, sub, topic}, nil
 }
 
 func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
@@ -155,10 +186,8 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	held := map[string]int{}
 	store := StoreCounts{Held: len(letters), ByReason: map[string]int{}}
 	for _, dl := range letters {
-		held[dl.Subscription]++
 		store.ByReason[dl.Reason.String()]++
 	}
 	if sc, ok := c.be.(storeCounter); ok {
@@ -168,11 +197,33 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
+	held := countHeld(letters)
 	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
 	for _, s := range subs {
-		o.Subscriptions = append(o.Subscriptions, row(s, held[s.Name]))
+		o.Subscriptions = append(o.Subscriptions, row(s, held.of(s)))
 	}
 	return o, nil
+}
+
+// heldBy counts the letters of each subscription, by name and topic: a
+// letter whose backend does not say the topic under "".
+type heldBy map[[2]string]int
+
+func countHeld[T any](letters []queue.DeadLetter[T]) heldBy {
+	h := heldBy{}
+	for _, dl := range letters {
+		h[[2]string{dl.Subscription, dl.Topic}]++
+	}
+	return h
+}
+
+// of returns how many letters s dead-lettered.
+func (h heldBy) of(s SubscriptionInfo) int {
+	n := h[[2]string{s.Name, s.Topic}]
+	if s.Topic != "" {
+		n += h[[2]string{s.Name, ""}]
+	}
+	return n
 }
 
 func row(s SubscriptionInfo, held int) SubscriptionRow {
@@ -241,7 +292,7 @@ func (c *Console[T]) deadLetterList(ctx context.Context, f Filter, offset, limit
 func NewDeadLetterView[T any](dl queue.DeadLetter[T]) DeadLetterView {
 	m := dl.Message
 	return DeadLetterView{
-		Ref: ref(m.ID, dl.Subscription), ID: m.ID, Subscription: dl.Subscription, Topic: m.Topic, Key: m.Key,
+		Ref: refOf(dl).String(), ID: m.ID, Subscription: dl.Subscription, SubscriptionTopic: dl.Topic, Topic: m.Topic, Key: m.Key,
 		Priority: m.Priority.String(), Headers: headerMap(m.Headers), Published: m.PublishedAt,
 		Reason: dl.Reason.String(), Attempts: dl.Attempts, LastError: dl.LastError, At: dl.At,
 		Payload: ShowPayload(m.Payload),

@@ -147,13 +147,7 @@ func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error)
 	if err != nil {
 		return SubscriptionView{}, err
 	}
-	held := 0
-	for _, dl := range letters {
-		if dl.Subscription == s.Name {
-			held++
-		}
-	}
-	v := SubscriptionView{Row: row(s, held), Options: s.Options, State: state.String(), Messages: []HeldView{}}
+	v := SubscriptionView{Row: row(s, countHeld(letters).of(s)), Options: s.Options, State: state.String(), Messages: []HeldView{}}
 	pk, ok := c.be.(Peeker[T])
 	if !ok {
 		return v, nil // the page says the backend cannot peek; the JSON's messages are empty
@@ -268,7 +262,7 @@ func (c *Console[T]) deadLettersJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
-	id, sub, err := parseRef(r.URL.Query().Get("ref"))
+	ref, err := parseRef(r.URL.Query().Get("ref"))
 	if err != nil {
 		return DeadLetterView{}, err
 	}
@@ -277,11 +271,11 @@ func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
 		return DeadLetterView{}, err
 	}
 	for _, dl := range letters {
-		if dl.Message.ID == id && dl.Subscription == sub {
+		if names(ref, dl) {
 			return NewDeadLetterView(dl), nil
 		}
 	}
-	return DeadLetterView{}, notFound("dead letter %s is not in the store (redriven, discarded or dropped)", ref(id, sub))
+	return DeadLetterView{}, notFound("dead letter %s is not in the store (redriven, discarded or dropped)", ref)
 }
 
 func (c *Console[T]) deadLetterPage(w http.ResponseWriter, r *http.Request) {

@@ -147,7 +147,7 @@ func (c *consoleBackend[T]) letters(ctx context.Context, fn func(si console.Subs
 	}
 	for _, si := range subs {
 		err := c.b.readDeadLetters(ctx, si.Topic, si.Name, 0, c.pollSlice, func(m js.Msg) error {
-			dl, err := decodeDeadLetter(m, c.codec)
+			dl, err := decodeDeadLetter(m, si.Topic, c.codec)
 			if err != nil {
 				return err
 			}

@@ -27,7 +27,7 @@ func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n 
 	}
 	var out []queue.DeadLetter[T]
 	err = b.readDeadLetters(ctx, topic, name, n, cfg.pollSlice, func(m js.Msg) error {
-		dl, err := decodeDeadLetter(m, codec)
+		dl, err := decodeDeadLetter(m, topic, codec)
 		if err == nil {
 			out = append(out, dl)
 		}
@@ -122,7 +122,7 @@ func Redrive[T any](ctx context.Context, b *Bus, topic, name string, match func(
 	}
 	n := 0
 	err = b.readDeadLetters(ctx, topic, name, 0, cfg.pollSlice, func(m js.Msg) error {
-		dl, err := decodeDeadLetter(m, codec)
+		dl, err := decodeDeadLetter(m, topic, codec)
 		if err != nil || !match(dl) {
 			return err
 		}
@@ -181,7 +181,8 @@ func dlHeader(h nats.Header, name string) string {
 	return h.Get(legacyHeaders[name])
 }
 
-func decodeDeadLetter[T any](m js.Msg, codec broker.Codec[T]) (queue.DeadLetter[T], error) {
+// decodeDeadLetter reads a dead letter of the subscription of topic.
+func decodeDeadLetter[T any](m js.Msg, topic string, codec broker.Codec[T]) (queue.DeadLetter[T], error) {
 	h := m.Headers()
 	payload, err := codec.Decode(m.Data())
 	if err != nil {
@@ -196,6 +197,7 @@ func decodeDeadLetter[T any](m js.Msg, codec broker.Codec[T]) (queue.DeadLetter[
 	}
 	return queue.DeadLetter[T]{
 		Subscription: dlHeader(h, backend.HeaderSubscription),
+		Topic:        topic,
 		Message: queue.Message[T]{
 			ID: id, Topic: dlHeader(h, backend.HeaderTopic), Payload: payload,
 			Headers: userHeaders(h), PublishedAt: published,

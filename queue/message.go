@@ -49,11 +49,16 @@ type Delivery[T any] struct {
 // DeadLetter is a message a subscription gave up on, with why.
 type DeadLetter[T any] struct {
 	Subscription string // the subscription that dead-lettered it
-	Message      Message[T]
-	Reason       Reason
-	Attempts     int    // deliveries that spent an attempt
-	LastError    string // the cause given to Fail or Reject, "nacked", "lease expired", or "" (overflow, TTL before any delivery)
-	At           time.Time
+	// Topic is that subscription's topic (its pattern, for a pattern
+	// subscription): with Subscription it names the subscription, where a
+	// name alone may be used on several topics. Message.Topic is where the
+	// message was published. "" when the backend does not say.
+	Topic     string
+	Message   Message[T]
+	Reason    Reason
+	Attempts  int    // deliveries that spent an attempt
+	LastError string // the cause given to Fail or Reject, "nacked", "lease expired", or "" (overflow, TTL before any delivery)
+	At        time.Time
 	// KeyContinued is true for a message with an ordering key when later
 	// messages of that key were waiting behind it: they went on without it.
 	KeyContinued bool

@@ -252,3 +252,46 @@ func TestBadCommandLines(t *testing.T) {
 	code, _, _ = leasebus("help")
 	assert.Equal(t, 0, code)
 }
+
+// TestOneNameOnTwoTopics: a pattern subscription and an exact one share a
+// name and both dead-letter one message. inspect counts each its own,
+// -topic picks one, and a ref with its topic discards that one alone.
+func TestOneNameOnTwoTopics(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Open(dir, broker.JSONCodec[order]())
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("orders.eu"))
+	var subs []*broker.Subscription[order]
+	for _, topic := range []string{"orders.eu", "orders.*"} {
+		s, err := b.Subscribe(topic, "worker", broker.WithMaxAttempts(1))
+		require.NoError(t, err)
+		subs = append(subs, s)
+	}
+	m, err := b.Publish(ctx, "orders.eu", order{Order: 7})
+	require.NoError(t, err)
+	for _, s := range subs {
+		ds := s.TryPoll(1)
+		require.Len(t, ds, 1, s.Topic())
+		require.NoError(t, s.Fail(ds[0].LeaseID, errors.New("boom on "+s.Topic())))
+	}
+	require.Len(t, b.DeadLetters(), 2)
+	require.NoError(t, b.Close())
+
+	code, out, errOut := leasebus("inspect", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, 2, strings.Count(out, "(max-attempts 1)"), "each subscription counts its own letter:\n%s", out)
+
+	code, out, errOut = leasebus("dead-letters", "-topic", "orders.*", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "boom on orders.*")
+	assert.NotContains(t, out, "boom on orders.eu")
+	assert.Contains(t, out, "worker on orders.* (published to orders.eu)")
+
+	code, out, errOut = leasebus("discard", "-ref", m.ID.String()+"/worker orders.eu", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, "discarded 1 dead letters\n", out)
+	code, out, errOut = leasebus("dead-letters", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "boom on orders.*", "the pattern's letter stays")
+	assert.Contains(t, out, "1 dead letters")
+}

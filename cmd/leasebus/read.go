@@ -42,12 +42,13 @@ func inspect(args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "topics: %s\n\n", strings.Join(b.Topics(), ", "))
 
-	byReason := map[string]map[string]int{}
+	byReason := map[[2]string]map[string]int{} // by subscription: name and topic
 	for _, dl := range letters {
-		if byReason[dl.Subscription] == nil {
-			byReason[dl.Subscription] = map[string]int{}
+		k := [2]string{dl.Subscription, dl.Topic}
+		if byReason[k] == nil {
+			byReason[k] = map[string]int{}
 		}
-		byReason[dl.Subscription][dl.Reason.String()]++
+		byReason[k][dl.Reason.String()]++
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "TOPIC\tSUBSCRIPTION\tHELD\tVISIBLE\tIN FLIGHT\tDELAYED\tHELD BACK\tOLDEST VISIBLE\tDEAD LETTERS\t")
@@ -59,7 +60,7 @@ func inspect(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", s.Topic(), s.Name(),
 			st.Visible+st.Delayed+st.InFlight+st.HeldBack, st.Visible, st.InFlight, st.Delayed, st.HeldBack, age,
-			reasons(byReason[s.Name()]))
+			reasons(byReason[[2]string{s.Name(), s.Topic()}]))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -168,11 +169,12 @@ func ptr[T any](v T) *T { return &v }
 // filter is the dead-letter filter flags of dead-letters, redrive and
 // discard.
 type filter struct {
-	sub, reason, errText, key, since, until string
+	sub, topic, reason, errText, key, since, until string
 }
 
 func (f *filter) flags(fs *flag.FlagSet) {
 	fs.StringVar(&f.sub, "subscription", "", "only this subscription's")
+	fs.StringVar(&f.topic, "topic", "", "only of subscriptions on this topic (a pattern subscription: its pattern)")
 	fs.StringVar(&f.reason, "reason", "", "only of this reason: max-attempts, overflow, expired, rejected")
 	fs.StringVar(&f.errText, "error", "", "only those whose last error contains this text")
 	fs.StringVar(&f.key, "key", "", "only of this ordering key")
@@ -208,6 +210,7 @@ func (f *filter) match() (func(queue.DeadLetter[[]byte]) bool, error) {
 	}
 	return func(dl queue.DeadLetter[[]byte]) bool {
 		return (f.sub == "" || dl.Subscription == f.sub) &&
+			(f.topic == "" || dl.Topic == f.topic) &&
 			(f.reason == "" || dl.Reason == reason) &&
 			(f.errText == "" || strings.Contains(dl.LastError, f.errText)) &&
 			(f.key == "" || dl.Message.Key == f.key) &&
@@ -248,8 +251,8 @@ func deadLetters(args []string, out io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(out, "%s\n  subscription  %s (topic %s)\n  reason        %s after %d attempts, %s\n  last error    %s\n",
-			v.Ref, v.Subscription, v.Topic, v.Reason, v.Attempts, v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
+		fmt.Fprintf(out, "%s/%s\n  subscription  %s on %s (published to %s)\n  reason        %s after %d attempts, %s\n  last error    %s\n",
+			v.ID, v.Subscription, v.Subscription, v.SubscriptionTopic, v.Topic, v.Reason, v.Attempts, v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
 		if v.Key != "" {
 			fmt.Fprintf(out, "  key           %s\n", oneLine(v.Key))
 		}

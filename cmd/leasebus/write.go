@@ -31,29 +31,31 @@ func openLocked(dir string) (*broker.Broker[[]byte], error) {
 }
 
 // refs is a repeatable -ref flag: "<message id>/<subscription>", as
-// dead-letters prints them.
+// dead-letters prints them, or "<message id>/<subscription> <topic>", as
+// the JSON's ref says, for the subscription of that name on topic alone.
 type refs []ref
 
 type ref struct {
-	id  uuid.UUID
-	sub string
+	id         uuid.UUID
+	sub, topic string
 }
 
 func (r *refs) String() string { return fmt.Sprint(*r) }
 
 func (r *refs) Set(s string) error {
-	idText, sub, ok := strings.Cut(s, "/")
+	idText, rest, ok := strings.Cut(s, "/")
 	id, err := uuid.Parse(idText)
+	sub, topic, _ := strings.Cut(rest, " ")
 	if !ok || err != nil || sub == "" {
-		return fmt.Errorf("%q is not <message id>/<subscription>", s)
+		return fmt.Errorf("%q is not <message id>/<subscription> [topic]", s)
 	}
-	*r = append(*r, ref{id, sub})
+	*r = append(*r, ref{id, sub, topic})
 	return nil
 }
 
 func (r refs) has(dl queue.DeadLetter[[]byte]) bool {
 	for _, x := range r {
-		if x.id == dl.Message.ID && x.sub == dl.Subscription {
+		if x.id == dl.Message.ID && x.sub == dl.Subscription && (x.topic == "" || x.topic == dl.Topic) {
 			return true
 		}
 	}
@@ -70,13 +72,13 @@ type selection struct {
 
 func (s *selection) flags(fs *flag.FlagSet) {
 	s.filter.flags(fs)
-	fs.Var(&s.refs, "ref", "this dead letter, as dead-letters prints it (<message id>/<subscription>); repeatable")
+	fs.Var(&s.refs, "ref", "this dead letter, as dead-letters prints it (<message id>/<subscription>, with -topic for one of a name used on several topics) or as its JSON ref says; repeatable")
 	fs.BoolVar(&s.all, "all", false, "every dead letter")
 }
 
 func (s *selection) match() (func(queue.DeadLetter[[]byte]) bool, error) {
 	if !s.all && s.filter.empty() && len(s.refs) == 0 {
-		return nil, fmt.Errorf("%w: say which dead letters: -ref, a filter (-subscription, -reason, -error, -key, -since, -until), or -all", errUsage)
+		return nil, fmt.Errorf("%w: say which dead letters: -ref, a filter (-subscription, -topic, -reason, -error, -key, -since, -until), or -all", errUsage)
 	}
 	m, err := s.filter.match()
 	if err != nil {
