@@ -110,6 +110,11 @@ func deadLetters(t *testing.T, bus *natsleasebus.Bus) []queue.DeadLetter[string]
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, dl := range dls {
+		if dl.Subscription != "billing" || dl.Topic != "orders" {
+			t.Errorf("dead letter of %s on %q, want billing on orders", dl.Subscription, dl.Topic)
+		}
+	}
 	return dls
 }
 
