@@ -119,7 +119,7 @@ type DeadLetterList struct {
 // Filter selects dead letters; an empty field matches every letter.
 type Filter struct {
 	Subscription string    `json:"subscription,omitempty"`
-	Topic        string    `json:"topic,omitempty"`  // the subscription's topic or pattern
+	Topic        string    `json:"topic,omitempty"`  // the subscription's topic or pattern; a letter whose backend does not say its topic matches any
 	Reason       string    `json:"reason,omitempty"` // a queue.Reason's word
 	Error        string    `json:"error,omitempty"`  // a substring of the last error
 	Key          string    `json:"key,omitempty"`
