@@ -8,7 +8,8 @@ import (
 )
 
 // The optional methods a source of a worker pool (poller.Source) may have,
-// which the pool looks for. A *broker.Subscription has all three.
+// which the pool looks for. A *broker.Subscription has the first three;
+// a JetStream subscription is a Remote.
 
 // Rejecter is implemented by a source that can dead-letter a message at
 // once. The pool uses it for poller.GiveUp; without it, a given-up message
@@ -33,4 +34,16 @@ type DelayFailer interface {
 // poller.RunUntilIdle needs it.
 type IdleAwaiter interface {
 	AwaitIdle(ctx context.Context) error
+}
+
+// Remote is implemented by a source whose Poll is a round trip to a
+// server, such as a JetStream subscription, and reports true for it. A
+// pool over such a source leases, by default, two batches beyond its
+// workers (see poller.WithMaxOutstanding), so that the next Poll's round
+// trip runs while the workers handle what the last ones brought, rather
+// than after. A wrapper of a source should report what its source does; a
+// source that is not a Remote counts as in memory, where a Poll costs
+// nothing worth hiding.
+type Remote interface {
+	Remote() bool
 }

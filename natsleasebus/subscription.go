@@ -289,3 +289,10 @@ func (b *Bus) purge(ctx context.Context, topic, name string, cons js.Consumer) (
 	}
 	return int(info.NumPending) + info.NumAckPending, nil
 }
+
+var _ backend.Remote = (*Subscription[int])(nil)
+
+// Remote reports true: every Poll is a round trip to the server, so a
+// worker pool (poller) over the subscription leases two batches beyond
+// its workers by default (see backend.Remote).
+func (s *Subscription[T]) Remote() bool { return true }

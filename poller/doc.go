@@ -52,7 +52,11 @@
 // only when a worker is free to start it, so nothing waits in a local
 // buffer for a handler while its lease runs out. A MaxOutstanding above
 // the worker count prefetches: the extra messages wait for a worker with
-// their leases kept, and a drain releases them unspent.
+// their leases kept, and a drain releases them unspent. Over a remote
+// source (backend.Remote, such as a JetStream subscription), where every
+// Poll is a round trip, the default prefetches two batches, so that
+// workers do not wait for that round trip between one message and the
+// next (see WithMaxOutstanding).
 //
 // A lease whose handler has returned and whose message is leaving the
 // source — the Ack of a success, the Reject of a GiveUp, the Fail of a

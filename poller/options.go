@@ -74,8 +74,14 @@ func WithBatch(n int) Option {
 }
 
 // WithMaxOutstanding bounds the leases the poller holds at once, running
-// or waiting for a worker (default: the number of workers, so that nothing
-// is leased before a worker is free to start it). A lease whose handler
+// or waiting for a worker. By default it is the number of workers, so that
+// nothing is leased before a worker is free to start it. Over a remote
+// source (one whose Remote method reports true, see backend.Remote, as a
+// JetStream subscription's does) it is the workers plus two batches
+// (WithBatch): while one Poll's round trip runs, the batch before it
+// waits for the workers, so they do not wait for the round trip, and the
+// room the workers free meanwhile is a whole batch for the next Poll
+// rather than the few leases freed during one round trip. A lease whose handler
 // has returned and whose Ack (or dead-lettering) is on its way no longer
 // counts: the next Poll overlaps that call (see the package doc). A larger
 // n prefetches: up to n - workers messages wait in a local buffer, their

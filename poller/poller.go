@@ -116,6 +116,10 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	}
 	if cfg.maxOutstanding == 0 {
 		cfg.maxOutstanding = cfg.workers
+		if r, ok := src.(backend.Remote); ok && r.Remote() && cfg.workers <= maxPool {
+			// Two batches ahead (see WithMaxOutstanding), within the bound.
+			cfg.maxOutstanding = min(cfg.workers+2*min(cfg.batch, maxPool), maxPool)
+		}
 	}
 	if cfg.workers > maxPool || cfg.maxOutstanding > maxPool {
 		return nil, backend.Invalid("WithWorkers %d, WithMaxOutstanding %d: must be at most %d", cfg.workers, cfg.maxOutstanding, maxPool)
