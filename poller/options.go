@@ -78,16 +78,19 @@ func WithBatch(n int) Option {
 // nothing is leased before a worker is free to start it. Over a remote
 // source (one whose Remote method reports true, see backend.Remote, as a
 // JetStream subscription's does) it is the workers plus two batches
-// (WithBatch): while one Poll's round trip runs, the batch before it
-// waits for the workers, so they do not wait for the round trip, and the
-// room the workers free meanwhile is a whole batch for the next Poll
-// rather than the few leases freed during one round trip. A lease whose handler
-// has returned and whose Ack (or dead-lettering) is on its way no longer
-// counts: the next Poll overlaps that call (see the package doc). A larger
-// n prefetches: up to n - workers messages wait in a local buffer, their
-// leases kept like those of running handlers, and a drain releases
-// them unspent. n must be 0 (the default) or at least the number of
-// workers, and at most 262,144 (1<<18).
+// (WithBatch): while one Poll's round trip runs, the batch before it waits
+// for the workers, so they do not wait for the round trip, and the room
+// they free meanwhile is about a batch for the next Poll rather than the
+// few leases freed during one round trip. Give the worker count to lease
+// only what a free worker starts there too: what a pool holds, other
+// consumers of the subscription do not get.
+//
+// A lease whose handler has returned and whose Ack (or dead-lettering) is
+// on its way no longer counts: the next Poll overlaps that call (see the
+// package doc). An n above the worker count prefetches: up to n - workers
+// messages wait in a local buffer, their leases kept like those of running
+// handlers, and a drain releases them unspent. n must be 0 (the default)
+// or at least the number of workers, and at most 262,144 (1<<18).
 func WithMaxOutstanding(n int) Option {
 	return Option{func(c *config) {
 		if n < 0 {
