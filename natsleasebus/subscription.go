@@ -279,6 +279,10 @@ func (b *Bus) purge(ctx context.Context, topic, name string, cons js.Consumer) (
 	if err != nil {
 		return 0, fmt.Errorf("purge %s/%s: %w", topic, name, err)
 	}
+	waiting, err := b.pendingAfter(ctx, info.Config, info.Delivered.Stream)
+	if err != nil {
+		return 0, fmt.Errorf("purge %s/%s: count: %w", topic, name, err)
+	}
 	cfg := info.Config
 	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = js.DeliverNewPolicy, 0, nil
 	if err := b.stream.DeleteConsumer(ctx, cfg.Durable); err != nil && !errors.Is(err, js.ErrConsumerNotFound) {
@@ -287,7 +291,32 @@ func (b *Bus) purge(ctx context.Context, topic, name string, cons js.Consumer) (
 	if _, err := b.stream.CreateConsumer(ctx, cfg); err != nil && !errors.Is(err, js.ErrConsumerExists) {
 		return 0, fmt.Errorf("purge %s/%s: deleted, not created again (Subscribe creates it): %w", topic, name, err)
 	}
-	return int(info.NumPending) + info.NumAckPending, nil
+	return waiting + info.NumAckPending, nil
+}
+
+// pendingAfter counts the messages of the stream that a consumer with
+// cfg's filters has after the stream sequence seq. A consumer's info
+// counts its pending messages as the server tells it of new ones, in a
+// loop of the server's that runs after the server has confirmed a
+// publish, so its NumPending may not yet count what was just published.
+// A consumer the server creates counts them from its store, so
+// pendingAfter creates one from seq + 1 (ephemeral, in memory, without
+// acks, never pulled), reads its count and deletes it.
+func (b *Bus) pendingAfter(ctx context.Context, cfg js.ConsumerConfig, seq uint64) (int, error) {
+	c, err := b.stream.CreateConsumer(ctx, js.ConsumerConfig{
+		FilterSubject: cfg.FilterSubject, FilterSubjects: cfg.FilterSubjects,
+		DeliverPolicy: js.DeliverByStartSequencePolicy, OptStartSeq: seq + 1,
+		AckPolicy: js.AckNonePolicy, MemoryStorage: true, Replicas: 1,
+		InactiveThreshold: time.Minute, // if the delete below is lost
+	})
+	if err != nil {
+		return 0, err
+	}
+	info := c.CachedInfo()
+	if err := b.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, js.ErrConsumerNotFound) {
+		return 0, err
+	}
+	return int(info.NumPending), nil
 }
 
 var _ backend.Remote = (*Subscription[int])(nil)
