@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/poller/sourcetest"
 	"github.com/leasebus/leasebus/queue"
@@ -38,7 +39,9 @@ func (h *jsHarness) Capabilities() sourcetest.Capabilities {
 		// Not: FakeClock (the server keeps time), Priorities (refused:
 		// natsleasebus.WithPriority). The harness does not
 		// implement sourcetest.KeyPublisher: ordering keys are refused
-		// (natsleasebus.WithKey).
+		// (natsleasebus.WithKey); nor sourcetest.Peeker: JetStream
+		// cannot show a consumer's pending messages without delivering
+		// them.
 	}
 }
 
@@ -98,6 +101,7 @@ var (
 	_ sourcetest.StatsReader       = (*jsHarness)(nil)
 	_ sourcetest.Redriver          = (*jsHarness)(nil)
 	_ sourcetest.PatternSubscriber = (*jsHarness)(nil)
+	_ sourcetest.Pauser            = (*jsHarness)(nil)
 )
 
 func jsSub(sub sourcetest.Subscription) *natsleasebus.Subscription[string] {
@@ -137,6 +141,30 @@ func (h *jsHarness) Redrive(ctx context.Context, sub sourcetest.Subscription, ma
 }
 
 func (h *jsHarness) Patterns() bool { return true }
+
+// Pause pauses the subscription's consumer, as the console does (the
+// server holds its pulls; nats-server 2.11 or newer).
+func (h *jsHarness) Pause(ctx context.Context, sub sourcetest.Subscription) error {
+	return h.pause(ctx, sub, console.Pauser.Pause)
+}
+
+// Resume ends a Pause.
+func (h *jsHarness) Resume(ctx context.Context, sub sourcetest.Subscription) error {
+	return h.pause(ctx, sub, console.Pauser.Resume)
+}
+
+func (h *jsHarness) pause(ctx context.Context, sub sourcetest.Subscription, op func(console.Pauser, context.Context, string, string) error) error {
+	be, err := natsleasebus.ConsoleBackend[string](h.bus)
+	if err != nil {
+		return err
+	}
+	pz, ok := be.(console.Pauser)
+	if !ok {
+		return fmt.Errorf("the console backend %T is not a console.Pauser", be)
+	}
+	s := jsSub(sub)
+	return op(pz, ctx, s.Topic(), s.Name())
+}
 
 // The publish and subscribe options beyond the basics. Not
 // sourcetest.KeyPublisher: ordering keys are refused on JetStream.

@@ -3,6 +3,7 @@ package sourcetest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/leasebus/leasebus/queue"
 )
@@ -36,14 +37,30 @@ func (s *suite) testPause(t *testing.T) {
 		ds, err := sub.Poll(s.bounded(t), 1)
 		got <- result{ds, err}
 	}()
-	ok(t, "AwaitParked", s.h.AwaitParked(s.bounded(t), sub, 1))
-	s.publish(t, topic, "z1") // taken while paused
-	ok(t, "AwaitParked after a publish", s.h.AwaitParked(s.bounded(t), sub, 1))
-	select {
-	case r := <-got:
-		t.Fatalf("a paused subscription's Poll returned %v, %v", r.ds, r.err)
-	default:
+	// blocked checks that the Poll waits: on a fake clock once it has
+	// parked, on real time for a unit.
+	blocked := func(what string) {
+		t.Helper()
+		var r result
+		if s.caps.FakeClock {
+			ok(t, "AwaitParked"+what, s.h.AwaitParked(s.bounded(t), sub, 1))
+			select {
+			case r = <-got:
+			default:
+				return
+			}
+		} else {
+			select {
+			case r = <-got:
+			case <-time.After(s.unit):
+				return
+			}
+		}
+		t.Fatalf("a paused subscription's Poll returned %v, %v%s", r.ds, r.err, what)
 	}
+	blocked("")
+	s.publish(t, topic, "z1") // taken while paused
+	blocked(" after a publish")
 	ok(t, "Resume", pz.Resume(s.bounded(t), sub))
 	r := <-got
 	ok(t, "Poll after Resume", r.err)
