@@ -21,7 +21,8 @@ func (s saysRemote) Remote() bool { return s.is }
 
 // A pool over a remote source leases two batches beyond its workers by
 // default, so that the next Poll's round trip overlaps the work; over any
-// other source, and with WithMaxOutstanding given, it holds what it says.
+// other source one lease per worker. WithMaxOutstanding, given, holds
+// over either.
 func TestRemoteSourcePrefetchesTwoBatches(t *testing.T) {
 	const workers, batch = 2, 3
 	for _, tc := range []struct {
