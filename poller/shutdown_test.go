@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -18,7 +19,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 	mock, b, sub := newBroker(t)
 	ev := newEvents[string]()
 	calls := make(chan handlerCall)
-	p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(1), poller.WithMaxOutstanding(2),
+	p, err := poller.New[string](oneAtATime{sub}, blockingHandler(calls), poller.WithWorkers(1), poller.WithMaxOutstanding(2),
 		poller.WithBatch(2), poller.WithDrainTimeout(time.Second), ev.option())
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +27,18 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 	r := start(t, p)
 	awaitParked(t, sub, 1)
 	publish(t, b, "x", "y")
-	c := recv(t, calls) // x runs; y waits, leased
+	c := recv(t, calls) // x runs
+	// y waits, leased, once the pool is at rest: its Polls take one
+	// message each, so y comes with a second Poll, which a Shutdown
+	// before it would stop, leaving nothing to release.
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := p.AwaitQuiet(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.InFlight != 2 {
+		t.Fatalf("at rest the pool holds %d leases, want x and y", st.InFlight)
+	}
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(context.Background()) }()
 	if e := ev.next(t, poller.OutcomeReleased); e.Delivery.Payload != "y" { // the drain has begun
@@ -140,4 +152,12 @@ func TestShutdownNotRunning(t *testing.T) {
 	if err := p.Shutdown(context.Background()); err != nil {
 		t.Fatalf("Shutdown after Run returned = %v, want nil", err)
 	}
+}
+
+// oneAtATime is a subscription whose Polls lease one message each, as a
+// Poll that wakes for the first of two publishes may.
+type oneAtATime struct{ *broker.Subscription[string] }
+
+func (o oneAtATime) Poll(ctx context.Context, n int) ([]queue.Delivery[string], error) {
+	return o.Subscription.Poll(ctx, 1)
 }
