@@ -105,8 +105,14 @@ func TestShutdownDeadlineCancelsHandlers(t *testing.T) {
 // the work is done.
 func TestShutdownStopsRunUntilIdle(t *testing.T) {
 	_, b, sub := newBroker(t)
+	ev := newEvents[string]()
 	calls := make(chan handlerCall)
-	p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(1), poller.WithMaxOutstanding(1), poller.WithBatch(1))
+	// One Poll leases x and y; y waits for the one worker, so the drain
+	// has y to release, which says that the Shutdown has stopped the
+	// polling before x's handler returns. (With nothing held back, a
+	// Shutdown late to start let the pool poll y and start its handler,
+	// which nobody answered: the test hung.)
+	p, err := poller.New(sub, blockingHandler(calls), poller.WithWorkers(1), poller.WithMaxOutstanding(2), poller.WithBatch(2), ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +121,9 @@ func TestShutdownStopsRunUntilIdle(t *testing.T) {
 	c := recv(t, calls)
 	shut := make(chan error, 1)
 	go func() { shut <- p.Shutdown(context.Background()) }()
+	if e := ev.next(t, poller.OutcomeReleased); e.Delivery.Payload != "y" {
+		t.Fatalf("released %q, want y", e.Delivery.Payload)
+	}
 	c.done <- nil
 	if err := recv(t, shut); err != nil {
 		t.Fatalf("Shutdown = %v", err)
