@@ -106,6 +106,13 @@ func (r *run[T]) scheduleLocked(it *item[T]) {
 // extendLoop extends leases as they come due, with one timer for the
 // earliest, until stop is closed. (A handler's timeout has its own timer,
 // armed before the handler starts: see process.)
+//
+// armed says what the timer is set for only once it is set: AwaitQuiet
+// reads armed, and a test's Add must find the timer registered with the
+// clock. A mock's Add looks for due timers before it moves its time, so a
+// timer registered during an Add, for a time within it, would fire only at
+// the next Add. While the loop is on its way to a timer (armed zero, the
+// heap not empty) the pool is not at rest.
 func (r *run[T]) extendLoop(stop <-chan struct{}) {
 	clk := r.p.cfg.clock
 	for {
@@ -114,21 +121,27 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		if r.due.Len() > 0 {
 			next = r.due.S[0].next()
 		}
-		r.armed = next
 		r.mu.Unlock()
-		r.change() // AwaitQuiet reads armed
 
 		var t backend.Timer
 		if !next.IsZero() {
 			// Armed outside the lock (arming takes the clock's lock), for
 			// the absolute time: a mock moved meanwhile cannot make it late.
+			// A lease pushed meanwhile kicks: armed is zero.
 			t = backend.At(clk, next)
 		}
+		r.mu.Lock()
+		r.armed = next
+		r.mu.Unlock()
+		r.change() // AwaitQuiet reads armed
 		select {
 		case <-t.C: // nil, so never, when nothing is due
 		case <-r.kick:
 		case <-stop:
 		}
+		r.mu.Lock()
+		r.armed = time.Time{} // on its way: not at rest until armed again
+		r.mu.Unlock()
 		t.Stop()
 		select {
 		case <-stop:

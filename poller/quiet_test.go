@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -279,6 +281,72 @@ func TestAwaitQuietAfterASettle(t *testing.T) {
 	if st := p.Stats(); st.InFlight != 0 || st.Running != 0 || st.Retried != 1 {
 		t.Fatalf("%+v, want nothing held after the retry", st)
 	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gatedClock is a mock whose first AfterFunc waits for release before it
+// registers its timer, as a goroutine descheduled while it arms one.
+type gatedClock struct {
+	*clock.Mock
+	entered    chan struct{} // closed when the first AfterFunc has begun
+	release    chan struct{} // closed by the test
+	registered atomic.Bool   // the first AfterFunc's timer is registered
+	first      atomic.Bool
+}
+
+func (g *gatedClock) AfterFunc(d time.Duration, f func()) *clock.Timer {
+	if !g.first.Swap(true) {
+		close(g.entered)
+		<-g.release
+		defer g.registered.Store(true)
+	}
+	return g.Mock.AfterFunc(d, f)
+}
+
+// A pool whose lease extension is on its way to its timer is not at rest:
+// an Add then could pass the timer's time before the timer is registered,
+// and a mock's Add fires only the timers registered when it looks for
+// them. AwaitQuiet waits until the timer is set.
+func TestAwaitQuietWaitsForTheExtensionTimer(t *testing.T) {
+	mock, b, sub := newBroker(t)
+	g := &gatedClock{Mock: mock, entered: make(chan struct{}), release: make(chan struct{})}
+	ev := newEvents[string]()
+	calls := make(chan handlerCall)
+	p, err := poller.New(remote{sub}, blockingHandler(calls), poller.WithClock(g), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, b, "a")
+	r := start(t, p)
+	c := recv(t, calls)
+	recv(t, g.entered) // the extension loop is arming its timer, for 8s from now
+	quiet := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	go func() { quiet <- p.AwaitQuiet(ctx) }()
+	// Nothing can end this wait but the release below, so a bound on it
+	// asserts only that AwaitQuiet did not return first.
+	select {
+	case err := <-quiet:
+		close(g.release)
+		t.Fatalf("AwaitQuiet returned %v while the extension timer was not yet registered", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(g.release)
+	if err := recv(t, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if !g.registered.Load() {
+		t.Fatal("quiet before the extension timer was registered")
+	}
+	mock.Add(8 * time.Second)
+	if e := ev.next(t, poller.OutcomeExtended); e.Delivery.Payload != "a" {
+		t.Fatalf("extended %q, want a", e.Delivery.Payload)
+	}
+	c.done <- nil
+	ev.next(t, poller.OutcomeAcked)
 	if err := r.stop(t); err != nil {
 		t.Fatal(err)
 	}
