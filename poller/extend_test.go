@@ -114,6 +114,7 @@ func TestPrefetchedLeasesAreExtended(t *testing.T) {
 	if c.d.Payload != "a" {
 		t.Fatalf("first call: %q", c.d.Payload)
 	}
+	awaitQuiet(t, p)          // the extension timer is set before the clock moves
 	mock.Add(8 * time.Second) // both leases are due: the running one and the waiting one
 	got := []string{ev.next(t, poller.OutcomeExtended).Delivery.Payload, ev.next(t, poller.OutcomeExtended).Delivery.Payload}
 	slices.Sort(got)
