@@ -31,11 +31,7 @@ func TestShutdownLetsHandlersFinish(t *testing.T) {
 	// y waits, leased, once the pool is at rest: its Polls take one
 	// message each, so y comes with a second Poll, which a Shutdown
 	// before it would stop, leaving nothing to release.
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-	defer cancel()
-	if err := p.AwaitQuiet(ctx); err != nil {
-		t.Fatal(err)
-	}
+	awaitQuiet(t, p)
 	if st := p.Stats(); st.InFlight != 2 {
 		t.Fatalf("at rest the pool holds %d leases, want x and y", st.InFlight)
 	}
