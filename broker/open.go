@@ -333,8 +333,13 @@ func corruptError(err error) error {
 type SalvageInfo struct {
 	Records      int    // journal records kept
 	KeptBytes    int64  // the journal's size after Salvage
-	DroppedBytes int64  // bytes cut off its end (0: nothing changed)
+	DroppedBytes int64  // bytes cut off its end
 	Backup       string // a copy of the journal as it was ("" if nothing changed)
+	// Resealed: the cut fell inside the snapshot a compaction wrote, so
+	// Salvage closed what was kept of it with a new end record (Open
+	// refuses a cut snapshot as corruption: a snapshot is synced before it
+	// is renamed into place, so no crash cuts one).
+	Resealed bool
 	// SetAside lists the files that did not belong to the journal (see
 	// Open), each renamed to its new name, which ends in .corrupt or
 	// .corrupt.N. Nothing is deleted.

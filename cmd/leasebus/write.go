@@ -163,6 +163,9 @@ func salvage(args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "kept %d records (%d bytes), dropped %d bytes\n", si.Records, si.KeptBytes, si.DroppedBytes)
+	if si.Resealed {
+		fmt.Fprintf(out, "the cut fell inside the journal's snapshot: what was kept of it is sealed anew\n")
+	}
 	if si.Backup != "" {
 		fmt.Fprintf(out, "the original is kept as %s\n", si.Backup)
 	}

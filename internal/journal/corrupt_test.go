@@ -205,7 +205,7 @@ func TestCorruptOpenChangesNothing(t *testing.T) {
 	all := bodies(0, 8)
 	seg1 := headed(1, bodies(0, 2))
 	data := successor(2, seg1, all)
-	at := hsize + len(frames(all[:3]))
+	at := hframe + len(frames(all[:3]))
 	data[at+5] ^= 0x04 // record 3's checksum
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "LOCK"), nil, 0o644))
 	require.NoError(t, os.WriteFile(segName(dir, 1), seg1, 0o644))
@@ -225,7 +225,8 @@ func TestCorruptOpenChangesNothing(t *testing.T) {
 
 	info, err := Salvage(dir, nil)
 	require.NoError(t, err)
-	require.Equal(t, SalvageInfo{Records: 3, KeptBytes: int64(at), DroppedBytes: int64(len(data) - at), Backup: segName(dir, 2) + ".corrupt"}, info)
+	require.Equal(t, SalvageInfo{Records: 3, KeptBytes: int64(at) + endFrame, DroppedBytes: int64(len(data) - at), Backup: segName(dir, 2) + ".corrupt", Resealed: true}, info,
+		"the damage is inside segment 2's snapshot: what is kept of it is sealed anew")
 	got, oinfo := replayAll(t, dir)
 	require.Equal(t, all[:3], got)
 	require.Equal(t, 2, oinfo.Segment)
@@ -420,7 +421,7 @@ func TestSalvage(t *testing.T) {
 		dir := t.TempDir()
 		older := []byte("older, superseded: not replayed")
 		bad := successor(2, older, bodies(0, 3))
-		bad[hsize+len(frames(bodies(0, 1)))+8] ^= 0x20
+		bad[hframe+len(frames(bodies(0, 1)))+8] ^= 0x20
 		require.NoError(t, os.WriteFile(segName(dir, 1), older, 0o644))
 		require.NoError(t, os.WriteFile(segName(dir, 2), bad, 0o644))
 		info, err := Salvage(dir, nil)

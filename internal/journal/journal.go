@@ -17,6 +17,11 @@
 //
 // Frame: length of body (uint32 LE) | CRC32C of body (uint32 LE) | body.
 //
+// A segment's snapshot (the records its Rewrite wrote, none for a
+// journal's first segment) ends with an end record that says what precedes
+// it: a cut inside a snapshot is corruption, never a torn tail, since no
+// crash can cut a file that was synced before its rename.
+//
 // Damage: a bad frame (one that runs past the end of the file, claims a
 // length of 0 or over MaxRecord, or fails its checksum) with no valid frame
 // anywhere after it is a torn tail, what a crash in the middle of a write

@@ -37,20 +37,32 @@ func frames(bs [][]byte) []byte {
 	return out
 }
 
-// hsize is the size of a segment's header frame.
-const hsize = 8 + headerLen
+// hsize is the size of a new journal's first segment: its header and the
+// end record of its empty snapshot. Appended records start there.
+const hsize = int(headerFrame + endFrame)
+
+// hframe is the size of a segment's header frame: a Rewrite's snapshot
+// starts there.
+const hframe = int(headerFrame)
+
+// sealed returns a segment with header h holding the snapshot recs, framed
+// and closed by their end record, as writeSnapshot writes it.
+func sealed(h header, recs [][]byte) []byte {
+	b := append(AppendFrame(nil, h.body()), frames(recs)...)
+	return AppendFrame(b, snapshotEnd{records: uint64(len(recs)), length: uint64(len(b)), crc: crc32.Checksum(b, castagnoli)}.body())
+}
 
 // headed returns a journal's first segment, numbered n, holding recs: its
-// header, then recs framed.
+// header and the end record of its empty snapshot, then recs framed, as
+// appended after it.
 func headed(n int, recs [][]byte) []byte {
-	return append(AppendFrame(nil, header{seq: uint64(n)}.body()), frames(recs)...)
+	return append(sealed(header{seq: uint64(n)}, nil), frames(recs)...)
 }
 
 // successor returns segment n, holding recs, as a Rewrite of prev (segment
-// n-1's bytes) writes it.
+// n-1's bytes) writes it: recs are its snapshot.
 func successor(n int, prev []byte, recs [][]byte) []byte {
-	h := header{seq: uint64(n), prev: uint64(n - 1), prevLen: uint64(len(prev)), prevCRC: crc32.Checksum(prev, castagnoli)}
-	return append(AppendFrame(nil, h.body()), frames(recs)...)
+	return sealed(header{seq: uint64(n), prev: uint64(n - 1), prevLen: uint64(len(prev)), prevCRC: crc32.Checksum(prev, castagnoli)}, recs)
 }
 
 func segName(dir string, n int) string {

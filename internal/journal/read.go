@@ -58,19 +58,12 @@ func readOnce(dir string, replay func([]byte) error) (Info, error) {
 		return Info{}, ErrNoJournal
 	}
 	info := Info{Segment: c.seg, Legacy: c.legacy}
-	n, err := Scan(c.data[c.start:], func(body []byte) error {
-		info.Records++
-		return replay(body)
-	})
+	end, records, err := replaySegment(c, filepath.Join(dir, segFileName(c.seg)), replay)
 	if err != nil {
-		var ce *CorruptError
-		if errors.As(err, &ce) {
-			ce.Path = filepath.Join(dir, segFileName(c.seg))
-			ce.Offset += int64(c.start)
-		}
 		return Info{}, err
 	}
-	info.Bytes = int64(c.start + n)
+	info.Records = records
+	info.Bytes = int64(end)
 	info.TruncatedBytes = int64(len(c.data)) - info.Bytes
 	return info, nil
 }

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -47,19 +46,10 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	info := Info{Segment: c.seg, Legacy: c.legacy}
 	off := len(c.data)
 	if c.seg != 0 {
-		n, err := Scan(c.data[c.start:], func(body []byte) error {
-			info.Records++
-			return replay(body)
-		})
+		off, info.Records, err = replaySegment(c, j.segPath(j.seg), replay)
 		if err != nil {
-			var ce *CorruptError
-			if errors.As(err, &ce) {
-				ce.Path = j.segPath(j.seg)
-				ce.Offset += int64(c.start)
-			}
 			return Info{}, err
 		}
-		off = c.start + n
 		j.segCRC = crc32.Checksum(c.data[:off], castagnoli) // what stays once a torn tail is cut
 	}
 	// The chain is proven and the live segment replays: only now change
@@ -75,7 +65,7 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 		if err != nil {
 			return Info{}, err
 		}
-		off, j.segCRC, c.start = int(size), sum, int(headerFrame)
+		off, j.segCRC, c.start, c.sealed = int(size), sum, int(headerFrame), true
 	}
 	path := j.segPath(j.seg)
 	j.f, err = os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
@@ -96,6 +86,9 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	info.Bytes = int64(off)
 	j.segLen = info.Bytes
 	j.size = info.Bytes - int64(c.start)
+	if c.sealed {
+		j.size -= endFrame
+	}
 	j.base = j.size
 	if err := syncDir(j.dir); err != nil {
 		j.f.Close()

@@ -48,15 +48,15 @@ func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
 	j.f, j.seg = nf, next
 	j.pend = j.pend[:0]
 	j.written, j.synced = j.appended, j.appended
-	j.size, j.base = size-headerFrame, size-headerFrame
+	j.size, j.base = size-headerFrame-endFrame, size-headerFrame-endFrame
 	j.segLen, j.segCRC = size, sum
 	j.cond.Broadcast()
 	_ = os.Remove(old) // if this fails, the next Open proves and removes it
 	return nil
 }
 
-// writeSnapshot writes h's header and then the records snapshot emits to a
-// new file at path, and fsyncs it. It returns the file's size and CRC32C.
+// writeSnapshot writes h's header, the records snapshot emits and the end
+// record that seals them to a new file at path, and fsyncs it. It returns the file's size and CRC32C.
 func writeSnapshot(path string, h header, snapshot func(emit func([]byte)) error) (int64, uint32, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -74,15 +74,25 @@ func writeSnapshot(path string, h header, snapshot func(emit func([]byte)) error
 	}
 	write()
 	var bad error
+	var records uint64
 	err = snapshot(func(body []byte) {
 		if len(body) == 0 || len(body) > MaxRecord {
 			bad = cmp.Or(bad, fmt.Errorf("snapshot record of %d bytes (must be 1..%d)", len(body), MaxRecord))
 			return
 		}
+		if _, isEnd, _ := parseEnd(body); isEnd {
+			bad = cmp.Or(bad, fmt.Errorf("snapshot record that starts as the journal's end record does"))
+			return
+		}
+		records++
 		frame = AppendFrame(frame[:0], body)
 		write()
 	})
 	err = cmp.Or(err, bad)
+	if err == nil {
+		frame = AppendFrame(frame[:0], snapshotEnd{records: records, length: uint64(size), crc: sum}.body())
+		write()
+	}
 	if err == nil {
 		err = w.Flush()
 	}

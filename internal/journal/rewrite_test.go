@@ -34,12 +34,12 @@ func TestRewrite(t *testing.T) {
 			require.NoFileExists(t, segName(dir, 1))
 			data, err := os.ReadFile(segName(dir, 2))
 			require.NoError(t, err)
-			require.Equal(t, frames(snap), data[hsize:], "the snapshot is on disk when Rewrite returns")
-			h, ok, err := parseHeader(data[8:hsize])
+			old := headed(1, bodies(0, 50))
+			require.Equal(t, successor(2, old, snap), data, "the snapshot is on disk, sealed by its end record, when Rewrite returns")
+			h, ok, err := parseHeader(data[8:hframe])
 			require.True(t, ok)
 			require.NoError(t, err)
-			old := headed(1, bodies(0, 50))
-			require.Equal(t, header{seq: 2, prev: 1, prevLen: uint64(len(old)), prevCRC: crc32.Checksum(old, castagnoli)}, h,
+			require.Equal(t, header{seq: 2, prev: 1, prevLen: uint64(len(old)), prevCRC: crc32.Checksum(old, castagnoli), sealed: true}, h,
 				"its header names the segment it supersedes, with that one's size and checksum")
 
 			j.Append([]byte("after-1"))

@@ -3,6 +3,7 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,8 +13,13 @@ import (
 type SalvageInfo struct {
 	Records      int    // records kept: whole, checksummed and accepted by replay
 	KeptBytes    int64  // the live segment's size after Salvage
-	DroppedBytes int64  // bytes cut off its end (0: nothing was changed)
-	Backup       string // the copy of the original segment ("" if nothing was cut)
+	DroppedBytes int64  // bytes cut off its end
+	Backup       string // the copy of the original segment ("" if nothing was changed)
+	// Resealed: the live segment's snapshot was cut short (or its end
+	// record damaged), so Salvage closed what was kept of it with a new end
+	// record, which Open then accepts. What the snapshot held past the cut
+	// is lost to the journal (the backup keeps it).
+	Resealed bool
 	// SetAside lists the files of the journal's name space that did not
 	// belong to it (see Open), each renamed to its new name, which ends in
 	// .corrupt or .corrupt.N.
@@ -27,8 +33,10 @@ type SalvageInfo struct {
 // .corrupt.1, .corrupt.2 and so on if that exists), and looks again: nothing
 // is deleted. Then it keeps the live segment's longest prefix of whole,
 // checksummed frames that replay also accepts, stopping at the first bad
-// frame or the first record replay refuses, whatever follows. If that is
-// less than the whole segment, it first copies the original segment, byte
+// frame, the first bad snapshot end record or the first record replay
+// refuses, whatever follows. If that is
+// less than the whole segment, or the kept prefix ends inside the
+// segment's snapshot (a cut snapshot: see Resealed), it first copies the original segment, byte
 // for byte, to a .corrupt file beside it, fsyncs the copy and the
 // directory, and only then cuts the segment to the kept prefix and fsyncs
 // it. Everything after the cut is lost to the journal (the backup keeps
@@ -70,7 +78,17 @@ func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
 	}
 	path := filepath.Join(dir, segFileName(c.seg))
 	data := c.data
+	sealedAt, pos := -1, c.start
 	off, _ := scanFrames(data[c.start:], func(body []byte) error {
+		at := pos
+		pos += 8 + len(body)
+		if e, isEnd, err := parseEnd(body); isEnd {
+			if err != nil || !c.sealed || sealedAt >= 0 || !e.describes(data[:at], info.Records) {
+				return errStop // a bad end record: the kept prefix ends before it
+			}
+			sealedAt = at
+			return nil
+		}
 		if replay != nil {
 			if err := replay(body); err != nil {
 				return err // the kept prefix ends before this record
@@ -81,7 +99,13 @@ func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
 	})
 	off += c.start
 	info.KeptBytes = int64(off)
-	if off == len(data) {
+	var seal []byte // a new end record for a cut snapshot
+	if c.sealed && sealedAt < 0 {
+		seal = AppendFrame(nil, snapshotEnd{records: uint64(info.Records), length: uint64(off), crc: crc32.Checksum(data[:off], castagnoli)}.body())
+		info.Resealed = true
+		info.KeptBytes += int64(len(seal))
+	}
+	if off == len(data) && seal == nil {
 		return info, nil
 	}
 	backup, err := writeBackup(path, data)
@@ -91,6 +115,9 @@ func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err == nil {
 		err = f.Truncate(int64(off))
+		if err == nil && seal != nil {
+			_, err = f.WriteAt(seal, int64(off))
+		}
 		if err == nil {
 			err = f.Sync()
 		}
@@ -108,6 +135,9 @@ func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
 	info.Backup = backup
 	return info, nil
 }
+
+// errStop ends Salvage's scan at a bad end record.
+var errStop = errors.New("journal: salvage stops here")
 
 // setAside renames path to the first of path.corrupt, path.corrupt.1, ...
 // that does not exist (the directory is locked: nobody else makes one), and
