@@ -146,7 +146,9 @@ func hasFields(out any) bool {
 }
 
 // writeQueryError sends e as SQS's query protocol does: AWS's XML
-// ErrorResponse with the legacy code, and the JSON side's status.
+// ErrorResponse with the legacy code, and the JSON side's status, but for
+// ReceiptHandleIsInvalid, which SQS's query protocol answers with 400 (the
+// JSON model says 404).
 func writeQueryError(w http.ResponseWriter, e *Error, reqID string) {
 	writeQueryErrorIn(w, e, reqID, queryNamespace)
 }
@@ -169,6 +171,10 @@ func writeQueryErrorIn(w http.ResponseWriter, e *Error, reqID, namespace string)
 	b.WriteString("</ErrorResponse>")
 	w.Header().Set("Content-Type", "text/xml")
 	w.Header().Set("X-Amzn-RequestId", reqID)
-	w.WriteHeader(e.Status)
+	status := e.Status
+	if e.Type == kReceiptHandleInvalid.typ {
+		status = http.StatusBadRequest
+	}
+	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }

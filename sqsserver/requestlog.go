@@ -11,7 +11,9 @@ import (
 // protocol ("json" or "query"), the action, the HTTP status, the error
 // type of a refused request, the request ID and how long it took (on the
 // real clock, whatever the server's). The control endpoints and the
-// console are not logged. Default: nothing is logged. nil is invalid.
+// console are not logged. An SNS delivery that is lost (see
+// Server.NotificationsLost) is logged too, at level Warn. Default: nothing
+// is logged. nil is invalid.
 func WithLogger(l *slog.Logger) Option {
 	return Option{func(cfg *config) error {
 		if l == nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // SNS on the same server: topics whose subscriptions deliver to this
@@ -34,6 +35,7 @@ type snsSub struct {
 	raw      bool              // RawMessageDelivery
 	filter   *filterPolicy     // FilterPolicy, nil: every message
 	onBody   bool              // FilterPolicyScope MessageBody
+	lost     atomic.Uint64     // deliveries neither its queue nor its dead-letter queue took
 }
 
 // The SNS errors: codes without SQS's prefix, as SNS's query protocol has
@@ -53,7 +55,30 @@ var topicNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,256}$`)
 
 // The topic attributes a caller may set (a subscription's are snsSub.set's).
 var topicSettable = []string{"DisplayName", "Policy", "DeliveryPolicy", "KmsMasterKeyId", "SignatureVersion",
-	"TracingConfig", "ContentBasedDeduplication", "ArchivePolicy", "FifoThroughputScope", "DataProtectionPolicy"}
+	"TracingConfig", "ContentBasedDeduplication", "ArchivePolicy", "FifoThroughputScope", "DataProtectionPolicy",
+	"MaximumMessageSize"}
+
+// checkTopicAttribute checks the value of a settable topic attribute
+// whose value has a form.
+func checkTopicAttribute(name, value string) error {
+	if name == "MaximumMessageSize" {
+		n, err := strconv.Atoi(value)
+		if err != nil || n < snsMinMessageMax || n > snsMaxMessageMax || strconv.Itoa(n) != value {
+			return kSNSInvalidParameter.new("Invalid parameter: Attributes Reason: MaximumMessageSize is a whole number of bytes from %d to %d, not %q", snsMinMessageMax, snsMaxMessageMax, value)
+		}
+	}
+	return nil
+}
+
+// maxMessageSize is the most a message and its attributes may hold on t,
+// in bytes: its MaximumMessageSize. The caller holds the server's lock or
+// knows t's attributes do not change.
+func (t *snsTopic) maxMessageSize() int {
+	if n, err := strconv.Atoi(t.attrs["MaximumMessageSize"]); err == nil {
+		return n
+	}
+	return snsMaxMessage
+}
 
 func (s *Server) topicARN(name string) string {
 	return "arn:aws:sns:" + s.cfg.region + ":" + s.cfg.account + ":" + name
@@ -95,6 +120,9 @@ func createTopic(rc *request, in *createTopicInput) (any, error) {
 			}
 		case !slices.Contains(topicSettable, k):
 			return nil, kSNSInvalidParameter.new("Invalid parameter: Attributes Reason: Unknown attribute %s", k)
+		}
+		if err := checkTopicAttribute(k, v); err != nil {
+			return nil, err
 		}
 		attrs[k] = v
 	}
@@ -207,6 +235,7 @@ func getTopicAttributes(rc *request, in *topicInput) (any, error) {
 		"TopicArn": t.arn, "Owner": s.cfg.account, "DisplayName": "",
 		"SubscriptionsConfirmed": strconv.Itoa(len(t.subs)), "SubscriptionsPending": "0", "SubscriptionsDeleted": "0",
 		"Policy":                  defaultTopicPolicy(t.arn, s.cfg.account),
+		"MaximumMessageSize":      strconv.Itoa(snsMaxMessage),
 		"EffectiveDeliveryPolicy": `{"http":{"defaultHealthyRetryPolicy":{"minDelayTarget":20,"maxDelayTarget":20,"numRetries":3,"numMaxDelayRetries":0,"numNoDelayRetries":0,"numMinDelayRetries":0,"backoffFunction":"linear"},"disableSubscriptionOverrides":false,"defaultRequestPolicy":{"headerContentType":"text/plain; charset=UTF-8"}}}`,
 	}
 	if t.fifo {
@@ -243,6 +272,9 @@ func setTopicAttributes(rc *request, in *setAttributeInput) (any, error) {
 	name, value := *in.AttributeName, ""
 	if in.AttributeValue != nil {
 		value = *in.AttributeValue
+	}
+	if err := checkTopicAttribute(name, value); err != nil {
+		return nil, err
 	}
 	if name == "ContentBasedDeduplication" && (!t.fifo || (value != "true" && value != "false")) {
 		return nil, kSNSInvalidParameter.new("Invalid parameter: AttributeValue Reason: ContentBasedDeduplication is true or false, on a FIFO topic")

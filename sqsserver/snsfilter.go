@@ -209,21 +209,31 @@ func compileNumeric(arg any) (condition, error) {
 	return c, nil
 }
 
-// lookup returns the values at a key of the message (nil and false: the
-// key is absent). A value is a string, a float64, a bool, nil (JSON null)
-// or, on the body, a nested object for a nested policy.
-type lookup func(name string) (vals []any, present bool)
+// lookup reads a message's attributes, or a JSON object of its body, as a
+// filter policy sees them. values returns the values at a key (nil and
+// false: the key is absent); a value is a string, a float64, a bool, nil
+// (JSON null) or, on the body, a nested object for a nested policy. exists
+// reports whether the key holds a leaf value that is neither null nor
+// empty, what "exists": true asks (AWS: exists works on leaf nodes only,
+// and needs a non-null, non-empty value). none says the message has no
+// attribute or field at all, where "exists": false matches nothing (AWS:
+// it matches only if at least one attribute is present).
+type lookup struct {
+	values func(name string) (vals []any, present bool)
+	exists func(name string) bool
+	none   bool
+}
 
 func (p *filterPolicy) matches(get lookup) bool {
 	for _, k := range p.keys {
-		vals, present := get(k.name)
+		vals, present := get.values(k.name)
 		if k.nested != nil {
 			if !present || !k.nested.matchesAny(vals) {
 				return false
 			}
 			continue
 		}
-		if !k.matches(vals, present) {
+		if !k.matches(get, vals, present) {
 			return false
 		}
 	}
@@ -252,10 +262,11 @@ func (p *filterPolicy) matchesAny(vals []any) bool {
 	return false
 }
 
-func (k filterKey) matches(vals []any, present bool) bool {
+func (k filterKey) matches(get lookup, vals []any, present bool) bool {
 	for _, c := range k.conds {
 		if c.kind == condExists {
-			if c.value.(bool) == present {
+			want := c.value.(bool)
+			if has := get.exists(k.name); (want && has) || (!want && !has && !get.none) {
 				return true
 			}
 			continue
@@ -335,7 +346,7 @@ func number(v any) (float64, bool) {
 // them: a String's value, a Number's as a number, a String.Array's
 // elements; a Binary one is present but matches no value.
 func attributeLookup(attrs map[string]snsAttributeValue) lookup {
-	return func(name string) ([]any, bool) {
+	values := func(name string) ([]any, bool) {
 		a, ok := attrs[name]
 		if !ok {
 			return nil, false
@@ -362,17 +373,38 @@ func attributeLookup(attrs map[string]snsAttributeValue) lookup {
 		}
 		return nil, true
 	}
+	exists := func(name string) bool {
+		a, ok := attrs[name]
+		return ok && (len(a.BinaryValue) > 0 || (a.StringValue != nil && *a.StringValue != ""))
+	}
+	return lookup{values: values, exists: exists, none: len(attrs) == 0}
 }
 
 // bodyLookup reads a JSON object of the message body.
 func bodyLookup(obj map[string]any) lookup {
-	return func(name string) ([]any, bool) {
+	values := func(name string) ([]any, bool) {
 		v, ok := obj[name]
 		if !ok {
 			return nil, false
 		}
 		return flatten([]any{v}), true
 	}
+	exists := func(name string) bool {
+		vals, _ := values(name)
+		for _, v := range vals {
+			switch v := v.(type) {
+			case nil, map[string]any: // null; an intermediate node
+			case string:
+				if v != "" {
+					return true
+				}
+			default:
+				return true
+			}
+		}
+		return false
+	}
+	return lookup{values: values, exists: exists, none: len(obj) == 0}
 }
 
 // flatten spreads arrays (a key whose value is an array matches by any

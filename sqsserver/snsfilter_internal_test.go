@@ -30,9 +30,16 @@ func TestFilterPolicyOperators(t *testing.T) {
 		{`{"a": [{"numeric": [">", 0, "<=", 10]}]}`, msg{"a": n("10")}, true},
 		{`{"a": [{"numeric": [">", 0, "<=", 10]}]}`, msg{"a": n("0")}, false},
 		{`{"a": [{"numeric": ["=", 1.5]}]}`, msg{"a": n("1.50")}, true},
-		{`{"a": [{"exists": true}]}`, msg{"a": s("")}, true},
+		// exists, as AWS documents it: true needs a non-empty value; false
+		// needs the key absent and at least one attribute present.
+		{`{"a": [{"exists": true}]}`, msg{"a": s("x")}, true},
+		{`{"a": [{"exists": true}]}`, msg{"a": s("")}, false},
+		{`{"a": [{"exists": true}]}`, msg{"a": {DataType: "Binary", BinaryValue: []byte{0}}}, true},
+		{`{"a": [{"exists": true}]}`, msg{"b": s("x")}, false},
 		{`{"a": [{"exists": false}]}`, msg{"b": s("x")}, true},
 		{`{"a": [{"exists": false}]}`, msg{"a": s("x")}, false},
+		{`{"a": [{"exists": false}]}`, msg{}, false},
+		{`{"a": [{"exists": false}]}`, nil, false},
 		{`{"a": ["x"], "b": ["y"]}`, msg{"a": s("x"), "b": s("z")}, false},
 		{`{"a": ["x", "y"]}`, msg{"a": s("y")}, true},
 		{`{"a": ["x"]}`, msg{"a": arr(`["w", "x"]`)}, true},
@@ -63,6 +70,20 @@ func TestFilterPolicyOnTheBody(t *testing.T) {
 		{`{"paid": [true]}`, `{"paid": true}`, true},
 		{`{"note": [null]}`, `{"note": null}`, true},
 		{`{"note": [{"exists": false}]}`, `{"other": 1}`, true},
+		{`{"note": [{"exists": false}]}`, `{}`, false},
+		// exists works on leaf values only, and true needs one that is
+		// neither null nor empty.
+		{`{"note": [{"exists": true}]}`, `{"note": "x"}`, true},
+		{`{"note": [{"exists": true}]}`, `{"note": 0}`, true},
+		{`{"note": [{"exists": true}]}`, `{"note": false}`, true},
+		{`{"note": [{"exists": true}]}`, `{"note": null}`, false},
+		{`{"note": [{"exists": true}]}`, `{"note": ""}`, false},
+		{`{"note": [{"exists": true}]}`, `{"note": {"inner": 1}}`, false},
+		{`{"note": [{"exists": true}]}`, `{"note": ["", "x"]}`, true},
+		{`{"note": [{"exists": false}]}`, `{"note": {"inner": 1}}`, true},
+		{`{"note": [{"exists": false}]}`, `{"note": null}`, true},
+		{`{"order": {"id": [{"exists": true}]}}`, `{"order": {"id": "7"}}`, true},
+		{`{"order": {"id": [{"exists": false}]}}`, `{"order": {"total": 3}}`, true},
 		{`{"order": {"id": ["1"]}}`, `{"order": "1"}`, false},
 	} {
 		p, err := parseFilterPolicy(c.policy)

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -13,9 +14,13 @@ import (
 	"github.com/google/uuid"
 )
 
-// snsMaxMessage is SNS's limit on a message and its attributes, and on a
-// batch's total.
-const snsMaxMessage = 262_144
+// SNS's limits on a message and its attributes (a topic's
+// MaximumMessageSize, by default the limit on a batch's total too).
+const (
+	snsMaxMessage    = 262_144   // the default
+	snsMinMessageMax = 1024      // the least MaximumMessageSize
+	snsMaxMessageMax = 1_048_576 // the most
+)
 
 // notification is the JSON envelope SNS delivers to a queue when the
 // subscription's RawMessageDelivery is false, its fields in AWS's order.
@@ -104,8 +109,8 @@ func publishBatch(rc *request, in *publishBatchInput) (any, error) {
 		}
 		return nil, e
 	}
-	if total > snsMaxMessage {
-		return nil, kSNSBatchTooLong.new("The batch request is too long: %d bytes, at most %d.", total, snsMaxMessage)
+	if limit := max(t.maxMessageSize(), snsMaxMessage); total > limit {
+		return nil, kSNSBatchTooLong.new("The batch request is too long: %d bytes, at most %d.", total, limit)
 	}
 	out := publishBatchOutput{Successful: []publishBatchResultEntry{}, Failed: []batchResultError{}}
 	for _, e := range in.Entries {
@@ -121,31 +126,33 @@ func publishBatch(rc *request, in *publishBatchInput) (any, error) {
 }
 
 // checkPublish checks one message for topic t and gives it its ID (and,
-// on a FIFO topic, its sequence number and deduplication ID).
+// on a FIFO topic, its sequence number and deduplication ID). It refuses
+// everything a queue would refuse of it as SendMessage: a publish that
+// succeeds is never refused later by a queue for what it carries.
+//
+// A MessageGroupId on a standard topic is valid (AWS forwards it to SQS
+// standard queues, whose fair queues use it) and checked as on a FIFO
+// topic; a MessageDeduplicationId there is not.
 func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string, attrs map[string]snsAttributeValue, group, dedup *string) (*snsMessage, error) {
 	if message == nil || *message == "" {
 		return nil, kSNSInvalidParameter.new("Invalid parameter: Empty message")
 	}
 	m := &snsMessage{id: uuid.NewString(), message: *message, subject: subject, attrs: attrs, group: group, dedup: dedup}
-	size := len(*message)
-	for k, a := range attrs {
-		size += len(k) + len(a.DataType) + len(a.BinaryValue)
-		switch base, _, _ := strings.Cut(a.DataType, "."); {
-		case base == "Binary":
-		case base == "String" || base == "Number":
-			if a.StringValue == nil {
-				return nil, kSNSInvalidValue.new("The message attribute '%s' must contain non-empty message attribute value for message attribute type '%s'.", k, a.DataType)
-			}
-			size += len(*a.StringValue)
-		default:
-			return nil, kSNSInvalidValue.new("The message attribute '%s' has an invalid message attribute type, the set of supported type prefixes is Binary, Number, and String.", k)
-		}
-	}
 	if len(attrs) > maxAttributes {
 		return nil, kSNSInvalidValue.new("Number of message attributes [%d] exceeds the allowed maximum [%d].", len(attrs), maxAttributes)
 	}
-	if size > snsMaxMessage {
-		return nil, kSNSInvalidParameter.new("Invalid parameter: Message too long")
+	size := len(*message)
+	for k, a := range attrs {
+		if err := checkSNSAttribute(k, a); err != nil {
+			return nil, err
+		}
+		size += len(k) + len(a.DataType) + len(a.BinaryValue)
+		if a.StringValue != nil {
+			size += len(*a.StringValue)
+		}
+	}
+	if limit := t.maxMessageSize(); size > limit {
+		return nil, kSNSInvalidParameter.new("Invalid parameter: Message too long: %d bytes with its attributes, the topic's MaximumMessageSize is %d", size, limit)
 	}
 	if subject != nil && (*subject == "" || len(*subject) > 100 || strings.ContainsAny(*subject, "\n\r")) {
 		return nil, kSNSInvalidParameter.new("Invalid parameter: Subject")
@@ -164,10 +171,18 @@ func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string
 		}
 	}
 	_ = jsonValues([]byte(m.message), &m.bodyJSON) // not an object: nil, and no body filter matches
-	if t.fifo {
-		if group == nil || *group == "" {
+	for _, id := range []struct {
+		name string
+		v    *string
+	}{{"MessageGroupId", group}, {"MessageDeduplicationId", dedup}} {
+		if t.fifo && id.name == "MessageGroupId" && (id.v == nil || *id.v == "") {
 			return nil, kSNSInvalidParameter.new("Invalid parameter: The MessageGroupId parameter is required for FIFO topics")
 		}
+		if id.v != nil && (*id.v == "" || len(*id.v) > maxGroupOrDedupID || !groupIDRE.MatchString(*id.v)) {
+			return nil, kSNSInvalidParameter.new("Invalid parameter: %s Reason: 1 to 128 alphanumeric or punctuation characters", id.name)
+		}
+	}
+	if t.fifo {
 		if dedup == nil {
 			if t.attrs["ContentBasedDeduplication"] != "true" {
 				return nil, kSNSInvalidParameter.new("Invalid parameter: The topic should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
@@ -186,14 +201,42 @@ func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string
 	return m, nil
 }
 
+// checkSNSAttribute checks message attribute name, a, as SQS's SendMessage
+// checks one (its name, type and value; a Number's range and digits), and a
+// String.Array's value is a JSON array of strings, numbers, booleans and
+// nulls. Its errors are SNS's InvalidParameterValue.
+func checkSNSAttribute(name string, a snsAttributeValue) error {
+	err := checkAttributeName(name)
+	if err == nil {
+		_, err = checkAttributeValue("message attribute", name, attributeValue{DataType: a.DataType, StringValue: a.StringValue, BinaryValue: a.BinaryValue})
+	}
+	if err != nil {
+		return kSNSInvalidValue.new("%s", asError(err).Message)
+	}
+	if a.DataType == "String.Array" {
+		var vs []any
+		if json.Unmarshal([]byte(*a.StringValue), &vs) != nil {
+			return kSNSInvalidValue.new("The message attribute '%s' with type 'String.Array' must be a JSON array.", name)
+		}
+		for _, v := range vs {
+			switch v.(type) {
+			case string, float64, bool, nil:
+			default:
+				return kSNSInvalidValue.new("The message attribute '%s' with type 'String.Array' holds an array or object: only strings, numbers, booleans and null.", name)
+			}
+		}
+	}
+	return nil
+}
+
 // deliver sends m to every queue subscribed to t whose filter policy it
 // passes, as SendMessage would: in the JSON envelope, or raw (the message
 // itself, its attributes as the queue message's). A delivery its queue
 // refuses (the queue is gone, or the message too large for it) goes to
 // the subscription's dead-letter queue (RedrivePolicy's
 // deadLetterTargetArn, a queue of this server), as SNS does once its
-// retries are spent; without one, it is lost. The publish succeeds either
-// way, as in SNS.
+// retries are spent; without one, it is lost, counted and logged (see
+// NotificationsLost). The publish succeeds either way, as in SNS.
 func (rc *request) deliver(t *snsTopic, m *snsMessage) {
 	s := rc.s
 	s.mu.RLock()
@@ -226,9 +269,43 @@ func (rc *request) deliver(t *snsTopic, m *snsMessage) {
 			in.MessageBody = ptr(rc.envelope(t, sub, m, now.Format("2006-01-02T15:04:05.000Z")))
 		}
 		if _, err := sendMessage(rc, in); err != nil {
-			rc.deadLetterDelivery(sub, in)
+			if derr := rc.deadLetterDelivery(sub, in); derr != nil {
+				rc.lostDelivery(sub, name, err, derr)
+			}
 		}
 	}
+}
+
+// lostDelivery counts and logs a delivery that sub's queue (name) refused
+// with err and that no dead-letter queue took (derr says why).
+func (rc *request) lostDelivery(sub *snsSub, name string, err, derr error) {
+	sub.lost.Add(1)
+	if l := rc.s.cfg.logger; l != nil {
+		l.Warn("sns delivery lost", "subscription", sub.arn, "queue", name, "error", err.Error(), "deadLetter", derr.Error())
+	}
+}
+
+// NotificationsLost returns, for each SNS subscription, by its ARN, how
+// many deliveries were lost: its queue refused them (the queue was deleted,
+// or the message is larger than the queue's MaximumMessageSize) and no
+// dead-letter queue took them (the subscription has no RedrivePolicy, or
+// its queue refused them too). These are AWS's NumberOfNotificationsFailed
+// without a RedrivePolicy and NumberOfNotificationsFailedToRedriveToDlq
+// with one. Each is also logged at level Warn to WithLogger's logger.
+// Counts live in memory and start at 0; a subscription that never lost one
+// is left out.
+func (s *Server) NotificationsLost() map[string]uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string]uint64{}
+	for _, t := range s.topics {
+		for _, sub := range t.subs {
+			if n := sub.lost.Load(); n > 0 {
+				out[sub.arn] = n
+			}
+		}
+	}
+	return out
 }
 
 // envelope returns m's notification as a subscription sub gets it.
@@ -268,8 +345,9 @@ func (rc *request) envelope(t *snsTopic, sub *snsSub, m *snsMessage, at string) 
 }
 
 // deadLetterDelivery sends a delivery that its queue refused to the
-// subscription's dead-letter queue, if it has one.
-func (rc *request) deadLetterDelivery(sub *snsSub, in *sendMessageInput) {
+// subscription's dead-letter queue. The error says why it could not: there
+// is none, or it refused the delivery too.
+func (rc *request) deadLetterDelivery(sub *snsSub, in *sendMessageInput) error {
 	var p struct {
 		Target string `json:"deadLetterTargetArn"`
 	}
@@ -277,12 +355,15 @@ func (rc *request) deadLetterDelivery(sub *snsSub, in *sendMessageInput) {
 	policy := sub.attrs["RedrivePolicy"]
 	rc.s.mu.RUnlock()
 	if policy == "" || json.Unmarshal([]byte(policy), &p) != nil {
-		return
+		return errors.New("the subscription has no RedrivePolicy")
 	}
 	name, ok := rc.s.nameOfARN(p.Target)
 	if !ok {
-		return
+		return fmt.Errorf("its dead-letter queue %s is not a queue of this server", p.Target)
 	}
 	in.QueueURL = ptr(rc.queueURL(name))
-	_, _ = sendMessage(rc, in) // a dead-letter queue that refuses it too: lost, as in SNS
+	if _, err := sendMessage(rc, in); err != nil {
+		return fmt.Errorf("its dead-letter queue %s refused it too: %w", name, err)
+	}
+	return nil
 }
