@@ -316,3 +316,31 @@ func TestDeadLettersOfOneNameOnTwoTopics(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, body)
 	assert.Empty(t, b.DeadLetters())
 }
+
+// Under a prefix, an unclean path (a double slash, a dot segment, encoded
+// or not) is redirected to its clean form under the prefix, never off it.
+func TestUncleanPathsStayUnderThePrefix(t *testing.T) {
+	s := newShop(t)
+	c, err := console.New(s.b, console.WithPrefix("/ops/queues"))
+	require.NoError(t, err)
+	for target, want := range map[string]string{
+		"/ops/queues//dead-letters":                  "/ops/queues/dead-letters",
+		"/ops/queues/%2e%2e/x":                       "/ops/queues/x",
+		"/ops/queues/..%2f..%2fconsole.go":           "/ops/queues/console.go",
+		"/ops/queues/static/..%2f..%2fconsole.go":    "/ops/queues/console.go",
+		"/ops/queues/./subscription?topic=t&name=n":  "/ops/queues/subscription?topic=t&name=n",
+		"/ops/queues/static/../../../../etc/passwd":  "/ops/queues/etc/passwd",
+		"/ops/queues/dead-letters/.":                 "/ops/queues/dead-letters",
+		"/ops/queues///":                             "/ops/queues/",
+		"/ops/queues/static//console.css":            "/ops/queues/static/console.css",
+		"/ops/queues/api/../api/overview?format=raw": "/ops/queues/api/overview?format=raw",
+	} {
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+		assert.Equal(t, http.StatusTemporaryRedirect, rec.Code, target)
+		assert.Equal(t, want, rec.Header().Get("Location"), target)
+	}
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ops/queues/dead-letters", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, "a clean path is served")
+}

@@ -39,6 +39,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/leasebus/leasebus/backend"
@@ -161,6 +162,15 @@ func (c *Console[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, c.cfg.prefix+"/", http.StatusFound)
 		return
 	}
+	// An unclean path (//, ., .., however encoded) is redirected to its
+	// clean form here, under the prefix: the mux inside would redirect it
+	// to the clean path without the prefix, off the console.
+	if clean := cleanPath(rest); clean != rest {
+		u := *r.URL
+		u.Path, u.RawPath = c.cfg.prefix+clean, ""
+		http.Redirect(w, r, u.RequestURI(), http.StatusTemporaryRedirect) // as the mux does: the method and body kept
+		return
+	}
 	r2 := new(http.Request)
 	*r2 = *r
 	u := *r.URL
@@ -171,6 +181,16 @@ func (c *Console[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Referrer-Policy", "same-origin")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	c.mux.ServeHTTP(w, r2)
+}
+
+// cleanPath returns p (which starts with "/") with path.Clean's rules
+// applied, keeping a trailing slash, as http.ServeMux cleans a path.
+func cleanPath(p string) string {
+	clean := path.Clean(p)
+	if strings.HasSuffix(p, "/") && clean != "/" {
+		clean += "/"
+	}
+	return clean
 }
 
 // errStatus is an error with the HTTP status it answers with.

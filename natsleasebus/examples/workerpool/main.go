@@ -77,7 +77,7 @@ func serveConsole(ctx context.Context, bus *natsleasebus.Bus, addr string, out i
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: c, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpServer(c)
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintln(out, "console at", url, "(Ctrl-C to stop)")
 	served := make(chan error, 1)
@@ -204,4 +204,12 @@ func run(ctx context.Context, url string, jobs int, out io.Writer, then func(con
 		return then(outer, bus)
 	}
 	return nil
+}
+
+// httpServer returns a server for h whose every stage of a connection is
+// bounded: a client that stalls in its headers or its body, reads its
+// answer too slowly or idles loses the connection.
+func httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }

@@ -62,7 +62,7 @@ func realMain(addr string, serve bool, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: tel.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := httpServer(tel.metricsHandler())
 	go srv.Serve(ln) //nolint:errcheck // ErrServerClosed at Close
 	defer srv.Close()
 
@@ -268,4 +268,12 @@ func trimLabels(line string) string {
 		return line[:open] + line[end+1:]
 	}
 	return line[:open] + "{" + strings.Join(kept, ",") + "}" + line[end+1:]
+}
+
+// httpServer returns a server for h whose every stage of a connection is
+// bounded: a client that stalls in its headers or its body, reads its
+// answer too slowly or idles loses the connection.
+func httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }
