@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strconv"
@@ -256,6 +257,56 @@ func DeadLetterOf[T any](m queue.Message[T]) (dl queue.DeadLetter[T], ok bool) {
 func (b *Broker[T]) DeadLetters() []queue.DeadLetter[T] {
 	b.settleAll()
 	return b.dead.list()
+}
+
+// DeadLettersSeq returns an iterator over the dead letters the broker
+// holds, oldest first, that never copies the whole store: it settles every
+// subscription at the clock's now when iteration starts, then takes the
+// letters a few hundred at a time under the store's lock and yields them
+// with no lock held, so yield may call the broker (a Redrive or Discard of
+// a letter already yielded is fine). A letter that leaves the store
+// during the iteration and has not been yielded yet is not yielded; one
+// that arrives is yielded at its place, the end. Each letter is yielded at
+// most once. What DeadLetters copies at once, this costs per chunk: a
+// page of a million letters reads them through one small buffer.
+func (b *Broker[T]) DeadLettersSeq() iter.Seq[queue.DeadLetter[T]] {
+	return func(yield func(queue.DeadLetter[T]) bool) {
+		b.settleAll()
+		buf := make([]queue.DeadLetter[T], 0, seqChunk)
+		var after uint64 // the id of the last letter yielded
+		for {
+			buf, after = b.dead.chunk(buf[:0], after)
+			for _, dl := range buf {
+				if !yield(dl) {
+					return
+				}
+			}
+			if len(buf) < seqChunk {
+				return
+			}
+		}
+	}
+}
+
+// seqChunk is how many letters DeadLettersSeq takes under one lock.
+const seqChunk = 256
+
+// chunk appends to buf up to cap(buf) letters whose id is greater than
+// after, oldest first, and returns it with the id of the last appended
+// (after itself if none).
+func (s *deadLetters[T]) chunk(buf []queue.DeadLetter[T], after uint64) ([]queue.DeadLetter[T], uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live := s.items[s.head:]
+	i, found := slices.BinarySearchFunc(live, after, func(it storedLetter[T], id uint64) int { return cmp.Compare(it.id, id) })
+	if found {
+		i++
+	}
+	for _, it := range live[i:min(len(live), i+cap(buf)-len(buf))] {
+		buf = append(buf, it.dl.DeadLetter)
+		after = it.id
+	}
+	return buf, after
 }
 
 // DeadLettersDropped returns how many dead letters the store dropped,

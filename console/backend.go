@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net/http"
 	"time"
 
@@ -128,6 +129,15 @@ func brokerInfo[T any](s *broker.Subscription[T]) SubscriptionInfo {
 
 func (bb brokerBackend[T]) DeadLetters(context.Context) ([]queue.DeadLetter[T], error) {
 	return bb.b.DeadLetters(), nil
+}
+
+// letterSeq reads the broker's dead letters without copying its store.
+func (bb brokerBackend[T]) letterSeq() iter.Seq[queue.DeadLetter[T]] { return bb.b.DeadLettersSeq() }
+
+// letterScanner is a backend whose dead letters can be read, oldest
+// first, without copying them all (the broker's can).
+type letterScanner[T any] interface {
+	letterSeq() iter.Seq[queue.DeadLetter[T]]
 }
 
 func (bb brokerBackend[T]) Redrive(_ context.Context, match func(queue.DeadLetter[T]) bool) (int, error) {

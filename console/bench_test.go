@@ -73,3 +73,58 @@ func BenchmarkOverview1M(b *testing.B) {
 func BenchmarkOverviewJSON1M(b *testing.B) {
 	benchPage(b, "/api/overview")
 }
+
+// A million dead letters (each an overflow of a full subscription): one
+// page of them, their JSON, a filtered page, and the overview over them.
+func millionLetters(b *testing.B) *broker.Broker[[]byte] {
+	b.Helper()
+	br, err := broker.New[[]byte](broker.WithDeadLetterLimit(1<<21), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { br.Close() })
+	if err := br.CreateTopic("orders"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := br.Subscribe("orders", "billing"); err != nil {
+		b.Fatal(err)
+	}
+	batch := make([][]byte, 10_000)
+	for i := range batch {
+		batch[i] = []byte(`{"order":12345,"card":"4242-4242-4242-4242","amount":42.5}`)
+	}
+	for range 100 {
+		if _, err := br.PublishBatch(ctx, "orders", batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := len(br.DeadLetters()); n < 999_999 {
+		b.Fatalf("%d dead letters", n)
+	}
+	return br
+}
+
+func benchLetters(b *testing.B, path string) {
+	br := millionLetters(b)
+	c, err := console.New(br)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			b.Fatalf("%s: %d", path, rec.Code)
+		}
+	}
+}
+
+func BenchmarkDeadLettersPage1M(b *testing.B)     { benchLetters(b, "/dead-letters") }
+func BenchmarkDeadLettersPageLast1M(b *testing.B) { benchLetters(b, "/dead-letters?offset=999950") }
+func BenchmarkDeadLettersJSON1M(b *testing.B)     { benchLetters(b, "/api/dead-letters") }
+func BenchmarkDeadLettersFiltered1M(b *testing.B) {
+	benchLetters(b, "/dead-letters?reason=overflow&subscription=billing")
+}
+func BenchmarkOverviewOverLetters1M(b *testing.B) { benchLetters(b, "/api/overview") }

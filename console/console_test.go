@@ -236,3 +236,36 @@ func newServer(t *testing.T, h http.Handler) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
+
+// A page of dead letters costs what it shows, not what the store holds:
+// its allocations do not grow with the store (they grew by six a letter
+// when every letter was rendered before the page was cut).
+func TestDeadLetterPageCostsWhatItShows(t *testing.T) {
+	b, err := broker.New[string](broker.WithDeadLetterLimit(1<<20), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1)))
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	require.NoError(t, b.CreateTopic("orders"))
+	_, err = b.Subscribe("orders", "billing")
+	require.NoError(t, err)
+	allocs := map[int]float64{}
+	for _, n := range []int{1_000, 30_000} {
+		batch := make([]string, n-len(b.DeadLetters())+1) // the first is held
+		for i := range batch {
+			batch[i] = `{"order":1}`
+		}
+		_, err := b.PublishBatch(ctx, "orders", batch)
+		require.NoError(t, err)
+		c, err := console.New(b)
+		require.NoError(t, err)
+		for _, path := range []string{"/dead-letters", "/api/dead-letters?offset=500", "/api/overview"} {
+			allocs[n] += testing.AllocsPerRun(3, func() {
+				rec := httptest.NewRecorder()
+				c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+				if rec.Code != http.StatusOK {
+					t.Fatalf("%s: %d", path, rec.Code)
+				}
+			})
+		}
+	}
+	require.Less(t, allocs[30_000], allocs[1_000]*1.5, "allocations at 30,000 letters: %.0f; at 1,000: %.0f", allocs[30_000], allocs[1_000])
+}

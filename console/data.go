@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -180,15 +181,34 @@ func parseRef(s string) (letterRef, error) {
 	return letterRef{id, sub, topic}, nil
 }
 
+// letters returns the backend's dead letters, oldest first: a broker's
+// read a chunk at a time (so a page costs what it shows, not what the
+// store holds), another backend's as its DeadLetters returns them, sorted
+// by when they were dead-lettered.
+func (c *Console[T]) letters(ctx context.Context) (iter.Seq[queue.DeadLetter[T]], error) {
+	if ls, ok := c.be.(letterScanner[T]); ok {
+		return ls.letterSeq(), nil
+	}
+	all, err := c.be.DeadLetters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortStableFunc(all, func(a, b queue.DeadLetter[T]) int { return cmp.Compare(a.At.UnixNano(), b.At.UnixNano()) })
+	return slices.Values(all), nil
+}
+
 func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 	now := c.be.Now()
-	letters, err := c.be.DeadLetters(ctx)
+	letters, err := c.letters(ctx)
 	if err != nil {
 		return Overview{}, err
 	}
-	store := StoreCounts{Held: len(letters), ByReason: map[string]int{}}
-	for _, dl := range letters {
+	store := StoreCounts{ByReason: map[string]int{}}
+	held := heldBy{}
+	for dl := range letters {
+		store.Held++
 		store.ByReason[dl.Reason.String()]++
+		held[[2]string{dl.Subscription, dl.Topic}]++
 	}
 	if sc, ok := c.be.(storeCounter); ok {
 		store.Dropped, store.Discarded = sc.storeCounts()
@@ -197,7 +217,6 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	held := countHeld(letters)
 	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
 	for _, s := range subs {
 		o.Subscriptions = append(o.Subscriptions, row(s, held.of(s)))
@@ -209,9 +228,9 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 // letter whose backend does not say the topic under "".
 type heldBy map[[2]string]int
 
-func countHeld[T any](letters []queue.DeadLetter[T]) heldBy {
+func countHeld[T any](letters iter.Seq[queue.DeadLetter[T]]) heldBy {
 	h := heldBy{}
-	for _, dl := range letters {
+	for dl := range letters {
 		h[[2]string{dl.Subscription, dl.Topic}]++
 	}
 	return h
@@ -264,25 +283,25 @@ func settings(cfg queue.Config) []Setting {
 	return s
 }
 
+// deadLetterList returns the page of the letters f matches that starts at
+// offset: it renders the page's letters alone, and counts the rest.
 func (c *Console[T]) deadLetterList(ctx context.Context, f Filter, offset, limit int) (DeadLetterList, error) {
-	letters, err := c.be.DeadLetters(ctx)
+	letters, err := c.letters(ctx)
 	if err != nil {
 		return DeadLetterList{}, err
 	}
-	var all []DeadLetterView
-	for _, dl := range letters {
-		if matches(f, dl) {
-			all = append(all, NewDeadLetterView(dl))
+	l := DeadLetterList{Filter: f, Letters: []DeadLetterView{}}
+	for dl := range letters {
+		if !matches(f, dl) {
+			continue
 		}
+		if l.Total >= offset && l.Total < offset+limit {
+			l.Letters = append(l.Letters, NewDeadLetterView(dl))
+		}
+		l.Total++
 	}
-	slices.SortStableFunc(all, func(a, b DeadLetterView) int { return cmp.Compare(a.At.UnixNano(), b.At.UnixNano()) })
-	l := DeadLetterList{Filter: f, Total: len(all), Letters: []DeadLetterView{}}
-	if offset < len(all) {
-		end := min(len(all), offset+limit)
-		l.Letters = all[offset:end]
-		if end < len(all) {
-			l.Next = end
-		}
+	if end := offset + len(l.Letters); len(l.Letters) > 0 && end < l.Total {
+		l.Next = end
 	}
 	return l, nil
 }

@@ -143,7 +143,7 @@ func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error)
 	if err != nil {
 		return SubscriptionView{}, err
 	}
-	letters, err := c.be.DeadLetters(ctx)
+	letters, err := c.letters(ctx)
 	if err != nil {
 		return SubscriptionView{}, err
 	}
@@ -266,11 +266,11 @@ func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
 	if err != nil {
 		return DeadLetterView{}, err
 	}
-	letters, err := c.be.DeadLetters(r.Context())
+	letters, err := c.letters(r.Context())
 	if err != nil {
 		return DeadLetterView{}, err
 	}
-	for _, dl := range letters {
+	for dl := range letters {
 		if names(ref, dl) {
 			return NewDeadLetterView(dl), nil
 		}

@@ -1,0 +1,110 @@
+package broker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// overflowed returns a broker holding n dead letters "dl0", "dl1", ...
+// (each an overflow of subscription t/s, which holds "kept").
+func overflowed(t *testing.T, n int) (*broker.Broker[string], *broker.Subscription[string]) {
+	t.Helper()
+	b, err := broker.New[string](broker.WithDeadLetterLimit(1 << 20))
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	require.NoError(t, b.CreateTopic("t"))
+	s, err := b.Subscribe("t", "s", broker.WithMaxQueue(1))
+	require.NoError(t, err)
+	_, err = b.Publish(context.Background(), "t", "kept")
+	require.NoError(t, err)
+	for i := range n {
+		_, err := b.Publish(context.Background(), "t", fmt.Sprintf("dl%d", i))
+		require.NoError(t, err)
+	}
+	return b, s
+}
+
+func letterPayloads(dls []queue.DeadLetter[string]) []string {
+	var out []string
+	for _, dl := range dls {
+		out = append(out, dl.Message.Payload)
+	}
+	return out
+}
+
+// DeadLettersSeq yields what DeadLetters returns, in its order, across
+// chunk boundaries, and stops when yield does.
+func TestDeadLettersSeqYieldsTheStore(t *testing.T) {
+	for _, n := range []int{0, 1, 255, 256, 257, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b, _ := overflowed(t, n)
+			var got []queue.DeadLetter[string]
+			for dl := range b.DeadLettersSeq() {
+				got = append(got, dl)
+			}
+			require.Equal(t, letterPayloads(b.DeadLetters()), letterPayloads(got))
+			require.Len(t, got, n)
+		})
+	}
+	b, _ := overflowed(t, 600)
+	seen := 0
+	for range b.DeadLettersSeq() {
+		seen++
+		if seen == 300 {
+			break
+		}
+	}
+	require.Equal(t, 300, seen, "a break stops it")
+}
+
+// yield may call the broker: a letter redriven or discarded before it is
+// yielded is not yielded, one added is, and none is yielded twice.
+func TestDeadLettersSeqUnderChange(t *testing.T) {
+	b, s := overflowed(t, 600)
+	kept := s.TryPoll(1)
+	require.Len(t, kept, 1)
+	var got []string
+	for dl := range b.DeadLettersSeq() {
+		got = append(got, dl.Message.Payload)
+		switch dl.Message.Payload {
+		case "dl10": // discard one in a later chunk and one already yielded
+			n, err := b.DiscardDeadLetters(func(dl queue.DeadLetter[string]) bool {
+				return dl.Message.Payload == "dl300" || dl.Message.Payload == "dl5"
+			})
+			require.NoError(t, err)
+			require.Equal(t, 2, n)
+		case "dl20": // make room, and redrive the one being yielded and one not yet
+			require.NoError(t, s.Ack(kept[0].LeaseID))
+			n, err := b.Redrive(func(dl queue.DeadLetter[string]) bool { return dl.Message.Payload == "dl20" })
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+		case "dl40": // the subscription is full again: one more overflows, a new letter at the end
+			_, err := b.Publish(context.Background(), "t", "late")
+			require.NoError(t, err)
+		}
+	}
+	require.NotContains(t, got, "dl300")
+	require.Contains(t, got, "dl5", "yielded before it was discarded")
+	require.Equal(t, "late", got[len(got)-1])
+	require.Len(t, got, 600-1+1)
+	seen := map[string]bool{}
+	for _, p := range got {
+		require.False(t, seen[p], "%s yielded twice", p)
+		seen[p] = true
+	}
+	require.Equal(t, []string{"dl20"}, payloadsOf(s.TryPoll(10)))
+}
+
+func payloadsOf(ds []queue.Delivery[string]) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Payload)
+	}
+	return out
+}
