@@ -126,13 +126,19 @@ func actions[T any]() []actionDef[T] {
 			if err != nil {
 				return Result{}, err
 			}
-			payload, err := parse[T](r.PostForm.Get("payload"), r.PostForm.Get("kind"))
-			if err != nil {
-				return Result{}, err
-			}
+			text, kind := r.PostForm.Get("payload"), r.PostForm.Get("kind")
+			var bad error
 			n, err := ed.RedriveWith(r.Context(), func(dl queue.DeadLetter[T]) (T, bool) {
-				return payload, names(ref, dl)
+				if bad != nil || !names(ref, dl) {
+					return dl.Message.Payload, false
+				}
+				payload, err := edited(dl.Message.Payload, text, kind)
+				bad = err
+				return payload, err == nil
 			})
+			if bad != nil {
+				return Result{}, bad
+			}
 			if err == nil && n == 0 {
 				err = notFound("dead letter %s is no longer in the store", ref)
 			}

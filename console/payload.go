@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -16,8 +17,9 @@ import (
 const previewLen = 120
 
 // Payload is a message's payload as the console shows it. Kind says how
-// Text reads: "json" (indented), "text" (UTF-8 that is not JSON) or
-// "bytes" (base64 of bytes that are not UTF-8).
+// Text reads: "json" (indented), "text" (UTF-8 that is not JSON, with no
+// control character but tab, LF and CR) or "bytes" (base64 of anything
+// else).
 type Payload struct {
 	Kind    string `json:"kind"`
 	Text    string `json:"text"`
@@ -48,11 +50,23 @@ func ShowPayload[T any](v T) Payload {
 	switch {
 	case len(raw) > 0 && json.Valid(raw) && json.Indent(&out, raw, "", "  ") == nil:
 		return payloadOf("json", out.String(), len(raw))
-	case utf8.Valid(raw):
+	case utf8.Valid(raw) && !hasControl(raw):
 		return payloadOf("text", string(raw), len(raw))
 	default:
 		return payloadOf("bytes", base64.StdEncoding.EncodeToString(raw), len(raw))
 	}
+}
+
+// hasControl reports whether b holds a control character other than tab,
+// LF and CR: text a browser would not give back as it is (it replaces
+// NUL), shown as bytes instead.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 func payloadOf(kind, text string, size int) Payload {
@@ -70,12 +84,58 @@ func payloadOf(kind, text string, size int) Payload {
 	return p
 }
 
+// edited returns the payload to redrive a letter whose payload was orig
+// with, from the text of the console's form (shown as kind). A browser
+// sends a textarea's line breaks as CRLF, whatever it was given: text that
+// reads as what the console showed of orig, line breaks aside, is orig
+// unedited, and orig comes back byte for byte. An edit is parsed (see
+// parse), its CRLFs read as the line breaks orig uses (CRLF if orig's are
+// all CRLF, LF otherwise), and a JSON payload that was compact (as
+// publishers write JSON) is compacted again; one that was not is kept as
+// typed.
+func edited[T any](orig T, text, kind string) (T, error) {
+	shown := ShowPayload(orig)
+	if kind == shown.Kind && lines(text) == lines(shown.Text) {
+		return orig, nil
+	}
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	raw, isText := rawOf(orig)
+	if isText && kind != "bytes" && strings.Contains(raw, "\r\n") && strings.Count(raw, "\n") == strings.Count(raw, "\r\n") {
+		text = strings.ReplaceAll(text, "\n", "\r\n")
+	}
+	compact := kind == "json"
+	if isText && kind == "json" {
+		var c bytes.Buffer
+		compact = json.Compact(&c, []byte(raw)) == nil && c.String() == raw
+	}
+	return parse[T](text, kind, compact)
+}
+
+// lines returns text with its line breaks (CRLF, CR or LF) as LF, as a
+// browser's textarea reads them.
+func lines(text string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(text, "\r\n", "\n"), "\r", "\n")
+}
+
+// rawOf returns a []byte or string payload's bytes, and false for a
+// payload of another type (which the console shows as its JSON).
+func rawOf[T any](v T) (string, bool) {
+	switch p := any(v).(type) {
+	case []byte:
+		return string(p), true
+	case string:
+		return p, true
+	}
+	return "", false
+}
+
 // parse turns an edited payload's text back into a T: the text itself for
 // []byte and string payloads (bytes, when kind is "bytes", as base64), and
 // JSON for any other type, which must decode whole, with no unknown field.
-func parse[T any](text, kind string) (T, error) {
+// compact compacts JSON text first (it is shown indented).
+func parse[T any](text, kind string, compact bool) (T, error) {
 	var v T
-	if kind == "json" { // shown indented: put back compact, as publishers write JSON
+	if kind == "json" && compact {
 		var compact bytes.Buffer
 		if json.Compact(&compact, []byte(text)) == nil {
 			text = compact.String()
