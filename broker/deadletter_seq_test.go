@@ -98,13 +98,5 @@ func TestDeadLettersSeqUnderChange(t *testing.T) {
 		require.False(t, seen[p], "%s yielded twice", p)
 		seen[p] = true
 	}
-	require.Equal(t, []string{"dl20"}, payloadsOf(s.TryPoll(10)))
-}
-
-func payloadsOf(ds []queue.Delivery[string]) []string {
-	var out []string
-	for _, d := range ds {
-		out = append(out, d.Payload)
-	}
-	return out
+	require.Equal(t, []string{"dl20"}, payloads(s.TryPoll(10)))
 }

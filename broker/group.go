@@ -10,7 +10,8 @@ import (
 
 // A group is the records of one operation that changes more than one thing
 // on a durable broker (a publish that fans out or carries a dedup ID, a
-// batch with dedup IDs or fan-out, a dead letter routed to its topic),
+// batch with dedup IDs or fan-out, a dead letter routed to its topic, a
+// Forward: its message's removal with its publish),
 // appended as one journal record, so that after a crash the operation is
 // there whole or not at all.
 //
@@ -36,6 +37,18 @@ type group[T any] struct {
 	puts    []groupPut[T]
 	dedups  []groupDedup[T]
 	forgets []dlKey
+	removes []groupRemove[T]
+}
+
+// groupRemove is a message a Forward acked, whose removal is recorded with
+// the publish that took its place: left out, like a put, when a compaction
+// or a purge of its queue came between (its snapshot, or the purge,
+// already has it gone).
+type groupRemove[T any] struct {
+	key    dlKey
+	rec    *subRec[T]
+	seg    int
+	purges uint64
 }
 
 type span struct{ off, n int }
@@ -70,9 +83,13 @@ type groupDedup[T any] struct {
 const maxGroup = 16 << 20
 
 // size is about the bytes the group's record will take.
-func (g *group[T]) size() int { return len(g.buf) + 24*(len(g.puts)+len(g.dedups)+len(g.forgets)) }
+func (g *group[T]) size() int {
+	return len(g.buf) + 24*(len(g.puts)+len(g.dedups)+len(g.forgets)+len(g.removes))
+}
 
-func (g *group[T]) empty() bool { return len(g.puts)+len(g.dedups)+len(g.forgets) == 0 }
+func (g *group[T]) empty() bool {
+	return len(g.puts)+len(g.dedups)+len(g.forgets)+len(g.removes) == 0
+}
 
 func (g *group[T]) reset() {
 	g.buf = g.buf[:0]
@@ -82,6 +99,8 @@ func (g *group[T]) reset() {
 	clear(g.dedups)
 	g.dedups = g.dedups[:0]
 	g.forgets = g.forgets[:0]
+	clear(g.removes)
+	g.removes = g.removes[:0]
 }
 
 // msgFor returns the index of the message whose envelope is env, adding it
@@ -112,6 +131,12 @@ func (g *group[T]) addDedup(d *dedup[T], e *dedupEntry[T], topic string) {
 }
 
 func (g *group[T]) addForget(k dlKey) { g.forgets = append(g.forgets, k) }
+
+// addRemove adds the removal of message id from r's queue, acked under its
+// lock in segment seg.
+func (g *group[T]) addRemove(r *subRec[T], id uuid.UUID, seg int) {
+	g.removes = append(g.removes, groupRemove[T]{key: dlKey{r.id, id}, rec: r, seg: seg, purges: r.purges.Load()})
+}
 
 // newGroup returns an empty group from the store's pool.
 func (st *store[T]) newGroup() *group[T] {
@@ -201,6 +226,13 @@ func (st *store[T]) appendGroupLocked(g *group[T]) {
 	for _, k := range g.forgets {
 		delete(st.limbo, k)
 		e := st.e.start(recForget).key(k.sub, k.id)
+		part(func(b []byte) []byte { return append(b, e.b...) }, len(e.b))
+	}
+	for _, r := range g.removes {
+		if r.seg != seg || r.rec.purges.Load() != r.purges {
+			continue
+		}
+		e := st.e.start(recRemove).key(r.key.sub, r.key.id)
 		part(func(b []byte) []byte { return append(b, e.b...) }, len(e.b))
 	}
 	switch {

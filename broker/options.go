@@ -314,6 +314,14 @@ type publishConfig struct {
 	// forget, for a dead letter routed to its topic: the letter leaves its
 	// subscription's store in the publish's group.
 	forget *dlKey
+	// settle, for a Forward: run once the message is offered, with the
+	// publish's group (nil in memory) as the note its ack's record goes
+	// to; settled is what it returned.
+	settle  func(note any) error
+	settled error
+	// duplicate: the publish's dedup ID named a message already published,
+	// which it returned, offering nothing.
+	duplicate bool
 }
 
 func (c *publishConfig) apply(o PublishOption) error {

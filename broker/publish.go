@@ -192,7 +192,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	}
 	defer b.leave()
 	var g *group[T]
-	if len(subs) > 1 || pc.dedupID != "" || pc.forget != nil {
+	if len(subs) > 1 || pc.dedupID != "" || pc.forget != nil || pc.settle != nil {
 		g = b.dur.newGroup() // more than one record: one commit
 	}
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now(), g)
@@ -246,6 +246,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		case err != nil:
 			return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)
 		case dup:
+			pc.duplicate = true
 			return &orig, 0, nil
 		}
 		reserved = e
@@ -281,6 +282,13 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	}
 	if pc.forget != nil && accepted > 0 && g != nil {
 		g.addForget(*pc.forget)
+	}
+	if pc.settle != nil && accepted > 0 {
+		var note any
+		if g != nil {
+			note = g
+		}
+		pc.settled = pc.settle(note)
 	}
 	return m, accepted, err
 }

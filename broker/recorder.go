@@ -140,7 +140,11 @@ func (r *subRec[T]) Released(m *queue.Message[T]) {
 	r.st.j.Append(r.e.start(recRelease).key(r.id, m.ID).b)
 }
 
-func (r *subRec[T]) Removed(m *queue.Message[T]) {
+func (r *subRec[T]) Removed(m *queue.Message[T], note any) {
+	if g, ok := note.(*group[T]); ok { // a Forward's: appended with its publish
+		g.addRemove(r, m.ID, r.st.j.Segment())
+		return
+	}
 	r.st.j.Append(r.e.start(recRemove).key(r.id, m.ID).b)
 }
 

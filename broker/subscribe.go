@@ -113,7 +113,7 @@ func (b *Broker[T]) attachLocked(s *Subscription[T], t *topicEntry[T], qc queue.
 	if err != nil {
 		return err
 	}
-	s.q = q
+	s.q, s.b = q, b
 	if filter != nil {
 		s.filter.Store(&filter)
 	}

@@ -31,6 +31,7 @@ type Subscription[T any] struct {
 	parks // its Polls and AwaitIdle pass a poller's core.PollHooks on to the queue
 
 	q      *core.Queue[T]
+	b      *Broker[T] // its broker, for Forward
 	topic  string
 	name   string
 	filter atomic.Pointer[func(queue.Message[T]) bool] // nil: accept all

@@ -37,7 +37,8 @@ type Recorder[T any] interface {
 	// given back.
 	Released(m *queue.Message[T])
 	// Removed: a message is gone (acked, or dropped by OverflowDropOldest).
-	Removed(m *queue.Message[T])
+	// note is AckNoted's (nil for every other removal).
+	Removed(m *queue.Message[T], note any)
 	// DeadLettered: a message left the queue as a dead letter.
 	DeadLettered(dl Letter[T])
 	// Purged: every message the queue held is gone.

@@ -155,7 +155,7 @@ func (nopRecorder[T]) Offered(Entry[T], any)                        {}
 func (nopRecorder[T]) Delivered([]queue.Delivery[T])                {}
 func (nopRecorder[T]) Retried(*queue.Message[T], time.Time, string) {}
 func (nopRecorder[T]) Released(*queue.Message[T])                   {}
-func (nopRecorder[T]) Removed(*queue.Message[T])                    {}
+func (nopRecorder[T]) Removed(*queue.Message[T], any)               {}
 func (nopRecorder[T]) DeadLettered(Letter[T])                       {}
 func (nopRecorder[T]) Purged()                                      {}
 func (nopRecorder[T]) Paused(bool)                                  {}

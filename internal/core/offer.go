@@ -157,7 +157,7 @@ func (q *Queue[T]) dropOldestLocked(now time.Time, m *queue.Message[T], delay, t
 	q.stats.Dropped++
 	if q.rec != nil {
 		q.dirty = true
-		q.rec.Removed(e.msg)
+		q.rec.Removed(e.msg, nil)
 	}
 	q.finishLocked(now, e)
 	q.insertLocked(now, m, delay, ttl, note)

@@ -192,7 +192,7 @@ func (r *countingRecorder) Offered(_ Entry[int], note any)                 { r.o
 func (r *countingRecorder) Delivered([]queue.Delivery[int])                {}
 func (r *countingRecorder) Retried(*queue.Message[int], time.Time, string) {}
 func (r *countingRecorder) Released(*queue.Message[int])                   {}
-func (r *countingRecorder) Removed(*queue.Message[int])                    {}
+func (r *countingRecorder) Removed(*queue.Message[int], any)               {}
 func (r *countingRecorder) DeadLettered(Letter[int])                       {}
 func (r *countingRecorder) Purged()                                        {}
 func (r *countingRecorder) Paused(bool)                                    {}

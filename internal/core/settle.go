@@ -99,7 +99,7 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 		one = e
 	}
 	if len(ids) == 1 { // the common Ack: found once, not twice
-		q.ackEntryLocked(time.Time{}, one)
+		q.ackEntryLocked(time.Time{}, one, nil)
 		return true, q.unlock()
 	}
 	var errs []error
@@ -116,12 +116,52 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 	if err != nil {
 		return err
 	}
-	q.ackEntryLocked(now, e)
+	q.ackEntryLocked(now, e, nil)
 	return nil
 }
 
-// ackEntryLocked acks e, whose lease was found current.
-func (q *Queue[T]) ackEntryLocked(now time.Time, e *entry[T]) {
+// AckNoted is Ack whose Recorder's Removed gets note: a durable caller
+// passes the record's destination (an operation's group, appended with
+// the rest of it), and commits itself. A nil note is Ack's.
+func (q *Queue[T]) AckNoted(id lease.ID, note any) error {
+	now, err := q.lockUnsettled(time.Time{})
+	if err != nil {
+		return err
+	}
+	if !q.notDueLocked(now, false, id) {
+		if err := q.settleOpenLocked(now); err != nil {
+			return err
+		}
+	}
+	e, err := q.lookupLocked("ack", id)
+	if err == nil {
+		q.ackEntryLocked(now, e, note)
+		if note != nil {
+			q.dirty = false // the caller commits, with the record it noted
+		}
+	}
+	return cmp.Or(q.unlock(), err)
+}
+
+// Current returns nil if id is a current lease of q (an Ack of it now
+// would succeed, unless the lease is settled or its message delivered
+// again first), else the error an Ack would return. It changes nothing.
+func (q *Queue[T]) Current(id lease.ID) error {
+	if q == nil {
+		return errNilQueue
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return queue.ErrClosed
+	}
+	_, err := q.lookupLocked("ack", id)
+	return err
+}
+
+// ackEntryLocked acks e, whose lease was found current; note goes to the
+// Recorder's Removed.
+func (q *Queue[T]) ackEntryLocked(now time.Time, e *entry[T], note any) {
 	if e.state == stateLeased {
 		q.inflight.Remove(e)
 	} else { // expired, waiting, not yet delivered again
@@ -130,7 +170,7 @@ func (q *Queue[T]) ackEntryLocked(now time.Time, e *entry[T]) {
 	q.stats.Acked++
 	if q.rec != nil {
 		q.dirty = true
-		q.rec.Removed(e.msg)
+		q.rec.Removed(e.msg, note)
 	}
 	q.finishLocked(now, e)
 }
