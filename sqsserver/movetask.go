@@ -220,12 +220,10 @@ func (s *Server) move(ctx context.Context, src, dst *sqsQueue, now time.Time, li
 			}
 			m := d.Payload
 			m.SourceArn = ""
-			if to == nil || !s.republish(ctx, to, d.Message, m, now) {
+			if to == nil || !s.moveTo(ctx, src, d, to, m, now) {
 				held = append(held, d)
 				continue
 			}
-			_ = src.sub.Ack(d.LeaseID)
-			src.forget(d.LeaseID.Seq())
 			moved++
 		}
 	}

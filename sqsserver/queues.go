@@ -135,6 +135,9 @@ func createQueue(rc *request, in *createQueueInput) (any, error) {
 	if err := s.applyLocked(name, attrs, given); err != nil {
 		return nil, err
 	}
+	if err := s.dropLeftoverLocked(name); err != nil {
+		return nil, err
+	}
 	now := s.clock.Now()
 	q := &sqsQueue{
 		name: name, fifo: fifo, gen: newGen(), attrs: attrs, st: parseSettings(attrs),
@@ -151,6 +154,26 @@ func createQueue(rc *request, in *createQueueInput) (any, error) {
 		return nil, kInternal.new("create queue %s: %v", name, err)
 	}
 	return queueURLOutput{rc.queueURL(name)}, nil
+}
+
+// dropLeftoverLocked deletes the broker topic of a queue name that the
+// state does not list (a DeleteQueue whose topic deletion failed), so that
+// a new queue of the name never adopts its messages, and, on a durable
+// server, makes every journal record so far durable before the state file
+// names the new queue: the state file is synced as it is written, and
+// under SyncNone a power cut could otherwise leave a state that lists the
+// new queue beside a journal that still holds the old one. Called with
+// s.mu held, for a name with no queue.
+func (s *Server) dropLeftoverLocked(name string) error {
+	if slices.Contains(s.b.Topics(), name) {
+		if err := s.b.DeleteTopic(name); err != nil {
+			return kInternal.new("create queue %s: drop the topic a deleted queue left: %v", name, err)
+		}
+	}
+	if err := s.b.Sync(); err != nil {
+		return kInternal.new("create queue %s: %v", name, err)
+	}
+	return nil
 }
 
 func newGen() uint64 { return binary.BigEndian.Uint64(randomBytes(8)) }

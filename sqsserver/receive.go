@@ -2,6 +2,7 @@ package sqsserver
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -192,11 +193,10 @@ func (s *Server) sift(ctx context.Context, q *sqsQueue, st settings, ds []delive
 	return kept
 }
 
-// moveToDeadLetters moves a delivery to the queue's dead-letter queue: it
-// publishes it there, keeping its MessageId, SentTimestamp and attributes
-// and naming the source (DeadLetterQueueSourceArn), then deletes it here.
-// It reports false, and the message is delivered as usual, if the
-// dead-letter queue no longer exists (as SQS does) or refuses it.
+// moveToDeadLetters moves a delivery to the queue's dead-letter queue (see
+// moveTo), naming the source (DeadLetterQueueSourceArn). It reports false,
+// and the message is delivered as usual, if the dead-letter queue no
+// longer exists (as SQS does) or refuses it.
 func (s *Server) moveToDeadLetters(ctx context.Context, q *sqsQueue, p *redrivePolicy, d delivery, now time.Time) bool {
 	name, ok := s.nameOfARN(p.DeadLetterTargetArn)
 	if !ok {
@@ -208,24 +208,25 @@ func (s *Server) moveToDeadLetters(ctx context.Context, q *sqsQueue, p *redriveP
 	}
 	m := d.Payload
 	m.SourceArn = s.arn(q.name)
-	if !s.republish(ctx, dlq, d.Message, m, now) {
-		return false
-	}
-	_ = q.sub.Ack(d.LeaseID) // we hold the lease we just took
-	q.forget(d.LeaseID.Seq())
-	return true
+	return s.moveTo(ctx, q, d, dlq, m, now)
 }
 
-// republish puts a message taken from another queue (a move) on dst as m:
-// MessageId and SentTimestamp kept, the receive count starting again, its
-// retention on dst counted from the original send. A message already past
-// dst's retention is dropped, and counts as moved.
-func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Message[message], m message, now time.Time) bool {
+// moveTo moves the delivery d, which src has leased, to dst as m, in one
+// step (broker.Subscription.Forward: in a durable server, one journal
+// commit, so a crash leaves it in one queue or the other, never both and
+// never neither): MessageId and SentTimestamp kept, the receive count
+// starting again, its retention on dst counted from the original send. A
+// message already past dst's retention is deleted, and counts as moved. It
+// reports false, with d still leased, if dst refuses it.
+func (s *Server) moveTo(ctx context.Context, src *sqsQueue, d delivery, dst *sqsQueue, m message, now time.Time) bool {
+	from := d.Message
 	st := dst.settings()
 	m.MessageID = messageID(from)
 	m.SentAt = sentAt(from).UnixMilli()
 	left := sentAt(from).Add(time.Duration(st.retention) * time.Second).Sub(now)
 	if left <= 0 {
+		_ = src.sub.Ack(d.LeaseID) // we hold the lease we just took
+		src.forget(d.LeaseID.Seq())
 		return true
 	}
 	opts := []broker.PublishOption{broker.WithTTL(left)}
@@ -243,8 +244,15 @@ func (s *Server) republish(ctx context.Context, dst *sqsQueue, from queue.Messag
 	} else {
 		m.Sequence, m.DedupID = 0, ""
 	}
-	_, err := s.b.Publish(ctx, dst.name, m, opts...)
-	return err == nil
+	_, err := src.sub.Forward(ctx, d.LeaseID, dst.name, m, opts...)
+	if err != nil && !errors.Is(err, queue.ErrLeaseExpired) {
+		return false // refused: nothing moved, still leased
+	}
+	// Moved; or the lease was lost meanwhile (its visibility passed and
+	// another receive took the message), so this receive owns it no more
+	// either way.
+	src.forget(d.LeaseID.Seq())
+	return true
 }
 
 // wire is a delivery as ReceiveMessage returns it, with the system
