@@ -13,8 +13,14 @@ import (
 // subscription beside it): what the overview and a subscription's page
 // cost when someone looks. Nothing here runs when no one does.
 func millionBroker(b *testing.B) *broker.Broker[[]byte] {
+	return millionPublished(b, broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<21)))
+}
+
+// millionPublished publishes a million 58-byte messages to a subscription
+// of a broker with opts.
+func millionPublished(b *testing.B, opts ...broker.Option) *broker.Broker[[]byte] {
 	b.Helper()
-	br, err := broker.New[[]byte](broker.WithSubscriptionDefaults(broker.WithMaxQueue(1 << 21)))
+	br, err := broker.New[[]byte](opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -77,27 +83,7 @@ func BenchmarkOverviewJSON1M(b *testing.B) {
 // A million dead letters (each an overflow of a full subscription): one
 // page of them, their JSON, a filtered page, and the overview over them.
 func millionLetters(b *testing.B) *broker.Broker[[]byte] {
-	b.Helper()
-	br, err := broker.New[[]byte](broker.WithDeadLetterLimit(1<<21), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { br.Close() })
-	if err := br.CreateTopic("orders"); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := br.Subscribe("orders", "billing"); err != nil {
-		b.Fatal(err)
-	}
-	batch := make([][]byte, 10_000)
-	for i := range batch {
-		batch[i] = []byte(`{"order":12345,"card":"4242-4242-4242-4242","amount":42.5}`)
-	}
-	for range 100 {
-		if _, err := br.PublishBatch(ctx, "orders", batch); err != nil {
-			b.Fatal(err)
-		}
-	}
+	br := millionPublished(b, broker.WithDeadLetterLimit(1<<21), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1)))
 	if n := len(br.DeadLetters()); n < 999_999 {
 		b.Fatalf("%d dead letters", n)
 	}

@@ -25,17 +25,7 @@ func (q *Queue[T]) Ack(id lease.ID) error {
 	if done, err := q.ackTimeless(id); done {
 		return err
 	}
-	now, err := q.lockUnsettled(time.Time{})
-	if err != nil {
-		return err
-	}
-	if !q.notDueLocked(now, false, id) {
-		if err := q.settleOpenLocked(now); err != nil {
-			return err
-		}
-	}
-	err = q.ackLocked(now, id)
-	return cmp.Or(q.unlock(), err)
+	return q.ackNow(id, nil)
 }
 
 // AckBatch acks every lease in ids under one lock. It returns nil when all
@@ -123,7 +113,12 @@ func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
 // AckNoted is Ack whose Recorder's Removed gets note: a durable caller
 // passes the record's destination (an operation's group, appended with
 // the rest of it), and commits itself. A nil note is Ack's.
-func (q *Queue[T]) AckNoted(id lease.ID, note any) error {
+func (q *Queue[T]) AckNoted(id lease.ID, note any) error { return q.ackNow(id, note) }
+
+// ackNow acks id on the path that reads the clock and settles what is due
+// first; note goes to the Recorder's Removed, and a non-nil one leaves the
+// commit to the caller.
+func (q *Queue[T]) ackNow(id lease.ID, note any) error {
 	now, err := q.lockUnsettled(time.Time{})
 	if err != nil {
 		return err
