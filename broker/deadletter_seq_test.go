@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -99,4 +100,38 @@ func TestDeadLettersSeqUnderChange(t *testing.T) {
 		seen[p] = true
 	}
 	require.Equal(t, []string{"dl20"}, payloads(s.TryPoll(10)))
+}
+
+// A bulk action that matches few letters of a large store reads the store
+// a chunk at a time: it allocates what it matches, not a copy of the store
+// (the copy of 100,000 letters was over 20 MiB).
+func TestBulkActionsDoNotCopyTheStore(t *testing.T) {
+	b, _ := overflowed(t, 100_000)
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	one := func(dl queue.DeadLetter[string]) bool { return dl.Message.Payload == "dl99999" }
+	for name, f := range map[string]func(){
+		"DiscardDeadLetters": func() {
+			n, err := b.DiscardDeadLetters(func(queue.DeadLetter[string]) bool { return false })
+			require.NoError(t, err)
+			require.Zero(t, n)
+		},
+		"Redrive": func() {
+			n, err := b.Redrive(one) // the subscription is full: it stays
+			require.Error(t, err)
+			require.Zero(t, n)
+		},
+		"DeadLettersSeq": func() {
+			for range b.DeadLettersSeq() {
+			}
+		},
+	} {
+		require.Less(t, allocated(f), uint64(2<<20), name)
+	}
 }

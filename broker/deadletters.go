@@ -84,11 +84,6 @@ func (s *deadLetters[T]) list() []queue.DeadLetter[T] {
 	return out
 }
 
-func (s *deadLetters[T]) snapshot() []storedLetter[T] {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.items[s.head:])
-}
 
 // take removes the letter with the given id and reports whether it was
 // still there. Until putBack or done, it counts as taken: a durable
@@ -272,29 +267,42 @@ func (b *Broker[T]) DeadLetters() []queue.DeadLetter[T] {
 func (b *Broker[T]) DeadLettersSeq() iter.Seq[queue.DeadLetter[T]] {
 	return func(yield func(queue.DeadLetter[T]) bool) {
 		b.settleAll()
-		buf := make([]queue.DeadLetter[T], 0, seqChunk)
-		var after uint64 // the id of the last letter yielded
-		for {
-			buf, after = b.dead.chunk(buf[:0], after)
-			for _, dl := range buf {
-				if !yield(dl) {
-					return
-				}
-			}
-			if len(buf) < seqChunk {
+		for it := range b.dead.all() {
+			if !yield(it.dl.DeadLetter) {
 				return
 			}
 		}
 	}
 }
 
-// seqChunk is how many letters DeadLettersSeq takes under one lock.
+// seqChunk is how many letters the store's iteration takes under one lock.
 const seqChunk = 256
 
+// all iterates the store's letters oldest first, seqChunk at a time under
+// its lock, yielding with no lock held (see DeadLettersSeq).
+func (s *deadLetters[T]) all() iter.Seq[storedLetter[T]] {
+	return func(yield func(storedLetter[T]) bool) {
+		buf := make([]storedLetter[T], 0, seqChunk)
+		var after uint64 // the id of the last letter yielded
+		for {
+			buf = s.chunk(buf[:0], after)
+			for _, it := range buf {
+				if !yield(it) {
+					return
+				}
+			}
+			if len(buf) < seqChunk {
+				return
+			}
+			after = buf[len(buf)-1].id
+			clear(buf) // drop the payloads' references until the next chunk
+		}
+	}
+}
+
 // chunk appends to buf up to cap(buf) letters whose id is greater than
-// after, oldest first, and returns it with the id of the last appended
-// (after itself if none).
-func (s *deadLetters[T]) chunk(buf []queue.DeadLetter[T], after uint64) ([]queue.DeadLetter[T], uint64) {
+// after, oldest first.
+func (s *deadLetters[T]) chunk(buf []storedLetter[T], after uint64) []storedLetter[T] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := s.items[s.head:]
@@ -302,11 +310,7 @@ func (s *deadLetters[T]) chunk(buf []queue.DeadLetter[T], after uint64) ([]queue
 	if found {
 		i++
 	}
-	for _, it := range live[i:min(len(live), i+cap(buf)-len(buf))] {
-		buf = append(buf, it.dl.DeadLetter)
-		after = it.id
-	}
-	return buf, after
+	return append(buf, live[i:min(len(live), i+cap(buf)-len(buf))]...)
 }
 
 // DeadLettersDropped returns how many dead letters the store dropped,
@@ -344,7 +348,7 @@ func (b *Broker[T]) DiscardDeadLetters(match func(queue.DeadLetter[T]) bool) (in
 	defer b.leave()
 	b.settleAll()
 	var ids []uint64
-	for _, it := range b.dead.snapshot() {
+	for it := range b.dead.all() {
 		if match(it.dl.DeadLetter) {
 			ids = append(ids, it.id) // ascending: the store's order
 		}
@@ -396,7 +400,7 @@ func (b *Broker[T]) redrive(pick func(queue.DeadLetter[T]) (T, bool), replaced b
 		payload T
 	}
 	var chosen []choice
-	for _, it := range b.dead.snapshot() {
+	for it := range b.dead.all() {
 		if p, ok := pick(it.dl.DeadLetter); ok {
 			chosen = append(chosen, choice{it, p})
 		}

@@ -59,7 +59,7 @@ func view(b *Broker[string]) (map[string][]held, []deadView) {
 	b.mu.Unlock()
 	slices.SortFunc(subs, func(x, y *Subscription[string]) int { return cmp.Compare(x.jid, y.jid) })
 	var dead []deadView
-	for _, it := range b.dead.snapshot() {
+	for it := range b.dead.all() {
 		dl := it.dl
 		dead = append(dead, deadView{dl.Subscription, dl.Message.ID.String(), dl.Message.Payload, dl.LastError, dl.Reason, dl.Attempts, nanos(dl.At), dl.Place})
 	}
