@@ -84,7 +84,6 @@ func (s *deadLetters[T]) list() []queue.DeadLetter[T] {
 	return out
 }
 
-
 // take removes the letter with the given id and reports whether it was
 // still there. Until putBack or done, it counts as taken: a durable
 // broker's snapshot keeps it.
