@@ -1,15 +1,18 @@
 // Package brokertest builds brokers for tests: on a mock clock, closed when
 // the test ends, with helpers that wait on conditions rather than sleep.
 //
-// For a test of your own handler run by a worker pool, a Recorder records
-// what the pool did with each message, and the Require helpers check it
-// the way a test reads: RequireAcked (waits for the ack; says which
-// attempt), RequireHandled (waits until n deliveries are over, before the
-// next move of the clock), RequireDeadLettered (with its reason and last
-// error), RequireQueued and RequireNothingDelivered.
+// For a test of your own handler run by a worker pool, RunPool runs the
+// pool until the test ends and stops it within a bound of real time, so
+// that a test that forgets a wait fails with a message rather than hangs.
+// A Recorder records what the pool did with each message, and the Require
+// helpers check it the way a test reads: RequireAcked (waits for the ack;
+// says which attempt), RequireHandled (waits until n deliveries are over,
+// before the next move of the clock), RequireDeadLettered (with its reason
+// and last error), RequireQueued and RequireNothingDelivered.
 //
 //	rec := brokertest.NewRecorder[string]()
 //	pool, _ := poller.New(sub, sendWelcome, rec.Option())
+//	brokertest.RunPool(t, pool)                // stopped when the test ends, within DrainLimit
 //	m := brokertest.Publish(t, b, "signups", "ada@example.com")[0]
 //	brokertest.RequireHandled(t, rec, m.ID, 1) // attempt 1 failed
 //	pool.AwaitQuiet(ctx)
@@ -76,12 +79,12 @@ func Publish[T any](tb testing.TB, b *broker.Broker[T], topic string, payloads .
 	return ms
 }
 
-// AwaitParked waits (up to a minute of real time, then fails the test)
+// AwaitParked waits (up to DefaultWait of real time, then fails the test)
 // until n Polls on s are parked on the clock, so that moving a mock clock
 // next is sure to wake them.
 func AwaitParked[T any](tb testing.TB, s *broker.Subscription[T], n int) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultWait)
 	defer cancel()
 	if err := s.AwaitParked(ctx, n); err != nil {
 		tb.Fatalf("brokertest.AwaitParked(%d): %v", n, err)

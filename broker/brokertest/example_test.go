@@ -34,16 +34,13 @@ func (t *exampleT) end() {
 }
 
 // runPool runs a pool over sub with h, recorded by rec, until the test
-// ends.
+// ends (brokertest.RunPool).
 func runPool(t *exampleT, sub *broker.Subscription[string], h poller.Handler[string], rec *brokertest.Recorder[string]) *poller.Poller[string] {
 	pool, err := poller.New(sub, h, rec.Option())
 	if err != nil {
 		t.Fatalf("poller.New: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	brokertest.RunPool(t, pool)
 	return pool
 }
 

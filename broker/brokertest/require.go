@@ -13,10 +13,12 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// waitLimit bounds the waits of the Require helpers in real time: a wait
-// that never ends fails the test instead of hanging it. It is never a
-// timing assertion.
-const waitLimit = time.Minute
+// DefaultWait bounds the waits of the Require helpers in real time (see
+// Recorder.SetWait): a wait that never ends fails the test, saying what
+// the pool did with the message, instead of hanging it. It is never a
+// timing assertion: a pool on a mock clock settles a message in
+// microseconds once the clock allows it.
+const DefaultWait = 10 * time.Second
 
 // Recorder records what a worker pool did with each message, for
 // RequireAcked and RequireHandled. Pass its Option to poller.New. Its
@@ -25,11 +27,25 @@ type Recorder[T any] struct {
 	mu      sync.Mutex
 	events  map[uuid.UUID][]poller.Event[T] // by message ID, in order
 	changed chan struct{}                   // closed and replaced at every event
+	wait    time.Duration                   // the Require helpers' bound
 }
 
 // NewRecorder returns an empty Recorder.
 func NewRecorder[T any]() *Recorder[T] {
-	return &Recorder[T]{events: map[uuid.UUID][]poller.Event[T]{}, changed: make(chan struct{})}
+	return &Recorder[T]{events: map[uuid.UUID][]poller.Event[T]{}, changed: make(chan struct{}), wait: DefaultWait}
+}
+
+// SetWait sets how long, in real time, the Require helpers that wait on r
+// wait before they fail the test (DefaultWait, 10 s, until set; d <= 0
+// sets it back). A test that expects a message never to settle can set it
+// short.
+func (r *Recorder[T]) SetWait(d time.Duration) {
+	if d <= 0 {
+		d = DefaultWait
+	}
+	r.mu.Lock()
+	r.wait = d
+	r.mu.Unlock()
 }
 
 // Option is the poller option that feeds the recorder every outcome of
@@ -55,10 +71,13 @@ func (r *Recorder[T]) Events(id uuid.UUID) []poller.Event[T] {
 }
 
 // await waits until done, given the message's events, reports true, and
-// returns them; it fails tb if that takes longer than waitLimit.
+// returns them; it fails tb if that takes longer than r's wait.
 func (r *Recorder[T]) await(tb TB, what string, id uuid.UUID, done func([]poller.Event[T]) bool) []poller.Event[T] {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	r.mu.Lock()
+	limit := r.wait
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	for {
 		r.mu.Lock()
@@ -70,7 +89,9 @@ func (r *Recorder[T]) await(tb TB, what string, id uuid.UUID, done func([]poller
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			tb.Fatalf("%s: message %s: after %v, the pool's outcomes are %s", what, id, waitLimit, describe(evs))
+			tb.Fatalf("%s: message %s: after %v of real time, the pool's outcomes for it are %s "+
+				"(a message waiting for the mock clock to move, a backoff or a visibility timeout, settles only once the test moves it)",
+				what, id, limit, describe(evs))
 			return nil
 		}
 	}
@@ -84,7 +105,8 @@ type TB interface {
 
 // RequireAcked waits until the pool acked the message id (its Ack
 // succeeded), and fails the test if the pool dead-letters it first, or if
-// neither happens within a minute of real time. It returns the acked
+// neither happens within the recorder's wait (DefaultWait, 10 s, of real
+// time; see SetWait). It returns the acked
 // delivery: its Attempt says which attempt succeeded.
 func RequireAcked[T any](tb TB, r *Recorder[T], id uuid.UUID) queue.Delivery[T] {
 	tb.Helper()
@@ -106,8 +128,8 @@ func RequireAcked[T any](tb TB, r *Recorder[T], id uuid.UUID) queue.Delivery[T] 
 }
 
 // RequireHandled waits until the pool has finished n deliveries of the
-// message id (acked, retried, dead-lettered or released), up to a minute
-// of real time, and returns the outcomes of all of them, oldest first.
+// message id (acked, retried, dead-lettered or released), up to the
+// recorder's wait of real time (see SetWait), and returns the outcomes of all of them, oldest first.
 // A test that moves a mock clock calls it to know that the attempt it let
 // run is over before the next move.
 func RequireHandled[T any](tb TB, r *Recorder[T], id uuid.UUID, n int) []poller.Event[T] {

@@ -62,15 +62,7 @@ func harness(t *testing.T, sub *broker.Subscription[string], h poller.Handler[st
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pool.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	brokertest.RunPool(t, pool) // stopped when the test ends, within a bound of real time: never a hang
 	return pool, events
 }
 
