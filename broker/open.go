@@ -200,7 +200,11 @@ type limboLetter[T any] struct {
 //   - the dead-letter store, in order;
 //   - publish dedup IDs (WithDedupID) still inside their window, so a job
 //     that publishes its input again after a crash, with an ID per item,
-//     does not queue twice what it had published before;
+//     does not queue twice what it had published before. The window is
+//     five minutes unless WithDedupWindow says otherwise, for a durable
+//     broker too: a job reopened later than that queues its input again.
+//     A job that restarts sets the window to its horizon (and
+//     WithDedupLimit to its input's size);
 //   - subscriptions with their options, but without their filters (which
 //     are functions): a recovered subscription is bound again when the
 //     application calls Subscribe for it, which returns it (not
@@ -219,8 +223,9 @@ type limboLetter[T any] struct {
 // it, with its ID), a batch with dedup IDs or fan-out (up to 16 MiB of
 // records; each message always whole), a dead letter routed to its
 // dead-letter topic (there, and gone from its subscription) or redriven
-// onto a subscription of its name created again, a discard of dead
-// letters. A Redrive of many letters is atomic per letter.
+// onto a subscription of its name created again, a Subscription.Forward
+// (the new message, and the old one gone), a discard of dead letters. A
+// Redrive of many letters is atomic per letter.
 //
 // SyncMode says what "returned nil" is worth (see SyncAlways, SyncNone).
 //
