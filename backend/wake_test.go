@@ -10,6 +10,17 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// awaitWake waits for w's signal, and fails the test, saying so, if none
+// comes within a minute of real time: a missing wake-up fails, never hangs.
+func awaitWake(t *testing.T, w Timer) {
+	t.Helper()
+	select {
+	case <-w.C:
+	case <-time.After(time.Minute):
+		t.Fatal("the wake-up never signalled")
+	}
+}
+
 // Both ways to arm a wake-up fire when the mock reaches their time, not
 // a nanosecond before.
 func TestFiresWhenTheMockReachesIt(t *testing.T) {
@@ -26,7 +37,7 @@ func TestFiresWhenTheMockReachesIt(t *testing.T) {
 		default:
 		}
 		mock.Add(time.Nanosecond)
-		<-w.C // the mock's Add starts the func in a goroutine before it returns
+		awaitWake(t, w) // the mock's Add starts the func in a goroutine before it returns
 		w.Stop()
 	}
 }
@@ -64,7 +75,7 @@ func TestSecondTickIsHarmless(t *testing.T) {
 	defer w.Stop()
 	c.f()
 	c.f() // would block here if the func sent without a default
-	<-w.C
+	awaitWake(t, w)
 	select {
 	case <-w.C:
 		t.Fatal("signalled twice")
@@ -75,16 +86,16 @@ func TestSecondTickIsHarmless(t *testing.T) {
 func TestAfterOnTheRealClock(t *testing.T) {
 	w := After(clock.New(), time.Millisecond)
 	defer w.Stop()
-	<-w.C
+	awaitWake(t, w)
 }
 
 func TestAtDueAlreadySignalsAtOnce(t *testing.T) {
 	mock := clock.NewMock()
 	w := At(mock, mock.Now())
 	defer w.Stop()
-	<-w.C
+	awaitWake(t, w)
 	w = At(clock.New(), time.Now().Add(-time.Second))
-	<-w.C
+	awaitWake(t, w)
 }
 
 // moving is a mock that another goroutine moves while a timer is armed:
