@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A fragment that compiles passes; one that passes a subscription's
+// option to Open (the README's bug this command was written for), or
+// names a function that does not exist, fails with the compiler's words;
+// a given comment declares what the fragment leaves to its reader.
+func TestCheck(t *testing.T) {
+	c := newChecker()
+	md := "text\n```go\nb, err := broker.New[Order]()\n_ = b.CreateTopic(\"t\")\n```\n" +
+		"```go\nb, err := broker.Open(dir, broker.JSONCodec[Item](), broker.WithMaxQueue(maxItems))\n```\n" +
+		"```go\nbroker.NoSuchThing()\n```\n" +
+		"<!-- given: raw *broker.Broker[[]byte] -->\n```go\n_, err := raw.Publish(ctx, \"t\", []byte(\"x\"))\n```\n" +
+		"```go\npackage main\n\nfunc main() {}\n```\n"
+	ss := extract(md)
+	if len(ss) != 5 || ss[0].line != 3 || len(ss[3].given) != 1 {
+		t.Fatalf("extracted %+v", ss)
+	}
+	for i, want := range []string{"", "cannot use broker.WithMaxQueue(maxItems)", "undefined: broker.NoSuchThing", "", ""} {
+		err := c.check(ss[i])
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("snippet %d: %v", i, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("snippet %d: %v, want an error with %q", i, err, want)
+		}
+	}
+}
