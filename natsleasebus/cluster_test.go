@@ -236,16 +236,18 @@ func TestClusterFailover(t *testing.T) {
 	}, poller.WithWorkers(8), poller.WithBatch(8),
 		poller.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		poller.WithObserver(func(ev poller.Event[string]) {
-			if ev.Outcome != poller.OutcomeAcked {
+			switch {
+			case ev.Outcome == poller.OutcomeAcked:
+				mu.Lock()
+				confirmed[ev.Delivery.Payload]++
+				mu.Unlock()
+			case ev.Outcome == poller.OutcomeSettleFailed && ev.Err == nil: // a handler that succeeded, its Ack refused
+				mu.Lock()
+				ackFailed[ev.Delivery.Payload]++
+				mu.Unlock()
+			default:
 				return
 			}
-			mu.Lock()
-			if ev.SourceErr != nil {
-				ackFailed[ev.Delivery.Payload]++
-			} else {
-				confirmed[ev.Delivery.Payload]++
-			}
-			mu.Unlock()
 			select {
 			case progress <- struct{}{}:
 			default:

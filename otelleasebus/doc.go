@@ -70,12 +70,12 @@
 // is its child with WithPublisherAsParent. The handler gets the span's
 // context, with the message's baggage. When the poller reports the
 // outcome, the span ends at the time the handler returned, with
-// leasebus.outcome (acked, retried, dead-lettered), error.type and an
+// leasebus.outcome (acked, retried, dead-lettered, settle-failed), error.type and an
 // error status if the handler failed or the source refused the settling
 // call, and "lease extended" events for the extensions made meanwhile.
 //
 //	messaging.process.duration  Histogram s        the handler's duration on the clock, by leasebus.outcome and error.type
-//	leasebus.poller.outcomes    Counter {event}    every outcome the poller reported: acked, retried, dead-lettered, released, extended, extension-stopped; error.type when the source refused it
+//	leasebus.poller.outcomes    Counter {event}    every outcome the poller reported: acked, retried, dead-lettered, released, extended, extension-stopped, settle-failed; error.type when the source refused the call
 //
 // error.type names leasebus's errors by their meaning (lease_expired,
 // lease_not_found, closed, queue_full, topic_not_found, ...), a handler's

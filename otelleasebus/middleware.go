@@ -57,7 +57,7 @@ type processing struct {
 }
 
 // lastOutcome is the highest poller.Outcome this package knows.
-const lastOutcome = poller.OutcomeExtensionStopped
+const lastOutcome = poller.OutcomeSettleFailed
 
 // processTopic is what a Middleware makes once per topic, so that a
 // delivery allocates nothing for it.

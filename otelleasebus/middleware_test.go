@@ -342,8 +342,8 @@ func TestMiddlewareSettleRefused(t *testing.T) {
 
 	s := spanNamed(t, tel.spans.Ended(), "process jobs")
 	a := attrs(s.Attributes())
-	if a["leasebus.outcome"] != "acked" || a["error.type"] != "lease_not_found" {
-		t.Errorf("outcome %q, error.type %q; want acked, lease_not_found", a["leasebus.outcome"], a["error.type"])
+	if a["leasebus.outcome"] != "settle-failed" || a["error.type"] != "lease_not_found" {
+		t.Errorf("outcome %q, error.type %q; want settle-failed, lease_not_found", a["leasebus.outcome"], a["error.type"])
 	}
 	if s.Status().Code != codes.Error || !strings.HasPrefix(s.Status().Description, "settle: ") {
 		t.Errorf("status %v, want an error that says the settle failed", s.Status())
@@ -354,7 +354,7 @@ func TestMiddlewareSettleRefused(t *testing.T) {
 	base := "messaging.consumer.group.name=workers,messaging.destination.name=jobs,messaging.destination.subscription.name=workers,messaging.operation.name=process,messaging.system=leasebus"
 	with := func(kv ...string) string { return sortedJoin(append(strings.Split(base, ","), kv...)) }
 	equalPoints(t, only(tel.collect(t), "leasebus.poller."), map[string]string{
-		"leasebus.poller.outcomes{" + with("leasebus.outcome=acked", "error.type=lease_not_found") + "}": "1",
+		"leasebus.poller.outcomes{" + with("leasebus.outcome=settle-failed", "error.type=lease_not_found") + "}": "1",
 	})
 }
 

@@ -85,9 +85,9 @@ func TestExtensionKeepsSlowHandlerLeaseAlive(t *testing.T) {
 
 	// The stuck handler returns at last: its Ack changes nothing.
 	c.done <- nil
-	e := ev.next(t, poller.OutcomeAcked)
-	if !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
-		t.Fatalf("late Ack: %v, want ErrLeaseExpired", e.SourceErr)
+	e := ev.next(t, poller.OutcomeSettleFailed)
+	if !errors.Is(e.SourceErr, queue.ErrLeaseExpired) || e.Err != nil {
+		t.Fatalf("late Ack: %v (handler %v), want ErrLeaseExpired of a handler that succeeded", e.SourceErr, e.Err)
 	}
 	if err := sub.Ack(ds[0].LeaseID); err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestLocalLeaseIsHeldToTheLimit(t *testing.T) {
 		t.Fatalf("redelivery: %+v, want the message with Attempt 2", ds)
 	}
 	c.done <- nil
-	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
+	if e := ev.next(t, poller.OutcomeSettleFailed); !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
 		t.Fatalf("late Ack: %v, want ErrLeaseExpired", e.SourceErr)
 	}
 	if err := sub.Ack(ds[0].LeaseID); err != nil {

@@ -378,8 +378,9 @@ func TestFailureOnLastAttemptIsDeadLettered(t *testing.T) {
 	}
 }
 
-// A Nack the source refuses (the lease lapsed) stays OutcomeRetried, with
-// its SourceErr: the poller did not dead-letter anything.
+// A Nack the source refuses (the lease lapsed) is OutcomeSettleFailed,
+// with its SourceErr and the handler's error: the poller retried nothing
+// and dead-lettered nothing.
 func TestRefusedSettleOnLastAttemptIsNotDeadLettered(t *testing.T) {
 	src := &refusingSource{}
 	ev := newEvents[string]()
@@ -390,9 +391,9 @@ func TestRefusedSettleOnLastAttemptIsNotDeadLettered(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	e := ev.next(t, poller.OutcomeRetried)
-	if !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
-		t.Fatalf("source err %v", e.SourceErr)
+	e := ev.next(t, poller.OutcomeSettleFailed)
+	if !errors.Is(e.SourceErr, queue.ErrLeaseExpired) || e.Err == nil || e.Err.Error() != "boom" {
+		t.Fatalf("source err %v, handler err %v", e.SourceErr, e.Err)
 	}
 	cancel()
 	if err := recv(t, done); err != nil {
@@ -488,7 +489,7 @@ func runOutlivedLease(t *testing.T, where string, mock *clock.Mock, b *broker.Br
 	awaitQuiet(t, p)                // RunUntilIdle's watcher has seen the idle subscription
 	publish(t, b, "follow-up")      // as the slow handler's last act
 	slow.done <- nil
-	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseNotFound) {
+	if e := ev.next(t, poller.OutcomeSettleFailed); !errors.Is(e.SourceErr, queue.ErrLeaseNotFound) {
 		t.Fatalf("%sthe slow handler's Ack: %v, want ErrLeaseNotFound (the message was acked)", where, e.SourceErr)
 	}
 	follow := recv(t, calls)

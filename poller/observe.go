@@ -11,8 +11,10 @@ import (
 type Outcome uint8
 
 // The outcomes. Each message the poller receives ends with exactly one of
-// OutcomeAcked, OutcomeRetried, OutcomeDeadLettered and OutcomeReleased;
-// OutcomeExtended and OutcomeExtensionStopped may come before.
+// OutcomeAcked, OutcomeRetried, OutcomeDeadLettered, OutcomeReleased and
+// OutcomeSettleFailed; OutcomeExtended and OutcomeExtensionStopped may come
+// before. Each of the first four says what happened at the source: the
+// call that made it succeeded.
 const (
 	_ Outcome = iota
 	// OutcomeAcked: the handler returned nil; the poller acked the lease.
@@ -20,8 +22,7 @@ const (
 	// OutcomeRetried: the handler failed (an error, RetryAfter, a panic,
 	// or GiveUp on a source without Reject) on an attempt that was not
 	// the last; the poller nacked or failed the lease, and the source
-	// will deliver the message again. (A failure whose Nack or Fail the
-	// source refused is reported as OutcomeRetried with SourceErr set.)
+	// will deliver the message again.
 	OutcomeRetried
 	// OutcomeDeadLettered: the message is dead: the handler gave up
 	// (GiveUp) and the poller rejected the lease, or the handler failed
@@ -42,10 +43,21 @@ const (
 	// held to the limit, reports it when the limit comes and the lease
 	// lapses.
 	OutcomeExtensionStopped
+	// OutcomeSettleFailed: the call that was to settle the delivery (the
+	// Ack of a handler that returned nil, the Nack, Fail or Reject of one
+	// that failed, a drain's Release) returned an error, SourceErr; Err is
+	// the handler's error (nil: it succeeded, and its Ack failed). An
+	// in-process subscription's refusal changed nothing (for
+	// queue.ErrLeaseExpired: the lease lapsed and the message was
+	// delivered again, and the new delivery owns it). A remote source's
+	// error can also mean that the answer was lost and the call took
+	// effect (an Ack to a server that died before it answered): the
+	// message may be settled, or come back.
+	OutcomeSettleFailed
 )
 
 // String returns "acked", "retried", "dead-lettered", "released",
-// "extended" or "extension-stopped".
+// "extended", "extension-stopped" or "settle-failed".
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeAcked:
@@ -60,6 +72,8 @@ func (o Outcome) String() string {
 		return "extended"
 	case OutcomeExtensionStopped:
 		return "extension-stopped"
+	case OutcomeSettleFailed:
+		return "settle-failed"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -74,11 +88,12 @@ type Event[T any] struct {
 	// *PanicError after a panic) or why extension stopped
 	// (ErrExtensionLimit); nil otherwise.
 	Err error
-	// SourceErr is the error of the source call that carried the outcome
-	// (Ack, Nack, Fail, Reject, Release or Extend), nil if it succeeded.
-	// When it is set the call changed nothing at the source: for example
-	// queue.ErrLeaseExpired when the lease had lapsed and the message was
-	// delivered again.
+	// SourceErr is the error of the source call that failed
+	// (OutcomeSettleFailed: Ack, Nack, Fail, Reject or Release;
+	// OutcomeExtensionStopped: Extend), nil for every other outcome: for
+	// example queue.ErrLeaseExpired when the lease had lapsed and the
+	// message was delivered again (see OutcomeSettleFailed for what a
+	// failed call did).
 	SourceErr error
 }
 

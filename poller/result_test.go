@@ -276,7 +276,7 @@ func TestIdempotentAcksDuplicateWithoutRunning(t *testing.T) {
 	}
 
 	c.done <- nil // attempt 1 succeeds after all; its Ack is too late
-	if e := ev.next(t, poller.OutcomeAcked); !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
+	if e := ev.next(t, poller.OutcomeSettleFailed); !errors.Is(e.SourceErr, queue.ErrLeaseExpired) {
 		t.Fatalf("late Ack: %v", e.SourceErr)
 	}
 	awaitParked(t, sub, 1)

@@ -338,6 +338,7 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	if serr != nil {
 		p.errs.Add(1)
 		p.logf(slog.LevelWarn, "poller: settling lease failed", "outcome", out, "lease", id, "message", it.d.ID, "err", serr, "handler_err", herr)
+		out = OutcomeSettleFailed // what happened: nothing, at the source
 	} else {
 		switch out {
 		case OutcomeAcked:
@@ -365,8 +366,11 @@ func lastAttempt[T any](d queue.Delivery[T]) bool {
 func (r *run[T]) release(it *item[T]) {
 	deadline := r.untrack(it)
 	if !r.closed.Load() {
-		serr := r.releaseID(it.d)
-		r.emit(OutcomeReleased, it, deadline, nil, serr)
+		if serr := r.releaseID(it.d); serr != nil {
+			r.emit(OutcomeSettleFailed, it, deadline, nil, serr)
+		} else {
+			r.emit(OutcomeReleased, it, deadline, nil, nil)
+		}
 	}
 	<-r.slots
 }

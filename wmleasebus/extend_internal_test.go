@@ -160,7 +160,7 @@ func TestMaxExtensionBoundsTheHold(t *testing.T) {
 	again.Ack()
 	awaitOutcome(t, events, poller.OutcomeAcked)
 	first.Ack() // its lease was superseded: changes nothing
-	if e := awaitOutcome(t, events, poller.OutcomeAcked); e.SourceErr == nil {
+	if e := awaitOutcome(t, events, poller.OutcomeSettleFailed); e.SourceErr == nil {
 		t.Fatal("the superseded Ack succeeded")
 	}
 }

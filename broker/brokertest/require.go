@@ -114,10 +114,10 @@ func RequireAcked[T any](tb TB, r *Recorder[T], id uuid.UUID) queue.Delivery[T] 
 	r.await(tb, "brokertest.RequireAcked", id, func(evs []poller.Event[T]) bool {
 		for _, ev := range evs {
 			switch {
-			case ev.Outcome == poller.OutcomeAcked && ev.SourceErr == nil:
+			case ev.Outcome == poller.OutcomeAcked:
 				acked = ev.Delivery
 				return true
-			case ev.Outcome == poller.OutcomeDeadLettered && ev.SourceErr == nil:
+			case ev.Outcome == poller.OutcomeDeadLettered:
 				tb.Fatalf("brokertest.RequireAcked: message %s was dead-lettered: %s", id, describe(evs))
 				return true
 			}
@@ -128,8 +128,10 @@ func RequireAcked[T any](tb TB, r *Recorder[T], id uuid.UUID) queue.Delivery[T] 
 }
 
 // RequireHandled waits until the pool has finished n deliveries of the
-// message id (acked, retried, dead-lettered or released), up to the
-// recorder's wait of real time (see SetWait), and returns the outcomes of all of them, oldest first.
+// message id (acked, retried, dead-lettered, released, or refused by the
+// source: poller.OutcomeSettleFailed), up to the recorder's wait of real
+// time (see SetWait), and returns the outcomes of all of them, oldest
+// first.
 // A test that moves a mock clock calls it to know that the attempt it let
 // run is over before the next move.
 func RequireHandled[T any](tb TB, r *Recorder[T], id uuid.UUID, n int) []poller.Event[T] {
@@ -139,7 +141,7 @@ func RequireHandled[T any](tb TB, r *Recorder[T], id uuid.UUID, n int) []poller.
 		settled = settled[:0]
 		for _, ev := range evs {
 			switch ev.Outcome {
-			case poller.OutcomeAcked, poller.OutcomeRetried, poller.OutcomeDeadLettered, poller.OutcomeReleased:
+			case poller.OutcomeAcked, poller.OutcomeRetried, poller.OutcomeDeadLettered, poller.OutcomeReleased, poller.OutcomeSettleFailed:
 				settled = append(settled, ev)
 			}
 		}

@@ -202,7 +202,7 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 	popts := []poller.Option{poller.WithWorkers(cfg.workers)}
 	if cfg.acked != nil {
 		popts = append(popts, poller.WithObserver(func(ev poller.Event[item]) {
-			if ev.Outcome == poller.OutcomeAcked && ev.SourceErr == nil {
+			if ev.Outcome == poller.OutcomeAcked {
 				cfg.acked(ev.Delivery.Payload)
 			}
 		}))

@@ -270,8 +270,8 @@ type counts struct {
 
 func (c *counts) observe(ev poller.Event[webhook]) {
 	switch {
-	case ev.SourceErr != nil && ev.Outcome != poller.OutcomeReleased:
-		c.lost.Add(1) // the broker refused the settle: the message comes back
+	case ev.Outcome == poller.OutcomeSettleFailed && ev.Err == nil:
+		c.lost.Add(1) // the broker refused the ack: the message comes back
 	case ev.Outcome == poller.OutcomeAcked:
 		c.delivered.Add(1)
 	case ev.Outcome == poller.OutcomeRetried:

@@ -167,7 +167,7 @@ func run(ctx context.Context, url string, jobs int, out io.Writer, then func(con
 		poller.WithObserver(func(ev poller.Event[Job]) {
 			final := ev.Outcome == poller.OutcomeAcked ||
 				ev.Outcome == poller.OutcomeDeadLettered // its last attempt failed
-			if final && ev.SourceErr == nil && settled.Add(1) == int64(jobs) {
+			if final && settled.Add(1) == int64(jobs) {
 				close(all)
 			}
 		}))
