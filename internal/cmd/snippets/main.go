@@ -13,6 +13,11 @@
 // its placeholder), after its import block if it has one, and the packages
 // it names are imported (see imports). Errors about unused names, which
 // fragments have by nature, are not counted; every other one is.
+//
+// A snippet that is a file of the repository says so in an HTML comment
+// on the line before its fence, <!-- file: examples/x/main.go --> (the
+// path from the README's directory): it must be that file, byte for byte,
+// which the build and the tests compile and run.
 package main
 
 import (
@@ -25,6 +30,7 @@ import (
 	"go/types"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -47,9 +53,12 @@ func main() {
 		}
 		for _, s := range extract(string(b)) {
 			total++
+			if s.file != "" {
+				s.file = filepath.Join(filepath.Dir(path), s.file)
+			}
 			if err := c.check(s); err != nil {
 				failed = true
-				fmt.Printf("%s:%d: the snippet does not compile:\n%v\n\n", path, s.line, err)
+				fmt.Printf("%s:%d: %v\n\n", path, s.line, err)
 			}
 		}
 	}
@@ -59,25 +68,30 @@ func main() {
 	fmt.Printf("%d snippets of %d files compile\n", total, flag.NArg())
 }
 
-// snippet is a ```go block, the line of the file it starts on, and the
-// names its given comment declares.
+// snippet is a ```go block, the line of the file it starts on, the names
+// its given comment declares, and the file its file comment names.
 type snippet struct {
 	text  string
 	line  int
 	given [][2]string
+	file  string
 }
 
 func extract(md string) []snippet {
 	var out []snippet
 	var cur []string
 	var names [][2]string
+	file := ""
 	start := -1
 	lines := strings.Split(md, "\n")
 	for i, l := range lines {
 		switch t := strings.TrimSpace(l); {
 		case start < 0 && t == "```go":
-			start, cur, names = i+2, nil, nil
+			start, cur, names, file = i+2, nil, nil, ""
 			if i > 0 {
+				if m := fileComment.FindStringSubmatch(lines[i-1]); m != nil {
+					file = strings.TrimSpace(m[1])
+				}
 				if m := givenComment.FindStringSubmatch(lines[i-1]); m != nil {
 					for _, decl := range strings.Split(m[1], ";") {
 						if name, typ, ok := strings.Cut(strings.TrimSpace(decl), " "); ok {
@@ -87,7 +101,7 @@ func extract(md string) []snippet {
 				}
 			}
 		case start >= 0 && t == "```":
-			out = append(out, snippet{strings.Join(cur, "\n"), start, names})
+			out = append(out, snippet{strings.Join(cur, "\n"), start, names, file})
 			start = -1
 		case start >= 0:
 			cur = append(cur, l)
@@ -149,7 +163,10 @@ type Job struct{ Name string }
 
 var preludeImports = []string{"broker", "context", "http", "iter", "lease", "poller", "queue", "testing"}
 
-var givenComment = regexp.MustCompile(`^\s*<!--\s*given:(.*)-->\s*$`)
+var (
+	givenComment = regexp.MustCompile(`^\s*<!--\s*given:(.*)-->\s*$`)
+	fileComment  = regexp.MustCompile(`^\s*<!--\s*file:(.*)-->\s*$`)
+)
 
 var qualifier = regexp.MustCompile(`\b([a-z][a-z0-9]*)\.[A-Z]`)
 
@@ -165,6 +182,16 @@ func newChecker() *checker {
 
 // check type-checks one snippet and returns its errors, if any.
 func (c *checker) check(s snippet) error {
+	if s.file != "" {
+		b, err := os.ReadFile(s.file)
+		if err != nil {
+			return err
+		}
+		if strings.TrimRight(string(b), "\n") != strings.TrimRight(s.text, "\n") {
+			return fmt.Errorf("it is not %s as that file stands: copy one to the other", s.file)
+		}
+		return nil // the file itself is built, vetted and run
+	}
 	src := s.text
 	whole := strings.HasPrefix(strings.TrimSpace(src), "package ")
 	if !whole {
@@ -172,7 +199,7 @@ func (c *checker) check(s snippet) error {
 	}
 	f, err := parser.ParseFile(c.fset, "snippet.go", src, parser.ParseComments)
 	if err != nil {
-		return err
+		return fmt.Errorf("the snippet does not parse:\n%w", err)
 	}
 	var errs []string
 	conf := types.Config{
@@ -187,7 +214,7 @@ func (c *checker) check(s snippet) error {
 	}
 	_, _ = conf.Check("snippet", c.fset, []*ast.File{f}, nil)
 	if len(errs) > 0 {
-		return fmt.Errorf("%s", strings.Join(errs, "\n"))
+		return fmt.Errorf("the snippet does not compile:\n%s", strings.Join(errs, "\n"))
 	}
 	return nil
 }

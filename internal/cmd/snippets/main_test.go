@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -8,7 +9,8 @@ import (
 // A fragment that compiles passes; one that passes a subscription's
 // option to Open (the README's bug this command was written for), or
 // names a function that does not exist, fails with the compiler's words;
-// a given comment declares what the fragment leaves to its reader.
+// a given comment declares what the fragment leaves to its reader; a file
+// comment names the file the snippet must be.
 func TestCheck(t *testing.T) {
 	c := newChecker()
 	md := "text\n```go\nb, err := broker.New[Order]()\n_ = b.CreateTopic(\"t\")\n```\n" +
@@ -28,5 +30,24 @@ func TestCheck(t *testing.T) {
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
 			t.Errorf("snippet %d: %v, want an error with %q", i, err, want)
 		}
+	}
+}
+
+func TestFileSnippet(t *testing.T) {
+	c := newChecker()
+	ss := extract("<!-- file: main_test.go -->\n```go\npackage main\n```\n")
+	if len(ss) != 1 || ss[0].file != "main_test.go" {
+		t.Fatalf("extracted %+v", ss)
+	}
+	if err := c.check(ss[0]); err == nil || !strings.Contains(err.Error(), "is not main_test.go") {
+		t.Fatalf("a snippet that is not the file it names: %v", err)
+	}
+	b, err := os.ReadFile("main_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss[0].text = string(b)
+	if err := c.check(ss[0]); err != nil {
+		t.Fatalf("the file itself: %v", err)
 	}
 }
