@@ -112,9 +112,16 @@ func (r *run[T]) scheduleLocked(it *item[T]) {
 // clock. A mock's Add looks for due timers before it moves its time, so a
 // timer registered during an Add, for a time within it, would fire only at
 // the next Add. While the loop is on its way to a timer (armed zero, the
-// heap not empty) the pool is not at rest.
+// heap not empty) the pool is not at rest, nor while it extends: it counts
+// as busy in the run's motion from each wake-up until it waits again.
 func (r *run[T]) extendLoop(stop <-chan struct{}) {
 	clk := r.p.cfg.clock
+	moving := false // counted busy in the motion: between a wake-up and the next wait
+	defer func() {
+		if moving {
+			r.move(-busyOne)
+		}
+	}()
 	for {
 		r.mu.Lock()
 		var next time.Time
@@ -133,12 +140,22 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		r.mu.Lock()
 		r.armed = next
 		r.mu.Unlock()
-		r.change() // AwaitQuiet reads armed
+		if moving { // it waits again: AwaitQuiet reads armed
+			moving = false
+			r.move(-busyOne)
+		} else {
+			r.change()
+		}
 		select {
 		case <-t.C: // nil, so never, when nothing is due
 		case <-r.kick:
 		case <-stop:
 		}
+		// In motion until it waits again: the Extend calls of runDue are
+		// under way after the leases left the due list, with no timer
+		// armed, and the pool is not at rest meanwhile.
+		moving = true
+		r.move(busyOne)
 		r.mu.Lock()
 		r.armed = time.Time{} // on its way: not at rest until armed again
 		r.mu.Unlock()
