@@ -311,7 +311,7 @@ func TestDeadLetterStoreIsBounded(t *testing.T) {
 	require.Len(t, dls, 2)
 	assert.Equal(t, 3, dls[0].Message.Payload)
 	assert.Equal(t, 4, dls[1].Message.Payload)
-	assert.Equal(t, uint64(2), b.DeadLettersDropped())
+	assert.Equal(t, uint64(2), b.DeadLetterStats().Dropped)
 }
 
 func TestStatsCounters(t *testing.T) {

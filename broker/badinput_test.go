@@ -190,9 +190,9 @@ func TestBadInputBroker(t *testing.T) {
 			}
 			return err
 		}},
-		{"DeadLettersDropped", nil, func(f *badFixture) error {
-			if n := f.b.DeadLettersDropped(); n != 0 {
-				return fmt.Errorf("DeadLettersDropped() = %d", n)
+		{"DeadLetterStats", nil, func(f *badFixture) error {
+			if st := f.b.DeadLetterStats(); st.Dropped != 0 || st.Discarded != 0 {
+				return fmt.Errorf("DeadLetterStats() = %+v", st)
 			}
 			return nil
 		}},

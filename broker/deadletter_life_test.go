@@ -52,7 +52,7 @@ func TestDiscardDeadLetters(t *testing.T) {
 	assert.Equal(t, 2, n)
 	assert.Equal(t, []string{"bad a", "bad b", "bad c", "bad d"}, seen, "match sees every letter, oldest first")
 	assert.Equal(t, []string{"a", "c"}, deadPayloadsOf(b))
-	assert.Equal(t, uint64(2), b.DeadLettersDiscarded())
+	assert.Equal(t, uint64(2), b.DeadLetterStats().Discarded)
 	balanced(t, s.Stats())
 
 	n, err = b.DiscardDeadLetters(func(queue.DeadLetter[string]) bool { return false })

@@ -135,3 +135,23 @@ func TestBulkActionsDoNotCopyTheStore(t *testing.T) {
 		require.Less(t, allocated(f), uint64(2<<20), name)
 	}
 }
+
+// DeadLetterStats says what the store holds and what left it: dropped
+// because it was full, or discarded.
+func TestDeadLetterStats(t *testing.T) {
+	b, err := broker.New[string](broker.WithDeadLetterLimit(3))
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.CreateTopic("t"))
+	_, err = b.Subscribe("t", "s", broker.WithMaxQueue(1))
+	require.NoError(t, err)
+	for i := range 6 { // the first is held; five overflow into a store of three
+		_, err := b.Publish(ctx, "t", fmt.Sprint(i))
+		require.NoError(t, err)
+	}
+	require.Equal(t, queue.DeadLetterStats{Held: 3, Dropped: 2}, b.DeadLetterStats())
+	n, err := b.DiscardDeadLetters(func(dl queue.DeadLetter[string]) bool { return dl.Message.Payload == "5" })
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, queue.DeadLetterStats{Held: 2, Dropped: 2, Discarded: 1}, b.DeadLetterStats())
+}

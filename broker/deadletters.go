@@ -312,25 +312,21 @@ func (s *deadLetters[T]) chunk(buf []storedLetter[T], after uint64) []storedLett
 	return append(buf, live[i:min(len(live), i+cap(buf)-len(buf))]...)
 }
 
-// DeadLettersDropped returns how many dead letters the store dropped,
-// oldest first, because it was full (see WithDeadLetterLimit).
-func (b *Broker[T]) DeadLettersDropped() uint64 {
-	_, dropped, _ := b.dead.stats()
-	return dropped
-}
-
-// DeadLettersDiscarded returns how many dead letters DiscardDeadLetters
-// removed from the store. Like every counter, it starts from zero when a
-// durable broker opens.
-func (b *Broker[T]) DeadLettersDiscarded() uint64 {
-	_, _, discarded := b.dead.stats()
-	return discarded
+// DeadLetterStats returns what the dead-letter store holds now and what
+// left it other than by a redrive: dropped, oldest first, because it was
+// full (see WithDeadLetterLimit), or removed by DiscardDeadLetters. It
+// settles every subscription at the clock's now first, as DeadLetters
+// does.
+func (b *Broker[T]) DeadLetterStats() queue.DeadLetterStats {
+	b.settleAll()
+	held, dropped, discarded := b.dead.stats()
+	return queue.DeadLetterStats{Held: held, Dropped: dropped, Discarded: discarded}
 }
 
 // DiscardDeadLetters removes the dead letters for which match returns true
 // from the store, for good, and returns how many it removed: how a job
 // settles a poison message it has given up on (record why first; the
-// letter is gone afterwards). DeadLettersDiscarded counts them. On a
+// letter is gone afterwards). DeadLetterStats counts them (Discarded). On a
 // durable broker the removal is one journal record, committed before
 // DiscardDeadLetters returns: after a crash, all of them are gone or none
 // (a discard of more than 2^20 letters is committed in records of 2^20).

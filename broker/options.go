@@ -103,7 +103,7 @@ func WithClock(c clock.Clock) Option {
 
 // WithDeadLetterLimit bounds the broker's dead-letter store (default
 // 10,000). When it is full the oldest dead letter
-// is dropped and counted (see DeadLettersDropped). n < 1 is invalid.
+// is dropped and counted (see DeadLetterStats). n < 1 is invalid.
 func WithDeadLetterLimit(n int) Option {
 	return Option{func(cfg *config) {
 		if n < 1 {

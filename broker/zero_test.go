@@ -37,7 +37,7 @@ func TestZeroBrokerSaysToUseTheConstructor(t *testing.T) {
 	require.Zero(t, n)
 	require.Empty(t, b.Topics())
 	require.Empty(t, b.DeadLetters())
-	require.Zero(t, b.DeadLettersDropped())
+	require.Zero(t, b.DeadLetterStats())
 	require.Equal(t, broker.RecoveryInfo{}, b.Recovery())
 	require.NoError(t, b.Sync())
 	require.NoError(t, b.Compact())

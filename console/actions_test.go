@@ -76,7 +76,7 @@ func TestRedriveAndDiscardSelectedOrAllMatching(t *testing.T) {
 	require.NoError(t, jsonOf(body, &res))
 	assert.Equal(t, 2, res.Count)
 	assert.Empty(t, b.DeadLetters())
-	assert.Equal(t, uint64(2), b.DeadLettersDiscarded())
+	assert.Equal(t, uint64(2), b.DeadLetterStats().Discarded)
 
 	status, body, _ = post(t, api+"redrive", url.Values{})
 	assert.Equal(t, http.StatusBadRequest, status, "no selection never means all: %s", body)

@@ -187,7 +187,8 @@ func (bb brokerBackend[T]) RedriveWith(_ context.Context, fix func(queue.DeadLet
 // storeCounts is the dead-letter store's counters, where the backend
 // keeps them (the broker does).
 func (bb brokerBackend[T]) storeCounts() (dropped, discarded uint64) {
-	return bb.b.DeadLettersDropped(), bb.b.DeadLettersDiscarded()
+	st := bb.b.DeadLetterStats()
+	return st.Dropped, st.Discarded
 }
 
 // storeCounter is a backend that keeps the dead-letter store's counters.

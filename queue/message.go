@@ -46,6 +46,15 @@ type Delivery[T any] struct {
 	MaxAttempts int
 }
 
+// DeadLetterStats describes a dead-letter store: what it holds, and what
+// left it other than by a redrive. Like every counter, Dropped and
+// Discarded start from zero when a durable broker opens.
+type DeadLetterStats struct {
+	Held      int    // dead letters held now
+	Dropped   uint64 // dropped, oldest first, because the store was full
+	Discarded uint64 // removed for good by a discard
+}
+
 // DeadLetter is a message a subscription gave up on, with why.
 type DeadLetter[T any] struct {
 	Subscription string // the subscription that dead-lettered it
