@@ -29,7 +29,7 @@
 // At-least-once with respect to consumer failure: a message is delivered
 // until it is acked or dead-lettered, so a consumer can see it twice (its
 // lease expired while it worked, or it crashed after the side effect and
-// before Ack). Make consumers idempotent, for example with queue.Deduper.
+// before Ack). Make consumers idempotent, for example with poller.Deduper.
 // A broker from broker.New lives in memory: a process crash loses what is
 // queued and in flight. broker.Open keeps one in a directory instead, and
 // opening it again after a crash brings back every message whose Publish

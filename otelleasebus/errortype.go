@@ -29,7 +29,7 @@ var sentinels = []struct {
 	{queue.ErrClosed, "closed"},
 	{queue.ErrQueueFull, "queue_full"},
 	{queue.ErrInvalidArgument, "invalid_argument"},
-	{queue.ErrInProgress, "in_progress"},
+	{poller.ErrInProgress, "in_progress"},
 	{broker.ErrTopicNotFound, "topic_not_found"},
 	{broker.ErrSubscriptionNotFound, "subscription_not_found"},
 	{broker.ErrDedupFull, "dedup_full"},

@@ -101,10 +101,10 @@ var errGoexit = errors.New("poller: handler called runtime.Goexit")
 // message ID, and a duplicate (a redelivery after a success whose Ack was
 // lost, for example because the lease lapsed) returns nil at once. A
 // message being processed by another worker right now makes it return
-// queue.ErrInProgress, which fails the attempt: by the next delivery the
+// ErrInProgress, which fails the attempt: by the next delivery the
 // first one has finished. If d or h is nil it returns nil, which New
 // reports as an invalid argument (a nil handler).
-func Idempotent[T any](d *queue.Deduper, h Handler[T]) Handler[T] {
+func Idempotent[T any](d *Deduper, h Handler[T]) Handler[T] {
 	if d == nil || h == nil {
 		return nil
 	}

@@ -252,7 +252,7 @@ func TestGiveUpWithoutRejectFails(t *testing.T) {
 
 func TestIdempotentAcksDuplicateWithoutRunning(t *testing.T) {
 	mock, b, sub := newBroker(t, broker.WithRetry(queue.RetryPolicy{Initial: time.Second}))
-	ded, err := queue.NewDeduper(16)
+	ded, err := poller.NewDeduper(16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestIdempotentAcksDuplicateWithoutRunning(t *testing.T) {
 	awaitParked(t, sub, 1)
 	mock.Add(10 * time.Second) // its lease lapses: attempt 2 goes to the other worker
 	e := ev.next(t, poller.OutcomeRetried)
-	if e.Delivery.Attempt != 2 || !errors.Is(e.Err, queue.ErrInProgress) {
+	if e.Delivery.Attempt != 2 || !errors.Is(e.Err, poller.ErrInProgress) {
 		t.Fatalf("attempt %d retried with %v, want attempt 2 failed as in progress", e.Delivery.Attempt, e.Err)
 	}
 
@@ -298,7 +298,7 @@ func TestIdempotentAcksDuplicateWithoutRunning(t *testing.T) {
 }
 
 func TestIdempotentRetriesAfterFailure(t *testing.T) {
-	ded, _ := queue.NewDeduper(4)
+	ded, _ := poller.NewDeduper(4)
 	var runs atomic.Int32
 	h := poller.Idempotent(ded, func(ctx context.Context, d queue.Delivery[string]) error {
 		if runs.Add(1) == 1 {
@@ -320,7 +320,7 @@ func TestIdempotentRetriesAfterFailure(t *testing.T) {
 }
 
 func TestIdempotentWithNilArgumentsIsAnInvalidHandler(t *testing.T) {
-	ded, err := queue.NewDeduper(10)
+	ded, err := poller.NewDeduper(10)
 	if err != nil {
 		t.Fatal(err)
 	}

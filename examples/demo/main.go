@@ -17,6 +17,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -126,7 +127,7 @@ func idempotent(ctx context.Context, w io.Writer, b *broker.Broker[event], mock 
 		return err
 	}
 	orders, _ := b.Subscribe("orders", "fulfil")
-	seen, _ := queue.NewDeduper(1000)
+	seen, _ := poller.NewDeduper(1000)
 	m, _ := b.Publish(ctx, "orders", event{Kind: "order", N: 7})
 	// The first delivery is processed, but its ack is lost: the lease expires.
 	d := orders.TryPoll(1)[0]

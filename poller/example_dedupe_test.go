@@ -1,4 +1,4 @@
-package queue_test
+package poller_test
 
 import (
 	"errors"
@@ -6,13 +6,13 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/poller"
 )
 
 // A Deduper makes a consumer effectively-once: a redelivered message that
 // already succeeded is skipped, and a failed one runs again.
 func ExampleDeduper() {
-	seen, _ := queue.NewDeduper(10_000)
+	seen, _ := poller.NewDeduper(10_000)
 	id := uuid.MustParse("6f1c2f4e-0000-4000-8000-000000000001")
 	charge := func(attempt int) func() error {
 		return func() error {

@@ -1,4 +1,4 @@
-package queue
+package poller
 
 import (
 	"errors"
@@ -6,13 +6,15 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
+
+	"github.com/leasebus/leasebus/backend"
 )
 
 // ErrInProgress is returned by Deduper.Do when another call is processing
 // the same message right now (a redelivery that overtook a slow first
 // attempt). Treat it as a failure: by the next delivery the first call has
 // either succeeded, and the duplicate is skipped, or failed, and it runs.
-var ErrInProgress = errors.New("queue: message already being processed")
+var ErrInProgress = errors.New("poller: message already being processed")
 
 // Deduper turns at-least-once delivery into effectively-once processing:
 // it remembers the IDs of the last Capacity messages processed
@@ -32,10 +34,10 @@ type Deduper struct {
 }
 
 // NewDeduper returns a Deduper that remembers the last capacity successes.
-// capacity < 1 is an error matching ErrInvalidArgument.
+// capacity < 1 is an error matching queue.ErrInvalidArgument.
 func NewDeduper(capacity int) (*Deduper, error) {
 	if capacity < 1 {
-		return nil, invalid("NewDeduper: capacity = %d, must be >= 1", capacity)
+		return nil, backend.Invalid("NewDeduper: capacity = %d, must be >= 1", capacity)
 	}
 	return &Deduper{
 		capacity: capacity,
@@ -51,7 +53,7 @@ func NewDeduper(capacity int) (*Deduper, error) {
 // leaves id unrecorded and propagates.
 func (d *Deduper) Do(id uuid.UUID, fn func() error) (ran bool, err error) {
 	if fn == nil {
-		return false, invalid("Deduper.Do: nil func")
+		return false, backend.Invalid("Deduper.Do: nil func")
 	}
 	d.mu.Lock()
 	if _, ok := d.done[id]; ok {
