@@ -167,7 +167,7 @@ func BenchmarkTTLSweep(b *testing.B) {
 // dead-lettered, plus the history of as many messages published and acked.
 func durableFixture(b *testing.B, dir string, live int) {
 	b.Helper()
-	br, err := broker.Open(dir, broker.BytesCodec(), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
+	br, err := broker.Open(dir, queue.BytesCodec(), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func BenchmarkDurableOpen(b *testing.B) {
 	dir := b.TempDir()
 	durableFixture(b, dir, 100_000)
 	for b.Loop() {
-		br, err := broker.Open(dir, broker.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
+		br, err := broker.Open(dir, queue.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func BenchmarkDurableOpen(b *testing.B) {
 func BenchmarkDurableCompact(b *testing.B) {
 	dir := b.TempDir()
 	durableFixture(b, dir, 100_000)
-	br, err := broker.Open(dir, broker.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
+	br, err := broker.Open(dir, queue.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func BenchmarkDurableCompact(b *testing.B) {
 func BenchmarkDurablePublish(b *testing.B) {
 	for _, batch := range []int{1, 100} {
 		b.Run(fmt.Sprint("batch=", batch), func(b *testing.B) {
-			br, err := broker.Open(b.TempDir(), broker.BytesCodec(), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
+			br, err := broker.Open(b.TempDir(), queue.BytesCodec(), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -280,7 +280,7 @@ func BenchmarkDurablePublishGroup(b *testing.B) {
 		dedup       bool
 	}{{"subs=2", 2, 1, false}, {"dedup", 1, 1, true}, {"dedup/batch=100", 1, 100, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			br, err := broker.Open(b.TempDir(), broker.BytesCodec(), broker.WithDedupLimit(1<<30), broker.WithSync(broker.SyncNone), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
+			br, err := broker.Open(b.TempDir(), queue.BytesCodec(), broker.WithDedupLimit(1<<30), broker.WithSync(broker.SyncNone), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -344,7 +344,7 @@ func BenchmarkDurableEnqueue100k(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				b.StopTimer()
-				br, err := broker.Open(b.TempDir(), broker.BytesCodec(), broker.WithDedupLimit(items), broker.WithDedupWindow(24*time.Hour), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
+				br, err := broker.Open(b.TempDir(), queue.BytesCodec(), broker.WithDedupLimit(items), broker.WithDedupWindow(24*time.Hour), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/journal"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // path is the file a restore's CorruptError names.
@@ -28,13 +29,13 @@ func (st *store[T]) path() string {
 // owner does after it is taken shows in it. A message the owner had leased
 // shows in flight, with no deadline and no lease anyone can settle; a
 // record the owner is still writing is left out. Codec is the one the
-// owner uses (BytesCodec shows any payload as its encoded bytes). Options
+// owner uses (queue.BytesCodec shows any payload as its encoded bytes). Options
 // are New's; the copy is closed as any broker is.
 //
 // A directory with no journal is an error matching fs.ErrNotExist; a
 // journal that cannot be read, a *CorruptError (matching ErrCorrupt), as
 // for Open. Salvage is not tried: the directory is the owner's.
-func OpenCopy[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error) {
+func OpenCopy[T any](dir string, codec queue.Codec[T], opts ...Option) (*Broker[T], error) {
 	if codec == nil {
 		return nil, backend.Invalid("OpenCopy: nil codec")
 	}

@@ -26,7 +26,7 @@ func cutEvery(t *testing.T, setup, op func(b *broker.Broker[string]), check func
 	t.Helper()
 	dir := t.TempDir()
 	seg := filepath.Join(dir, "seg-00000001.log")
-	b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone))
+	b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone))
 	require.NoError(t, err)
 	setup(b)
 	require.NoError(t, b.Sync())
@@ -51,7 +51,7 @@ func cutEvery(t *testing.T, setup, op func(b *broker.Broker[string]), check func
 	for _, cut := range cuts {
 		cdir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(cdir, "seg-00000001.log"), data[:cut], 0o644))
-		rb, err := broker.Open(cdir, broker.StringCodec(), broker.WithSync(broker.SyncNone))
+		rb, err := broker.Open(cdir, queue.StringCodec(), broker.WithSync(broker.SyncNone))
 		require.NoError(t, err, "cut at %d", cut)
 		check(rb, cut == int64(len(data)))
 		require.NoError(t, rb.Close())

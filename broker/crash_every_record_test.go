@@ -46,7 +46,7 @@ type erOp struct {
 func erWorkload(t *testing.T, dir string) ([]erOp, map[string][]byte, map[string]int64) {
 	mock := clock.NewMock()
 	mock.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	b, err := broker.Open(dir, broker.StringCodec(), erOptions(mock)...)
+	b, err := broker.Open(dir, queue.StringCodec(), erOptions(mock)...)
 	require.NoError(t, err)
 	work, audit, triage := erDeclare(t, b)
 	ctx := context.Background()
@@ -253,7 +253,7 @@ func erCheckCut(t *testing.T, ops []erOp, seg string, data []byte) {
 
 	mock := clock.NewMock()
 	mock.Set(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)) // every delay due, every TTL passed
-	b, err := broker.Open(dir, broker.StringCodec(), erOptions(mock)...)
+	b, err := broker.Open(dir, queue.StringCodec(), erOptions(mock)...)
 	require.NoError(t, err, where)
 	defer b.Close()
 	work, audit, triage := erDeclare(t, b)

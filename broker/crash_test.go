@@ -61,7 +61,7 @@ const (
 // crashOpen opens dir; hook, if not nil, runs in the subscription's filter
 // (inside a Publish, after its dedup reservation, before its offer).
 func crashOpen(dir string, mode broker.SyncMode, hook func(b *broker.Broker[string], payload string)) (*broker.Broker[string], *broker.Subscription[string], error) {
-	b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(mode), broker.WithDeadLetterLimit(1<<20),
+	b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(mode), broker.WithDeadLetterLimit(1<<20),
 		broker.WithCompactMin(64<<10)) // small, so that kills land in compactions too
 	if err != nil {
 		return nil, nil, err
@@ -252,7 +252,7 @@ func crashRun(t *testing.T, dir string, mode broker.SyncMode, first int, self st
 		// gone, its lock with it, when the parent reads its first line from
 		// the pipe (seen once under load).
 		if len(lines) == 1 && self == "" {
-			b, err := broker.Open(dir, broker.StringCodec())
+			b, err := broker.Open(dir, queue.StringCodec())
 			if err == nil {
 				b.Close()
 			}

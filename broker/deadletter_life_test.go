@@ -70,7 +70,7 @@ func TestDiscardDeadLetters(t *testing.T) {
 }
 
 func TestDurableDiscardDeadLetters(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	s := d.subscribe("t", "s")
 	poison(t, d.Broker, s, "a", "b", "c")
 	n, err := d.DiscardDeadLetters(func(dl queue.DeadLetter[string]) bool { return dl.Message.Payload != "b" })
@@ -86,7 +86,7 @@ func TestDurableDiscardDeadLetters(t *testing.T) {
 // A discard is one record: a journal cut anywhere inside it (a crash in
 // the middle of its write) has all its letters, and one cut after it none.
 func TestDurableDiscardIsAtomic(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	s := d.subscribe("t", "s")
 	poison(t, d.Broker, s, "a", "b", "c")
 	require.NoError(t, d.Sync())
@@ -101,7 +101,7 @@ func TestDurableDiscardIsAtomic(t *testing.T) {
 	for cut := int(before); cut <= len(whole); cut++ {
 		dir := t.TempDir()
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "seg-00000001.log"), whole[:cut], 0o644))
-		b, err := broker.Open(dir, broker.StringCodec())
+		b, err := broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err, "cut at %d", cut)
 		got := deadPayloadsOf(b)
 		require.NoError(t, b.Close())

@@ -170,7 +170,7 @@ func TestPublishDedupPartialRefusalRemembers(t *testing.T) {
 	})
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("durable, restart %v", restart), func(t *testing.T) {
-			d := openDur[string](t, broker.StringCodec())
+			d := openDur[string](t, queue.StringCodec())
 			declare := func() {
 				d.subscribe("t", "took")
 				d.subscribe("t", "full", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject))

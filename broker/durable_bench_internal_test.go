@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/leasebus/leasebus/queue"
 )
 
 // BenchmarkDurablePublishConcurrent is concurrent SyncAlways publishers,
@@ -12,7 +14,7 @@ import (
 func BenchmarkDurablePublishConcurrent(b *testing.B) {
 	for _, publishers := range []int{1, 8} {
 		b.Run(fmt.Sprint("publishers=", publishers), func(b *testing.B) {
-			br, err := Open(b.TempDir(), BytesCodec(), WithSubscriptionDefaults(WithMaxQueue(1<<30)))
+			br, err := Open(b.TempDir(), queue.BytesCodec(), WithSubscriptionDefaults(WithMaxQueue(1<<30)))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -80,10 +80,10 @@ func TestDurableCompaction(t *testing.T) {
 		require.Equal(t, later, peek(t, s))
 	}
 
-	plain := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(-1))
+	plain := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(-1))
 	history := workload(t, plain, false)
 
-	d := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(1))
+	d := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(1))
 	maxSize := workload(t, d, true)
 	firstSeg, _ := segFile(t, d.dir)
 	require.NoError(t, d.Compact())
@@ -108,7 +108,7 @@ func TestDurableCompaction(t *testing.T) {
 // means the same thing every time.
 func TestDurableCompactMinOptionReused(t *testing.T) {
 	never := broker.WithCompactMin(-1)
-	d := openDur[string](t, broker.StringCodec(), never)
+	d := openDur[string](t, queue.StringCodec(), never)
 	s := d.subscribe("t", "s")
 	cycle := func() {
 		for range 50 {
@@ -129,7 +129,7 @@ func TestDurableCompactMinOptionReused(t *testing.T) {
 // after a restart, exactly the messages not acked are there.
 func TestDurableConcurrent(t *testing.T) {
 	const publishers, each, acks = 4, 50, 100
-	d := openDur[string](t, broker.StringCodec(), broker.WithSync(broker.SyncAlways), broker.WithCompactMin(4096))
+	d := openDur[string](t, queue.StringCodec(), broker.WithSync(broker.SyncAlways), broker.WithCompactMin(4096))
 	s := d.subscribe("t", "s")
 	pctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -204,7 +204,7 @@ func TestDurableConcurrent(t *testing.T) {
 func TestDurableSyncModes(t *testing.T) {
 	for _, mode := range []broker.SyncMode{broker.SyncAlways, broker.SyncNone} {
 		t.Run(mode.String(), func(t *testing.T) {
-			d := openDur[string](t, broker.StringCodec(), broker.WithSync(mode))
+			d := openDur[string](t, queue.StringCodec(), broker.WithSync(mode))
 			s := d.subscribe("t", "s")
 			for _, p := range []string{"a", "b", "c", "d", "e"} {
 				d.publish("t", p)

@@ -46,7 +46,7 @@ func dirSum(t *testing.T, dir string) map[string]string {
 }
 
 func TestOpenCopyWhileTheOwnerRuns(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec(), broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
+	d := openDur[string](t, queue.StringCodec(), broker.WithSubscriptionDefaults(broker.WithMaxAttempts(1)))
 	require.NoError(t, d.CreateTopic("orders"))
 	sub, err := d.Subscribe("orders", "billing", broker.WithVisibilityTimeout(time.Minute))
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestOpenCopyWhileTheOwnerRuns(t *testing.T) {
 
 	mock := clock.NewMock()
 	mock.Set(d.mock.Now())
-	cp, err := broker.OpenCopy(d.dir, broker.StringCodec(), broker.WithClock(mock))
+	cp, err := broker.OpenCopy(d.dir, queue.StringCodec(), broker.WithClock(mock))
 	require.NoError(t, err)
 	defer cp.Close()
 	assert.Equal(t, before, dirSum(t, d.dir), "the copy changed nothing in the directory")
@@ -109,7 +109,7 @@ func TestOpenCopyWhileTheOwnerRuns(t *testing.T) {
 	assert.Len(t, d.DeadLetters(), 1)
 	require.NoError(t, sub.Ack(ds[0].LeaseID))
 	require.NoError(t, d.Sync())
-	again, err := broker.OpenCopy(d.dir, broker.StringCodec())
+	again, err := broker.OpenCopy(d.dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer again.Close()
 	bill2, err := again.Subscription("orders", "billing")
@@ -118,7 +118,7 @@ func TestOpenCopyWhileTheOwnerRuns(t *testing.T) {
 }
 
 func TestOpenCopyLeavesARecordBeingWrittenAlone(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	require.NoError(t, d.CreateTopic("t"))
 	_, err := d.Subscribe("t", "s")
 	require.NoError(t, err)
@@ -135,7 +135,7 @@ func TestOpenCopyLeavesARecordBeingWrittenAlone(t *testing.T) {
 	require.NoError(t, f.Close())
 	before := dirSum(t, d.dir)
 
-	cp, err := broker.OpenCopy(d.dir, broker.StringCodec())
+	cp, err := broker.OpenCopy(d.dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer cp.Close()
 	assert.Equal(t, int64(7), cp.Recovery().TruncatedBytes)
@@ -146,21 +146,21 @@ func TestOpenCopyLeavesARecordBeingWrittenAlone(t *testing.T) {
 }
 
 func TestOpenCopyRefuses(t *testing.T) {
-	_, err := broker.OpenCopy[string]("", broker.StringCodec())
+	_, err := broker.OpenCopy[string]("", queue.StringCodec())
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 	_, err = broker.OpenCopy[string](t.TempDir(), nil)
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 	empty := t.TempDir()
-	_, err = broker.OpenCopy(empty, broker.StringCodec())
+	_, err = broker.OpenCopy(empty, queue.StringCodec())
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	entries, err := os.ReadDir(empty)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "not even a LOCK file")
-	_, err = broker.OpenCopy(filepath.Join(empty, "missing"), broker.StringCodec())
+	_, err = broker.OpenCopy(filepath.Join(empty, "missing"), queue.StringCodec())
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 	_, err = os.Stat(filepath.Join(empty, "missing"))
 	assert.ErrorIs(t, err, fs.ErrNotExist, "not created")
-	_, err = broker.OpenCopy(t.TempDir(), broker.StringCodec(), broker.WithSync(broker.SyncNone))
+	_, err = broker.OpenCopy(t.TempDir(), queue.StringCodec(), broker.WithSync(broker.SyncNone))
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument, "Open's options are not a copy's")
 
 	d := openDur[string](t, pickyCodec{refuseDecode: "bad"})
@@ -178,7 +178,7 @@ func TestOpenCopyRefuses(t *testing.T) {
 // (each compaction renames a new segment into place and removes the old
 // one) all open, each a state the owner was in.
 func TestOpenCopyDuringCompactions(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(1))
+	d := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(1))
 	require.NoError(t, d.CreateTopic("t"))
 	sub, err := d.Subscribe("t", "s")
 	require.NoError(t, err)
@@ -207,7 +207,7 @@ func TestOpenCopyDuringCompactions(t *testing.T) {
 	}()
 	var depths []int
 	for range 50 {
-		cp, err := broker.OpenCopy(d.dir, broker.StringCodec())
+		cp, err := broker.OpenCopy(d.dir, queue.StringCodec())
 		require.NoError(t, err)
 		s, err := cp.Subscription("t", "s")
 		require.NoError(t, err)

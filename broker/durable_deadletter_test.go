@@ -22,7 +22,7 @@ import (
 // after a restart puts letters back in their place with attempts reset; a
 // redrive before a restart survives it.
 func TestDurableDeadLettersAndRedrive(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	work := d.subscribe("jobs", "work", broker.WithMaxAttempts(2), broker.WithVisibilityTimeout(10*time.Second))
 	d.subscribe("tiny", "small", broker.WithMaxQueue(1))
 
@@ -81,7 +81,7 @@ func TestDurableDeadLettersAndRedrive(t *testing.T) {
 	require.Equal(t, []string{"over", "ttl"}, deadPayloads(d.Broker))
 
 	t.Run("store bound", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec(), broker.WithDeadLetterLimit(2))
+		d := openDur[string](t, queue.StringCodec(), broker.WithDeadLetterLimit(2))
 		s := d.subscribe("t", "s")
 		for _, p := range []string{"r1", "r2", "r3"} {
 			d.publish("t", p)
@@ -102,7 +102,7 @@ func TestDurableDeadLettersAndRedrive(t *testing.T) {
 // TestDurableDeadLetterTopic: a subscription's dead-letter topic survives
 // a restart, and so does what was routed there, which is not in the store.
 func TestDurableDeadLetterTopic(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	work := d.subscribe("jobs", "work", broker.WithMaxAttempts(1), broker.WithDeadLetterTopic("dlq")) // created first
 	d.subscribe("dlq", "reader")
 	a := d.publish("jobs", "a", broker.WithHeaders(map[string]string{"h": "v"}))
@@ -150,7 +150,7 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	// after the source subscription (created later): it must come after
 	// what that subscription held, and keep its place across restarts.
 	t.Run("routed by Open, in order", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		work := d.subscribe("jobs", "work", broker.WithMaxAttempts(1), broker.WithDeadLetterTopic("dlq"))
 		d.subscribe("dlq", "reader")
 		d.publish("dlq", "x1")
@@ -171,7 +171,7 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 	// compaction falls.
 	t.Run("compaction while Open routes", func(t *testing.T) {
 		for _, c := range []struct{ inFlight, size int }{{2, 300}, {4, 600}, {4, 1000}, {8, 2000}} {
-			d := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(1))
+			d := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(1))
 			work := d.subscribe("jobs", "work", broker.WithMaxAttempts(1), broker.WithDeadLetterTopic("dlq"))
 			d.subscribe("dlq", "reader")
 			d.publish("dlq", strings.Repeat("x", c.size))

@@ -38,7 +38,7 @@ func FuzzOpen(f *testing.F) {
 		}
 		mock := clock.NewMock()
 		mock.Set(time.Unix(1_700_000_000, 0))
-		b, err := Open(dir, StringCodec(), WithClock(mock), WithSync(SyncNone))
+		b, err := Open(dir, queue.StringCodec(), WithClock(mock), WithSync(SyncNone))
 		if err != nil {
 			return
 		}
@@ -82,7 +82,7 @@ var filterNeeded = []Diff{{Setting: "Filter", Option: "WithFilter", Stored: "a f
 func seedJournal(f *testing.F) []byte {
 	dir := f.TempDir()
 	mock := clock.NewMock()
-	b, err := Open(dir, StringCodec(), WithClock(mock), WithSync(SyncNone), WithCompactMin(-1))
+	b, err := Open(dir, queue.StringCodec(), WithClock(mock), WithSync(SyncNone), WithCompactMin(-1))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 func journalOf(t *testing.T, n int) string {
 	t.Helper()
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec())
+	b, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("t"))
 	_, err = b.Subscribe("t", "s")
@@ -58,7 +58,7 @@ func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
 	flipped := bytes.Clone(orig)
 	flipped[size/2] ^= 0x10
 	require.NoError(t, os.WriteFile(seg, flipped, 0o644))
-	_, err = broker.Open(dir, broker.StringCodec())
+	_, err = broker.Open(dir, queue.StringCodec())
 	require.ErrorIs(t, err, broker.ErrCorrupt)
 	var ce *broker.CorruptError
 	require.ErrorAs(t, err, &ce)
@@ -77,7 +77,7 @@ func TestDurableBitFlipIsCorruptionNotATornTail(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, flipped, backup, "the backup is the journal as it was")
 
-	b, err := broker.Open(dir, broker.StringCodec())
+	b, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer b.Close()
 	s, err := b.Subscription("t", "s")
@@ -102,7 +102,7 @@ func TestDurableRandomBitFlips(t *testing.T) {
 	require.NoError(t, err)
 	lastLen := int64(0) // the last record's frame: the length of m039's put
 	{
-		b, err := broker.Open(dir, broker.StringCodec())
+		b, err := broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
 		_, size2 := segFile(t, dir)
@@ -115,7 +115,7 @@ func TestDurableRandomBitFlips(t *testing.T) {
 		flipped := bytes.Clone(orig)
 		flipped[pos] ^= 1 << r.IntN(8)
 		require.NoError(t, os.WriteFile(seg, flipped, 0o644))
-		b, err := broker.Open(dir, broker.StringCodec())
+		b, err := broker.Open(dir, queue.StringCodec())
 		if err != nil {
 			require.ErrorIs(t, err, broker.ErrCorrupt, "flip at %d", pos)
 			after, rerr := os.ReadFile(seg)
@@ -149,7 +149,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 	ctx := context.Background()
 	t.Run("crash after a compaction inside the publish", func(t *testing.T) {
 		dir := t.TempDir()
-		b, err := broker.Open(dir, broker.StringCodec())
+		b, err := broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err)
 		defer b.Close()
 		require.NoError(t, b.CreateTopic("t"))
@@ -165,7 +165,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		_, err = b.Publish(ctx, "t", "item-1", broker.WithDedupID("item-1"))
 		require.NoError(t, err)
 
-		r, err := broker.Open(image, broker.StringCodec())
+		r, err := broker.Open(image, queue.StringCodec())
 		require.NoError(t, err)
 		defer r.Close()
 		s, err := r.Subscribe("t", "s", broker.WithFilter(func(queue.Message[string]) bool { return true }))
@@ -177,7 +177,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 	})
 	t.Run("failed publish, then a clean restart", func(t *testing.T) {
 		dir := t.TempDir()
-		b, err := broker.Open(dir, broker.StringCodec())
+		b, err := broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err)
 		require.NoError(t, b.CreateTopic("t"))
 		compact := false
@@ -196,7 +196,7 @@ func TestDurableDedupIDNeverOutlivesItsMessage(t *testing.T) {
 		require.ErrorIs(t, err, queue.ErrQueueFull)
 		require.NoError(t, b.Close())
 
-		b, err = broker.Open(dir, broker.StringCodec())
+		b, err = broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err)
 		defer b.Close()
 		s, err := b.Subscribe("t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowReject),
@@ -219,7 +219,7 @@ func TestDurablePublishRacingClose(t *testing.T) {
 	lost, published := 0, 0
 	for round := range 40 {
 		dir := t.TempDir()
-		b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone))
+		b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone))
 		require.NoError(t, err)
 		require.NoError(t, b.CreateTopic("t"))
 		_, err = b.Subscribe("t", "s", broker.WithMaxQueue(1<<20), broker.WithFilter(func(queue.Message[string]) bool {
@@ -253,7 +253,7 @@ func TestDurablePublishRacingClose(t *testing.T) {
 		require.NoError(t, b.Close())
 		wg.Wait()
 
-		b, err = broker.Open(dir, broker.StringCodec())
+		b, err = broker.Open(dir, queue.StringCodec())
 		require.NoError(t, err)
 		s, err := b.Subscription("t", "s")
 		require.NoError(t, err)
@@ -279,7 +279,7 @@ func TestDurablePublishRacingClose(t *testing.T) {
 // cause's text is kept up to 4 KiB.
 func TestDurableOversizedArgumentsChangeNothing(t *testing.T) {
 	ctx := context.Background()
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	s := d.subscribe("t", "s")
 	huge := strings.Repeat("x", 65<<20)
 
@@ -322,7 +322,7 @@ func TestDurableLargestMessageStillCompacts(t *testing.T) {
 		t.Skip("writes a 64 MiB message several times")
 	}
 	ctx := context.Background()
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	s := d.subscribe("t", "s")
 	n := 64 << 20
 	for {
@@ -348,7 +348,7 @@ func TestDurableLargestMessageStillCompacts(t *testing.T) {
 // expired). They are now kept as the latest time the journal can hold.
 func TestDurableFarFutureTimesSurviveARestart(t *testing.T) {
 	const years250 = 250 * 365 * 24 * time.Hour
-	d := openDur[string](t, broker.StringCodec()) // on a mock clock in 2026
+	d := openDur[string](t, queue.StringCodec()) // on a mock clock in 2026
 	s := d.subscribe("t", "s")
 	d.publish("t", "delay-250y", broker.WithDelay(years250))
 	d.publish("t", "delay-max", broker.WithDelay(math.MaxInt64))
@@ -380,7 +380,7 @@ func TestDurableFarFutureTimesSurviveARestart(t *testing.T) {
 // whether the message is still held or not.
 func TestDurableDedupSurvivesAckAndCompaction(t *testing.T) {
 	ctx := context.Background()
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	s := d.subscribe("t", "s")
 	orig := map[string]queue.Message[string]{"a": d.publish("t", "acked", broker.WithDedupID("a")),
 		"h": d.publish("t", "held", broker.WithDedupID("h"))}
@@ -416,7 +416,7 @@ func TestDurableDedupSurvivesAckAndCompaction(t *testing.T) {
 func TestDurableDedupRecordAfterCompactionOfAnAckedMessage(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec())
+	b, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("t"))
 	a, err := b.Subscribe("t", "a")
@@ -434,7 +434,7 @@ func TestDurableDedupRecordAfterCompactionOfAnAckedMessage(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
 
-	b, err = broker.Open(dir, broker.StringCodec())
+	b, err = broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err, "the journal opens")
 	defer b.Close()
 	require.NoError(t, b.CreateTopic("t"))

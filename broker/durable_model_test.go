@@ -174,7 +174,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 	mode := SyncMode(seed % 2)
 	compactMin := []int64{-1, 1, 4096}[seed%3]
 	open := func(dir string, mock *clock.Mock) *Broker[string] {
-		b, err := Open(dir, StringCodec(), WithClock(mock), WithSync(mode), WithCompactMin(compactMin), WithDeadLetterLimit(40))
+		b, err := Open(dir, queue.StringCodec(), WithClock(mock), WithSync(mode), WithCompactMin(compactMin), WithDeadLetterLimit(40))
 		require.NoError(t, err)
 		return b
 	}
@@ -305,7 +305,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 // A message too large for one journal record is refused as an invalid
 // argument, before anything is stored, and the broker goes on.
 func TestDurableOversizedMessage(t *testing.T) {
-	b, err := Open(t.TempDir(), BytesCodec(), WithSync(SyncNone))
+	b, err := Open(t.TempDir(), queue.BytesCodec(), WithSync(SyncNone))
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.CreateTopic("t"))
@@ -336,7 +336,7 @@ func TestDurableJournalFormat(t *testing.T) {
 			seg := journal.AppendFrame(nil, c.first)
 			path := filepath.Join(dir, "seg-00000001.log")
 			require.NoError(t, os.WriteFile(path, seg, 0o644))
-			_, err := Open(dir, StringCodec())
+			_, err := Open(dir, queue.StringCodec())
 			require.ErrorIs(t, err, ErrCorrupt)
 			require.ErrorContains(t, err, c.want)
 			data, err := os.ReadFile(path)
@@ -353,7 +353,7 @@ func TestDurableJournalFormatVersion1Opens(t *testing.T) {
 	seg := journal.AppendFrame(nil, append(append([]byte{recFormat, byte(len(formatMagic))}, formatMagic...), 1))
 	seg = journal.AppendFrame(seg, e.start(recTopic).strs("t").b)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "seg-00000001.log"), seg, 0o644))
-	b, err := Open(dir, StringCodec())
+	b, err := Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	require.Equal(t, []string{"t"}, b.Topics())
 	require.NoError(t, b.Close())

@@ -24,7 +24,7 @@ var (
 	errDurDecode = errors.New("test codec: cannot decode")
 )
 
-// pickyCodec is StringCodec that refuses to encode or decode one payload.
+// pickyCodec is queue.StringCodec that refuses to encode or decode one payload.
 type pickyCodec struct{ refuseEncode, refuseDecode string }
 
 func (c pickyCodec) Encode(dst []byte, v string) ([]byte, error) {
@@ -43,10 +43,10 @@ func (c pickyCodec) Decode(data []byte) (string, error) {
 
 func TestOpenErrors(t *testing.T) {
 	t.Run("locked", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
-		_, err := broker.Open(d.dir, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
+		_, err := broker.Open(d.dir, queue.StringCodec())
 		require.ErrorIs(t, err, broker.ErrLocked)
-		_, err = broker.Open(d.dir, broker.JSONCodec[int]())
+		_, err = broker.Open(d.dir, queue.JSONCodec[int]())
 		require.ErrorIs(t, err, broker.ErrLocked)
 		d.restart() // Close, then Open: the lock is free again
 		require.NoError(t, d.CreateTopic("t"))
@@ -61,24 +61,24 @@ func TestOpenErrors(t *testing.T) {
 		dir := t.TempDir()
 		_, err := broker.Open[string](dir, nil)
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
-		_, err = broker.Open("", broker.StringCodec())
+		_, err = broker.Open("", queue.StringCodec())
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
-		_, err = broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncMode(9)))
+		_, err = broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncMode(9)))
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
-		_, err = broker.Open(dir, broker.StringCodec(), broker.WithSubscriptionDefaults(broker.WithMaxAttempts(0)))
+		_, err = broker.Open(dir, queue.StringCodec(), broker.WithSubscriptionDefaults(broker.WithMaxAttempts(0)))
 		require.ErrorIs(t, err, queue.ErrInvalidArgument)
-		b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone)) // nothing left locked
+		b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone)) // nothing left locked
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
 	})
 	t.Run("missing directory is created", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "x", "y")
-		b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone))
+		b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone))
 		require.NoError(t, err)
 		require.NoError(t, b.CreateTopic("t"))
 		require.NoError(t, b.Close())
 		require.NoError(t, b.Close(), "Close twice")
-		b, err = broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone))
+		b, err = broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone))
 		require.NoError(t, err)
 		defer b.Close()
 		require.Equal(t, []string{"t"}, b.Topics())
@@ -92,7 +92,7 @@ func TestOpenErrors(t *testing.T) {
 		require.NoError(t, b.Compact())
 	})
 	t.Run("after Close", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		require.NoError(t, d.Close())
 		require.ErrorIs(t, d.Sync(), queue.ErrClosed)
 		require.ErrorIs(t, d.Compact(), queue.ErrClosed)
@@ -116,7 +116,7 @@ func TestDurableCodecErrors(t *testing.T) {
 		require.Equal(t, []string{"good/1"}, peek(t, s))
 	})
 	t.Run("decode", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		d.subscribe("t", "s")
 		d.publish("t", "ok")
 		d.publish("t", "poison")
@@ -128,7 +128,7 @@ func TestDurableCodecErrors(t *testing.T) {
 		require.Equal(t, []string{"ok/1", "poison/1"}, peek(t, d.sub("t", "s")))
 	})
 	t.Run("empty payloads", func(t *testing.T) {
-		d := openDur[[]byte](t, broker.BytesCodec())
+		d := openDur[[]byte](t, queue.BytesCodec())
 		d.subscribe("t", "s")
 		d.publish("t", nil)
 		d.publish("t", []byte{})
@@ -150,7 +150,7 @@ func TestDurableCodecErrors(t *testing.T) {
 // was, so it is there after the next restart.
 func TestDurableTornTail(t *testing.T) {
 	setup := func(t *testing.T) (*durBroker[string], []string) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		d.subscribe("t", "s")
 		var want []string
 		for i := range 10 {

@@ -7,12 +7,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // A pause is recorded: it outlives a restart and a compaction, and a copy
 // shows it; a resume is recorded too.
 func TestDurablePauseOutlivesARestart(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	require.NoError(t, d.CreateTopic("t"))
 	s, err := d.Subscribe("t", "s")
 	require.NoError(t, err)
@@ -32,7 +33,7 @@ func TestDurablePauseOutlivesARestart(t *testing.T) {
 	assert.False(t, other.Stats().Paused, "the other one runs")
 
 	require.NoError(t, d.Compact())
-	cp, err := broker.OpenCopy(d.dir, broker.StringCodec())
+	cp, err := broker.OpenCopy(d.dir, queue.StringCodec())
 	require.NoError(t, err)
 	cs, err := cp.Subscription("t", "s")
 	require.NoError(t, err)

@@ -16,7 +16,7 @@ import (
 )
 
 func TestDurableResubscribeBindsAsStored(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	d.subscribe("t", "s", broker.WithMaxAttempts(2), broker.WithVisibilityTimeout(time.Minute), broker.WithDeadLetterTopic("dlq"))
 	d.restart()
 
@@ -61,7 +61,7 @@ func TestDurableResubscribeBindsAsStored(t *testing.T) {
 // A filter is a function and is not stored, only that there was one: it
 // must be given again, and adding or dropping one is an update.
 func TestDurableResubscribeFilter(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	keep := broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" })
 	d.subscribe("t", "filtered", keep)
 	d.subscribe("t", "plain")
@@ -87,7 +87,7 @@ func TestDurableResubscribeFilter(t *testing.T) {
 // recovered subscription is declared with (filters are not stored).
 func TestDurableResubscribeDefaultFilter(t *testing.T) {
 	keep := broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" })
-	d := openDur[string](t, broker.StringCodec(), broker.WithSubscriptionDefaults(keep))
+	d := openDur[string](t, queue.StringCodec(), broker.WithSubscriptionDefaults(keep))
 	d.subscribe("t", "s")
 	d.restart()
 	s, err := d.Subscribe("t", "s")

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // TestDurableCutSnapshotIsRefused: a compaction's snapshot cut anywhere
@@ -23,7 +24,7 @@ import (
 func TestDurableCutSnapshotIsRefused(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec(), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1))
+	b, err := broker.Open(dir, queue.StringCodec(), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1))
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("t"))
 	_, err = b.Subscribe("t", "s")
@@ -50,7 +51,7 @@ func TestDurableCutSnapshotIsRefused(t *testing.T) {
 	}
 	for _, cut := range cuts {
 		require.NoError(t, os.WriteFile(seg, orig[:cut], 0o644))
-		_, err := broker.Open(dir, broker.StringCodec())
+		_, err := broker.Open(dir, queue.StringCodec())
 		var ce *broker.CorruptError
 		require.ErrorAs(t, err, &ce, "cut at %d of a %d-byte snapshot", cut, snapEnd)
 		require.ErrorIs(t, err, broker.ErrCorrupt)
@@ -62,7 +63,7 @@ func TestDurableCutSnapshotIsRefused(t *testing.T) {
 
 	// A cut in what was appended after the snapshot is a torn tail.
 	require.NoError(t, os.WriteFile(seg, orig[:len(orig)-1], 0o644))
-	r, err := broker.Open(dir, broker.StringCodec())
+	r, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	require.Positive(t, r.Recovery().TruncatedBytes)
 	s, err := r.Subscription("t", "s")
@@ -82,7 +83,7 @@ func TestDurableCutSnapshotIsRefused(t *testing.T) {
 	backup, err := os.ReadFile(si.Backup)
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(orig[:snapEnd/2], backup), "the backup is the segment as it was")
-	r, err = broker.Open(dir, broker.StringCodec())
+	r, err = broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer r.Close()
 	s, err = r.Subscription("t", "s")

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // snapshotDir returns every file of dir with its bytes, but LOCK (which
@@ -57,7 +58,7 @@ func TestOpenRefusesStrayFiles(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, c.bytes(t, dir), 0o644))
 			before := snapshotDir(t, dir)
 
-			_, err := broker.Open(dir, broker.StringCodec())
+			_, err := broker.Open(dir, queue.StringCodec())
 			require.ErrorIs(t, err, broker.ErrCorrupt)
 			var ce *broker.CorruptError
 			require.ErrorAs(t, err, &ce)
@@ -67,7 +68,7 @@ func TestOpenRefusesStrayFiles(t *testing.T) {
 			si, err := broker.Salvage(dir)
 			require.NoError(t, err)
 			require.NotEmpty(t, si.SetAside, "Salvage sets the file that does not belong aside")
-			b, err := broker.Open(dir, broker.StringCodec())
+			b, err := broker.Open(dir, queue.StringCodec())
 			require.NoError(t, err)
 			defer b.Close()
 			s, err := b.Subscribe("t", "s")
@@ -85,7 +86,7 @@ func TestOpenRefusesLoneForeignSegment(t *testing.T) {
 		path := filepath.Join(dir, "seg-00000001.log")
 		require.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 		before := snapshotDir(t, dir)
-		_, err := broker.Open(dir, broker.StringCodec())
+		_, err := broker.Open(dir, queue.StringCodec())
 		require.ErrorIs(t, err, broker.ErrCorrupt, "%q", content)
 		require.Equal(t, before, snapshotDir(t, dir), "%q: unchanged", content)
 	}

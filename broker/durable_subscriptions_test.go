@@ -23,7 +23,7 @@ import (
 func TestDurableResubscribe(t *testing.T) {
 	keep := broker.WithFilter(func(m queue.Message[string]) bool { return strings.HasPrefix(m.Payload, "keep") })
 	fresh := broker.WithFilter(func(m queue.Message[string]) bool { return strings.HasPrefix(m.Payload, "new") })
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	d.subscribe("t", "s", broker.WithMaxAttempts(5), broker.WithVisibilityTimeout(10*time.Second), keep)
 	d.publish("t", "keep1")
 	d.publish("t", "drop1")
@@ -77,7 +77,7 @@ func TestDurableResubscribe(t *testing.T) {
 	require.Equal(t, 2, dls[4].Attempts)
 
 	t.Run("wildcard", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		require.NoError(t, d.CreateTopic("orders.eu"))
 		_, err := d.Subscribe("orders.*", "all", broker.WithMaxAttempts(3))
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestDurableResubscribe(t *testing.T) {
 		retry := func(r func() float64) broker.SubscribeOption {
 			return broker.WithRetry(queue.RetryPolicy{Initial: 40 * time.Second, Max: time.Minute, Jitter: 0.5, Rand: r})
 		}
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		d.subscribe("t", "s", retry(func() float64 { return 0 }))
 		d.restart()
 		s, err := d.Subscribe("t", "s", retry(func() float64 { return 0.999999 })) // takes half the delay off
@@ -117,7 +117,7 @@ func TestDurableResubscribe(t *testing.T) {
 // TestDurableRemovalsPersist: Unsubscribe, DeleteTopic and Purge are not
 // undone by a restart; the dead letters of what they removed stay.
 func TestDurableRemovalsPersist(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	keep := d.subscribe("a", "keep")
 	gone := d.subscribe("a", "gone")
 	x := d.subscribe("b", "x")
@@ -192,7 +192,7 @@ func TestDurableRemovalsPersist(t *testing.T) {
 	require.Equal(t, []string{"gone"}, subs)
 
 	t.Run("wildcard subscription keeps a deleted topic's messages", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		require.NoError(t, d.CreateTopic("x.a"))
 		require.NoError(t, d.CreateTopic("x.b"))
 		_, err := d.Subscribe("x.*", "all")
@@ -205,7 +205,7 @@ func TestDurableRemovalsPersist(t *testing.T) {
 		require.Equal(t, []string{"a/1", "b/1"}, peek(t, d.sub("x.*", "all")))
 	})
 	t.Run("overflow policies", func(t *testing.T) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		drop := d.subscribe("t", "drop", broker.WithMaxQueue(2), broker.WithOverflow(queue.OverflowDropOldest))
 		d.subscribe("t", "reject", broker.WithMaxQueue(2), broker.WithOverflow(queue.OverflowReject))
 		d.publish("t", "m1")
@@ -223,7 +223,7 @@ func TestDurableRemovalsPersist(t *testing.T) {
 // TestDurableFanOut: each subscription of a topic keeps its own copy; an
 // ack on one does not remove the message from the other.
 func TestDurableFanOut(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	a := d.subscribe("t", "a")
 	d.subscribe("t", "b")
 	d.publish("t", "m1")

@@ -24,7 +24,7 @@ func TestDurableSweep(t *testing.T) {
 	for _, compact := range []int64{-1, 1} { // never; whenever the journal has doubled
 		t.Run(fmt.Sprint("compactMin=", compact), func(t *testing.T) {
 			const n = 2000
-			d := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(compact))
+			d := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(compact))
 			dead := d.subscribe("jobs", "dead", broker.WithMaxAttempts(1), broker.WithVisibilityTimeout(time.Minute))
 			again := d.subscribe("jobs", "again", broker.WithMaxAttempts(3), broker.WithVisibilityTimeout(time.Minute))
 			var want []string

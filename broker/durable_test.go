@@ -34,19 +34,19 @@ type durBroker[T any] struct {
 	*broker.Broker[T]
 	t     *testing.T
 	dir   string
-	codec broker.Codec[T]
+	codec queue.Codec[T]
 	opts  []broker.Option
 	mock  *clock.Mock
 }
 
 // openDur opens a durable broker (SyncNone unless opts say otherwise) in a
 // new directory, on a mock clock set to durEpoch.
-func openDur[T any](t *testing.T, codec broker.Codec[T], opts ...broker.Option) *durBroker[T] {
+func openDur[T any](t *testing.T, codec queue.Codec[T], opts ...broker.Option) *durBroker[T] {
 	t.Helper()
 	return openDurAt(t, durEpoch, codec, opts...)
 }
 
-func openDurAt[T any](t *testing.T, start time.Time, codec broker.Codec[T], opts ...broker.Option) *durBroker[T] {
+func openDurAt[T any](t *testing.T, start time.Time, codec queue.Codec[T], opts ...broker.Option) *durBroker[T] {
 	t.Helper()
 	d := &durBroker[T]{t: t, dir: t.TempDir(), codec: codec, opts: opts}
 	mock := clock.NewMock()
@@ -57,7 +57,7 @@ func openDurAt[T any](t *testing.T, start time.Time, codec broker.Codec[T], opts
 
 // tryOpen opens d's directory with codec on mock; the broker is closed
 // when the test ends.
-func (d *durBroker[T]) tryOpen(mock *clock.Mock, codec broker.Codec[T]) (*broker.Broker[T], error) {
+func (d *durBroker[T]) tryOpen(mock *clock.Mock, codec queue.Codec[T]) (*broker.Broker[T], error) {
 	opts := append([]broker.Option{broker.WithClock(mock), broker.WithSync(broker.SyncNone)}, d.opts...)
 	b, err := broker.Open(d.dir, codec, opts...)
 	if err == nil {
@@ -195,7 +195,7 @@ type durOrder struct {
 func TestDurableRoundTrip(t *testing.T) {
 	for _, start := range []time.Time{time.Unix(0, 0), durEpoch} {
 		t.Run(start.UTC().Format("2006"), func(t *testing.T) {
-			d := openDurAt(t, start, broker.JSONCodec[durOrder]())
+			d := openDurAt(t, start, queue.JSONCodec[durOrder]())
 			require.NoError(t, d.CreateTopic("orders"))
 			require.NoError(t, d.CreateTopic("audit"))
 			s := d.subscribe("orders", "billing", broker.WithMaxAttempts(7), broker.WithVisibilityTimeout(45*time.Second),
@@ -271,7 +271,7 @@ func TestDurableRoundTrip(t *testing.T) {
 // the broker's clock: a restart neither restarts nor forgets them.
 func TestDurableTimesAreAbsolute(t *testing.T) {
 	setup := func(t *testing.T) (*durBroker[string], *broker.Subscription[string], time.Time) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		s := d.subscribe("t", "s", broker.WithVisibilityTimeout(time.Minute),
 			broker.WithRetry(queue.RetryPolicy{Initial: 20 * time.Second, Max: time.Hour}))
 		return d, s, d.mock.Now()
@@ -360,7 +360,7 @@ func TestDurableTimesAreAbsolute(t *testing.T) {
 func TestDurableLeasedAtRestart(t *testing.T) {
 	const vis = time.Minute
 	setup := func(t *testing.T) (*durBroker[string], *broker.Subscription[string]) {
-		d := openDur[string](t, broker.StringCodec())
+		d := openDur[string](t, queue.StringCodec())
 		return d, d.subscribe("t", "s", broker.WithMaxAttempts(3), broker.WithVisibilityTimeout(vis))
 	}
 
@@ -446,7 +446,7 @@ func TestDurableLeasedAtRestart(t *testing.T) {
 // its input again after a crash, with an ID per item, queues nothing twice
 // (acked items included), and past the window an ID is new again.
 func TestDurableDedupAcrossRestart(t *testing.T) {
-	d := openDur(t, broker.StringCodec(), broker.WithDedupWindow(time.Hour), broker.WithCompactMin(1))
+	d := openDur(t, queue.StringCodec(), broker.WithDedupWindow(time.Hour), broker.WithCompactMin(1))
 	s := d.subscribe("jobs", "w")
 	first := make([]queue.Message[string], 3)
 	for i := range first {

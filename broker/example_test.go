@@ -205,7 +205,7 @@ func ExampleOpen() {
 	ctx := context.Background()
 
 	// First run: publish three jobs, finish one, stop while holding another.
-	b, err := broker.Open(dir, broker.JSONCodec[string]())
+	b, err := broker.Open(dir, queue.JSONCodec[string]())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -220,7 +220,7 @@ func ExampleOpen() {
 	b.Close()
 
 	// Second run: the same declarations bring the subscription back.
-	b, _ = broker.Open(dir, broker.JSONCodec[string]())
+	b, _ = broker.Open(dir, queue.JSONCodec[string]())
 	defer b.Close()
 	fmt.Printf("%+v\n", b.Recovery())
 	b.CreateTopic("jobs")

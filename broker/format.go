@@ -265,7 +265,7 @@ func b2u(b bool) byte {
 
 // envelope appends a message's envelope: ID, topic, key, priority,
 // PublishedAt, headers, then the encoded payload to the end.
-func envelope[T any](dst []byte, m *queue.Message[T], codec Codec[T]) ([]byte, error) {
+func envelope[T any](dst []byte, m *queue.Message[T], codec queue.Codec[T]) ([]byte, error) {
 	e := enc{dst}
 	e.id(m.ID)
 	e.str(m.Topic)
@@ -292,7 +292,7 @@ func envelopeHead(data []byte) (uuid.UUID, time.Time, error) {
 	return id, at, d.err
 }
 
-func unenvelope[T any](data []byte, codec Codec[T]) (*queue.Message[T], error) {
+func unenvelope[T any](data []byte, codec queue.Codec[T]) (*queue.Message[T], error) {
 	d := dec{b: data}
 	m := &queue.Message[T]{ID: d.id(), Topic: d.str(), Key: d.str(), Priority: queue.Priority(int8(d.byte())), PublishedAt: d.time()}
 	n := d.uint()

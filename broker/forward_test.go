@@ -151,7 +151,7 @@ func TestDurableForwardIsAtomic(t *testing.T) {
 // place.
 func TestDurableForwardAcrossCompaction(t *testing.T) {
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.StringCodec())
+	b, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	_, work, _ := declareStages(t, b)
 	for range 10 {
@@ -168,7 +168,7 @@ func TestDurableForwardAcrossCompaction(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.Close())
-	r, err := broker.Open(dir, broker.StringCodec())
+	r, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer r.Close()
 	_, work, next := declareStages(t, r)

@@ -54,7 +54,7 @@ func TestDurableGroupInterleavings(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			d := openDur[string](t, broker.StringCodec(), broker.WithCompactMin(-1))
+			d := openDur[string](t, queue.StringCodec(), broker.WithCompactMin(-1))
 			first := d.subscribe("t", "first")
 			once := false
 			filter := broker.WithFilter(func(m queue.Message[string]) bool {

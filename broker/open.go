@@ -100,7 +100,7 @@ type store[T any] struct {
 	b          *Broker[T]       // for a queue's Commit
 	j          *journal.Journal // nil for OpenCopy's, which only decodes
 	copyOf     string           // OpenCopy's directory
-	codec      Codec[T]
+	codec      queue.Codec[T]
 	info       RecoveryInfo
 	compacting atomic.Bool
 	nextSub    uint32 // under Broker.mu
@@ -255,7 +255,7 @@ type limboLetter[T any] struct {
 // A write or fsync error is sticky: the call that met it and every later
 // call that changes state return it, because what reached the disk is
 // unknown; Close and Open again to carry on from what did.
-func Open[T any](dir string, codec Codec[T], opts ...Option) (*Broker[T], error) {
+func Open[T any](dir string, codec queue.Codec[T], opts ...Option) (*Broker[T], error) {
 	if codec == nil {
 		return nil, backend.Invalid("Open: nil codec")
 	}

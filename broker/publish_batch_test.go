@@ -80,7 +80,7 @@ func TestPublishBatchPartialRefusal(t *testing.T) {
 func TestPublishBatchDurable(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	b, err := broker.Open(dir, broker.StringCodec())
+	b, err := broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("t"))
 	_, err = b.Subscribe("t", "s")
@@ -93,7 +93,7 @@ func TestPublishBatchDurable(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Close())
 
-	b, err = broker.Open(dir, broker.StringCodec())
+	b, err = broker.Open(dir, queue.StringCodec())
 	require.NoError(t, err)
 	defer b.Close()
 	require.NoError(t, b.CreateTopic("t"))
@@ -144,7 +144,7 @@ func TestPublishBatchDedupIDs(t *testing.T) {
 // remembers the message's ID, and a second use of the ID in the same batch
 // is a duplicate of it: it must not wait for the batch's own pending ID.
 func TestDurablePublishBatchRepeatedIDOfAFilteredMessage(t *testing.T) {
-	d := openDur[string](t, broker.StringCodec())
+	d := openDur[string](t, queue.StringCodec())
 	d.subscribe("t", "s", broker.WithFilter(func(m queue.Message[string]) bool { return m.Payload != "skip" }))
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang guard, not a wait
 	defer cancel()

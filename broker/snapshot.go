@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/internal/core"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // compactLocked rewrites the journal as a snapshot. It holds still every
@@ -61,7 +62,7 @@ func (b *Broker[T]) deadInOrderLocked() []letter[T] {
 
 // snapshot is the frozen state a compaction writes.
 type snapshot[T any] struct {
-	codec  Codec[T]
+	codec  queue.Codec[T]
 	topics []string           // sorted
 	subs   []*Subscription[T] // by journal id
 	held   [][]core.Entry[T]  // what each of subs holds

@@ -6,7 +6,7 @@
 // drive its redeliveries with the broker's mock clock.
 //
 // gocloud bodies are bytes, so the broker's payload type is []byte
-// (broker.New[[]byte](), or broker.Open(dir, broker.BytesCodec()) for a
+// (broker.New[[]byte](), or broker.Open(dir, queue.BytesCodec()) for a
 // durable one). The program owns the broker: it creates topics
 // (b.CreateTopic) and subscriptions (b.Subscribe, with their visibility
 // timeout, max attempts and retry policy), and closes it after shutting

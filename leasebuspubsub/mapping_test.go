@@ -555,7 +555,7 @@ func TestSubscriptionAsBindsByName(t *testing.T) {
 func TestDurableBrokerAcrossARestart(t *testing.T) {
 	ctx := guard(t)
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.BytesCodec())
+	b, err := broker.Open(dir, queue.BytesCodec())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +582,7 @@ func TestDurableBrokerAcrossARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b, err = broker.Open(dir, broker.BytesCodec())
+	b, err = broker.Open(dir, queue.BytesCodec())
 	if err != nil {
 		t.Fatal(err)
 	}

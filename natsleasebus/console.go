@@ -51,7 +51,7 @@ func ConsoleBackend[T any](b *Bus, opts ...SubscribeOption) (console.Backend[T],
 
 type consoleBackend[T any] struct {
 	b         *Bus
-	codec     broker.Codec[T]
+	codec     queue.Codec[T]
 	pollSlice time.Duration
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/natsleasebus"
 	"github.com/leasebus/leasebus/queue"
@@ -179,6 +178,6 @@ func TestConsoleBackendRefusesBadArguments(t *testing.T) {
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 	srv := startServer(t, t.TempDir(), -1)
 	bus := open(t, connect(t, srv.srv.ClientURL()))
-	_, err = natsleasebus.ConsoleBackend[int](bus, natsleasebus.WithCodec(broker.StringCodec()))
+	_, err = natsleasebus.ConsoleBackend[int](bus, natsleasebus.WithCodec(queue.StringCodec()))
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 }

@@ -36,7 +36,7 @@ func FetchDeadLetters[T any](ctx context.Context, b *Bus, topic, name string, n 
 	return out, err
 }
 
-func deadLetterConfig[T any](opts []SubscribeOption) (subConfig, broker.Codec[T], error) {
+func deadLetterConfig[T any](opts []SubscribeOption) (subConfig, queue.Codec[T], error) {
 	cfg, err := newSubConfig(opts)
 	if err != nil {
 		return cfg, nil, err
@@ -182,7 +182,7 @@ func dlHeader(h nats.Header, name string) string {
 }
 
 // decodeDeadLetter reads a dead letter of the subscription of topic.
-func decodeDeadLetter[T any](m js.Msg, topic string, codec broker.Codec[T]) (queue.DeadLetter[T], error) {
+func decodeDeadLetter[T any](m js.Msg, topic string, codec queue.Codec[T]) (queue.DeadLetter[T], error) {
 	h := m.Headers()
 	payload, err := codec.Decode(m.Data())
 	if err != nil {

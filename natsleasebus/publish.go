@@ -12,7 +12,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -145,11 +144,11 @@ func WithTTL(d time.Duration) PublishOption {
 
 // WithPublishCodec encodes the payload with c instead of the default
 // (JSON; []byte and string payloads pass through as the data).
-func WithPublishCodec[T any](c broker.Codec[T]) PublishOption {
+func WithPublishCodec[T any](c queue.Codec[T]) PublishOption {
 	return PublishOption{func(p *publishConfig) { p.codec = c }}
 }
 
-func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, broker.Codec[T], error) {
+func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, queue.Codec[T], error) {
 	var pc publishConfig
 	for _, o := range opts {
 		if o.apply == nil {
@@ -176,7 +175,7 @@ func publishSetup[T any](topic string, opts []PublishOption) (publishConfig, bro
 
 // prepare encodes payload into a message to topic, published at now (a
 // schedule, with a delay), and the message as subscribers will see it.
-func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec broker.Codec[T], msgID string, now time.Time) (*nats.Msg, queue.Message[T], error) {
+func prepare[T any](b *Bus, topic string, payload T, pc *publishConfig, codec queue.Codec[T], msgID string, now time.Time) (*nats.Msg, queue.Message[T], error) {
 	data, err := codec.Encode(nil, payload)
 	if err != nil {
 		return nil, queue.Message[T]{}, fmt.Errorf("publish to %q: encode: %w", topic, err)
@@ -324,7 +323,7 @@ func PublishBatch[T any](ctx context.Context, b *Bus, topic string, payloads []T
 
 // original reads back the message stored at seq, of which a publish was a
 // duplicate.
-func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64, codec broker.Codec[T]) (queue.Message[T], error) {
+func original[T any](ctx context.Context, st js.Stream, topic string, seq uint64, codec queue.Codec[T]) (queue.Message[T], error) {
 	raw, err := st.GetMsg(ctx, seq)
 	if errors.Is(err, js.ErrMsgNotFound) {
 		return queue.Message[T]{}, fmt.Errorf("publish to %q: duplicate of stream sequence %d: %w", topic, seq, ErrDuplicateGone)

@@ -8,7 +8,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -207,6 +206,6 @@ func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 
 // WithCodec decodes payloads with c instead of the default (JSON; []byte
 // and string payloads pass through as the data).
-func WithCodec[T any](c broker.Codec[T]) SubscribeOption {
+func WithCodec[T any](c queue.Codec[T]) SubscribeOption {
 	return SubscribeOption{func(s *subConfig) { s.codec = c }}
 }

@@ -13,7 +13,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -30,7 +29,7 @@ type Subscription[T any] struct {
 	name    string
 	durable string
 	cons    js.Consumer
-	codec   broker.Codec[T]
+	codec   queue.Codec[T]
 	cfg     subConfig
 	// The lease IDs this handle mints are (scope, stream seq, n): n counts
 	// the handle's deliveries, so no two deliveries share an ID even when

@@ -65,7 +65,7 @@
 // # Durability
 //
 // In memory by default. WithDir keeps the messages in a leasebus journal
-// (broker.Open with broker.JSONCodec) and the queues, attributes, tags and
+// (broker.Open with queue.JSONCodec) and the queues, attributes, tags and
 // the receipt-handle key in a JSON file written atomically beside it; a
 // server opened again has them all back, messages in flight visible again
 // with their receive counted.

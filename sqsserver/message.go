@@ -11,7 +11,7 @@ import (
 
 // message is the payload the server keeps in leasebus for one SQS message:
 // what the sender sent and the system attributes SQS keeps beside it. A
-// durable server stores it with broker.JSONCodec.
+// durable server stores it with queue.JSONCodec.
 type message struct {
 	Body        string      `json:"b"`
 	Attributes  []attribute `json:"a,omitempty"`  // message attributes, sorted by name

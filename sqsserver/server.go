@@ -121,7 +121,7 @@ func New(opts ...Option) (*Server, error) {
 	if cfg.syncSet {
 		bopts = append(bopts, broker.WithSync(cfg.sync))
 	}
-	b, err := broker.Open(filepath.Join(cfg.dir, journalDir), broker.JSONCodec[message](), bopts...)
+	b, err := broker.Open(filepath.Join(cfg.dir, journalDir), queue.JSONCodec[message](), bopts...)
 	if err != nil {
 		return nil, fmt.Errorf("sqsserver: open %s: %w", cfg.dir, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/wmleasebus"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestDurableRestart(t *testing.T) {
 	dir := t.TempDir()
 	open := func() *broker.Broker[[]byte] {
-		b, err := broker.Open[[]byte](dir, broker.BytesCodec())
+		b, err := broker.Open[[]byte](dir, queue.BytesCodec())
 		if err != nil {
 			t.Fatal(err)
 		}

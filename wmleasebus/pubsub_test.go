@@ -99,7 +99,7 @@ func TestPubSubInMemory(t *testing.T) {
 }
 
 func TestPubSubDurable(t *testing.T) {
-	b, err := broker.Open[[]byte](t.TempDir(), broker.BytesCodec())
+	b, err := broker.Open[[]byte](t.TempDir(), queue.BytesCodec())
 	if err != nil {
 		t.Fatal(err)
 	}

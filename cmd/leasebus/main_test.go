@@ -66,7 +66,7 @@ func startOwner(t *testing.T) *running {
 
 func (r *running) open(t *testing.T) {
 	t.Helper()
-	b, err := broker.Open(r.dir, broker.JSONCodec[order]())
+	b, err := broker.Open(r.dir, queue.JSONCodec[order]())
 	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
 	r.b = b
@@ -258,7 +258,7 @@ func TestBadCommandLines(t *testing.T) {
 // -topic picks one, and a ref with its topic discards that one alone.
 func TestOneNameOnTwoTopics(t *testing.T) {
 	dir := t.TempDir()
-	b, err := broker.Open(dir, broker.JSONCodec[order]())
+	b, err := broker.Open(dir, queue.JSONCodec[order]())
 	require.NoError(t, err)
 	require.NoError(t, b.CreateTopic("orders.eu"))
 	var subs []*broker.Subscription[order]

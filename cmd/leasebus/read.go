@@ -19,7 +19,7 @@ import (
 
 // openCopy opens a copy of dir: payloads as the owner's codec wrote them.
 func openCopy(dir string) (*broker.Broker[[]byte], error) {
-	return broker.OpenCopy(dir, broker.BytesCodec())
+	return broker.OpenCopy(dir, queue.BytesCodec())
 }
 
 func inspect(args []string, out io.Writer) error {

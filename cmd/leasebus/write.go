@@ -23,7 +23,7 @@ import (
 
 // openLocked opens dir as its owner would, taking the lock.
 func openLocked(dir string) (*broker.Broker[[]byte], error) {
-	b, err := broker.Open(dir, broker.BytesCodec())
+	b, err := broker.Open(dir, queue.BytesCodec())
 	if errors.Is(err, broker.ErrLocked) {
 		return nil, fmt.Errorf("%w: stop the process that holds it first (inspect, peek, dead-letters, export and console read it without the lock)", err)
 	}

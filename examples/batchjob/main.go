@@ -146,7 +146,7 @@ func run(ctx context.Context, in io.Reader, cfg config) (report, error) {
 		b, err = broker.New[item](opts...)
 	} else { // every line's dedup ID is remembered for the job's horizon
 		opts = append(opts, broker.WithDedupWindow(cfg.horizon), broker.WithDedupLimit(cfg.maxItems), broker.WithSync(cfg.sync))
-		b, err = broker.Open(cfg.state, broker.JSONCodec[item](), opts...)
+		b, err = broker.Open(cfg.state, queue.JSONCodec[item](), opts...)
 	}
 	if err != nil {
 		return r, err

@@ -117,7 +117,7 @@ func TestInMemoryBroker(t *testing.T) {
 // mode changes when a call returns, not what it does).
 func TestDurableBroker(t *testing.T) {
 	mock := clock.NewMock()
-	b, err := broker.Open(t.TempDir(), broker.StringCodec(), broker.WithClock(mock), broker.WithSync(broker.SyncNone))
+	b, err := broker.Open(t.TempDir(), queue.StringCodec(), broker.WithClock(mock), broker.WithSync(broker.SyncNone))
 	if err != nil {
 		t.Fatal(err)
 	}

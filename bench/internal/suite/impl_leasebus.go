@@ -88,7 +88,7 @@ func newDurableLeaseBus(s Setup, mode broker.SyncMode) (System, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := broker.Open(dir, broker.BytesCodec(), append(leaseBusOptions(s), broker.WithSync(mode))...)
+	b, err := broker.Open(dir, queue.BytesCodec(), append(leaseBusOptions(s), broker.WithSync(mode))...)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

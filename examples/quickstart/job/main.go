@@ -19,7 +19,7 @@ type Item struct {
 }
 
 func main() {
-	b, err := broker.Open("job-queue", broker.JSONCodec[Item](), // kept in this directory
+	b, err := broker.Open("job-queue", queue.JSONCodec[Item](), // kept in this directory
 		broker.WithDedupWindow(30*24*time.Hour), // a rerun within 30 days knows each item (default: 5 minutes)
 		broker.WithDedupLimit(1_000_000),
 		broker.WithSubscriptionDefaults(broker.WithMaxQueue(1_000_000), broker.WithMaxAttempts(3)))

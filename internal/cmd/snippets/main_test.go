@@ -14,7 +14,7 @@ import (
 func TestCheck(t *testing.T) {
 	c := newChecker()
 	md := "text\n```go\nb, err := broker.New[Order]()\n_ = b.CreateTopic(\"t\")\n```\n" +
-		"```go\nb, err := broker.Open(dir, broker.JSONCodec[Item](), broker.WithMaxQueue(maxItems))\n```\n" +
+		"```go\nb, err := broker.Open(dir, queue.JSONCodec[Item](), broker.WithMaxQueue(maxItems))\n```\n" +
 		"```go\nbroker.NoSuchThing()\n```\n" +
 		"<!-- given: raw *broker.Broker[[]byte] -->\n```go\n_, err := raw.Publish(ctx, \"t\", []byte(\"x\"))\n```\n" +
 		"```go\npackage main\n\nfunc main() {}\n```\n"

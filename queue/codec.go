@@ -1,15 +1,17 @@
-package broker
+package queue
 
 import (
 	"encoding/json"
 	"fmt"
 )
 
-// Codec turns payloads into bytes and back for a durable broker (Open).
-// Encode appends v's encoding to dst and returns the extended slice; Decode
-// must return an equal value for what Encode wrote, in this process or a
-// later one. Both must be safe for concurrent use. A payload Encode refuses
-// makes Publish fail before anything is stored.
+// Codec turns payloads into bytes and back, for every backend that keeps
+// or sends them as bytes: a durable broker (broker.Open), JetStream
+// (natsleasebus), the SQS server. Encode appends v's encoding to dst and
+// returns the extended slice; Decode must return an equal value for what
+// Encode wrote, in this process or a later one. Both must be safe for
+// concurrent use. A payload Encode refuses makes Publish fail before
+// anything is stored.
 type Codec[T any] interface {
 	Encode(dst []byte, v T) ([]byte, error)
 	Decode(data []byte) (T, error)
