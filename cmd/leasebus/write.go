@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/internal/httpserve"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -240,7 +241,7 @@ func serveConsole(args []string, out io.Writer) error {
 	fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	srv := httpServer(h)
+	srv := httpserve.New(h)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	select {
@@ -251,12 +252,4 @@ func serveConsole(args []string, out io.Writer) error {
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdown)
-}
-
-// httpServer returns a server for h whose every stage of a connection is
-// bounded: a client that stalls in its headers or its body, reads its
-// answer too slowly or idles loses the connection.
-func httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/internal/httpserve"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -80,7 +80,7 @@ func run(ctx context.Context, addr string, every time.Duration, readOnly bool, o
 	if err != nil {
 		return err
 	}
-	srv := httpServer(c)
+	srv := httpserve.New(c)
 	fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -239,12 +239,4 @@ func (s *shop) arrive(ctx context.Context, every time.Duration) {
 			return
 		}
 	}
-}
-
-// httpServer returns a server for h whose every stage of a connection is
-// bounded: a client that stalls in its headers or its body, reads its
-// answer too slowly or idles loses the connection.
-func httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }

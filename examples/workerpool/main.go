@@ -18,7 +18,6 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/internal/httpserve"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -208,7 +208,7 @@ func serveConsole(addr string, b *broker.Broker[webhook], progress io.Writer) (s
 	if err != nil {
 		return nil, err
 	}
-	srv := httpServer(c)
+	srv := httpserve.New(c)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -324,12 +324,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// httpServer returns a server for h whose every stage of a connection is
-// bounded: a client that stalls in its headers or its body, reads its
-// answer too slowly or idles loses the connection.
-func httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 }

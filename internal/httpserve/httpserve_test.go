@@ -1,4 +1,4 @@
-package main
+package httpserve
 
 import (
 	"io"
@@ -8,11 +8,11 @@ import (
 	"time"
 )
 
-// Every stage of a connection to the program's HTTP server is bounded, so
+// Every stage of a connection to the server New makes is bounded, so
 // a client that sends its headers or body a byte at a time, reads slowly
 // or idles cannot hold a connection (and its goroutine) for ever.
 func TestHTTPServerBoundsEveryStage(t *testing.T) {
-	srv := httpServer(http.NotFoundHandler())
+	srv := New(http.NotFoundHandler())
 	for name, d := range map[string]int64{
 		"ReadHeaderTimeout": int64(srv.ReadHeaderTimeout), "ReadTimeout": int64(srv.ReadTimeout),
 		"WriteTimeout": int64(srv.WriteTimeout), "IdleTimeout": int64(srv.IdleTimeout),
@@ -32,7 +32,7 @@ func TestHTTPServerCutsAStalledClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out ReadHeaderTimeout")
 	}
-	srv := httpServer(http.NotFoundHandler())
+	srv := New(http.NotFoundHandler())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
