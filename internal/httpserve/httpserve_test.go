@@ -6,7 +6,11 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Every stage of a connection to the server New makes is bounded, so
 // a client that sends its headers or body a byte at a time, reads slowly

@@ -1,11 +1,13 @@
-// Package testkit holds the helpers that the bad-input tests of several
-// packages share: a call that turns a panic into an error, and the check
-// that an error is the documented one and no panic.
+// Package testkit holds the helpers that the tests of several packages
+// share: a call that turns a panic into an error, the check that an error
+// is the documented one and no panic, and what a program prints.
 package testkit
 
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -39,4 +41,24 @@ func WantErr(t testing.TB, name string, err, want error) {
 	case want != nil && !errors.Is(err, want):
 		t.Errorf("%s = %v, want an error matching %v", name, err, want)
 	}
+}
+
+// Stdout returns what f prints on os.Stdout: a test of a program's main.
+func Stdout(t testing.TB, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := os.Stdout
+	os.Stdout = w
+	defer func() { os.Stdout = orig }()
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	f()
+	w.Close()
+	return <-done
 }
