@@ -58,7 +58,7 @@ func readOnce(dir string, replay func([]byte) error) (Info, error) {
 		return Info{}, ErrNoJournal
 	}
 	info := Info{Segment: c.seg, Legacy: c.legacy}
-	end, records, err := replaySegment(c, filepath.Join(dir, segFileName(c.seg)), replay)
+	end, records, _, err := replaySegment(c, filepath.Join(dir, segFileName(c.seg)), replay)
 	if err != nil {
 		return Info{}, err
 	}

@@ -2,7 +2,6 @@ package journal
 
 import (
 	"fmt"
-	"hash/crc32"
 	"os"
 	"slices"
 )
@@ -46,11 +45,11 @@ func (j *Journal) recover(replay func([]byte) error) (Info, error) {
 	info := Info{Segment: c.seg, Legacy: c.legacy}
 	off := len(c.data)
 	if c.seg != 0 {
-		off, info.Records, err = replaySegment(c, j.segPath(j.seg), replay)
+		// j.segCRC: of what stays once a torn tail is cut
+		off, info.Records, j.segCRC, err = replaySegment(c, j.segPath(j.seg), replay)
 		if err != nil {
 			return Info{}, err
 		}
-		j.segCRC = crc32.Checksum(c.data[:off], castagnoli) // what stays once a torn tail is cut
 	}
 	// The chain is proven and the live segment replays: only now change
 	// the directory.

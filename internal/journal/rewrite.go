@@ -56,7 +56,8 @@ func (j *Journal) Rewrite(snapshot func(emit func(body []byte)) error) error {
 }
 
 // writeSnapshot writes h's header, the records snapshot emits and the end
-// record that seals them to a new file at path, and fsyncs it. It returns the file's size and CRC32C.
+// record that seals them to a new file at path, and fsyncs it. It returns
+// the file's size and CRC32C.
 func writeSnapshot(path string, h header, snapshot func(emit func([]byte)) error) (int64, uint32, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {

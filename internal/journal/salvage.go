@@ -34,10 +34,10 @@ type SalvageInfo struct {
 // is deleted. Then it keeps the live segment's longest prefix of whole,
 // checksummed frames that replay also accepts, stopping at the first bad
 // frame, the first bad snapshot end record or the first record replay
-// refuses, whatever follows. If that is
-// less than the whole segment, or the kept prefix ends inside the
-// segment's snapshot (a cut snapshot: see Resealed), it first copies the original segment, byte
-// for byte, to a .corrupt file beside it, fsyncs the copy and the
+// refuses, whatever follows. If that is less than the whole segment, or
+// the kept prefix ends inside the segment's snapshot (a cut snapshot: see
+// Resealed), it first copies the original segment, byte for byte, to a
+// .corrupt file beside it, fsyncs the copy and the
 // directory, and only then cuts the segment to the kept prefix and fsyncs
 // it. Everything after the cut is lost to the journal (the backup keeps
 // it). A segment with nothing to cut, or no segment, is left alone:

@@ -143,12 +143,14 @@ func (e snapshotEnd) describes(before []byte, records int) bool {
 // its header, in order, the end record left out, and checks that a sealed
 // segment's snapshot is whole: its end record is there, and says what
 // precedes it. It returns the offset just past the last whole record (a
-// torn tail after the snapshot starts there) and the number of records
-// replayed. Damage is a *CorruptError whose Offset counts from the start
-// of the file and whose Path is path.
-func replaySegment(c chain, path string, replay func([]byte) error) (end, records int, err error) {
-	sealedAt := -1 // the end record's offset, once seen
-	off := c.start // the current frame's offset
+// torn tail after the snapshot starts there), the number of records
+// replayed, and the CRC32C of the bytes before end (what the next
+// segment's header names). Damage is a *CorruptError whose Offset counts
+// from the start of the file and whose Path is path.
+func replaySegment(c chain, path string, replay func([]byte) error) (end, records int, sum uint32, err error) {
+	sealedAt := -1       // the end record's offset, once seen
+	var sealedSum uint32 // the CRC32C of the bytes before it, which the end record proved
+	off := c.start       // the current frame's offset
 	var bad *CorruptError
 	n, err := Scan(c.data[c.start:], func(body []byte) error {
 		at := off
@@ -169,7 +171,7 @@ func replaySegment(c chain, path string, replay func([]byte) error) (end, record
 				"the snapshot end record says %d records in %d bytes with another checksum; %d records in %d bytes precede it",
 				e.records, e.length, records, at)}
 		default:
-			sealedAt = at
+			sealedAt, sealedSum = at, e.crc
 			return nil
 		}
 		return bad
@@ -185,8 +187,13 @@ func replaySegment(c chain, path string, replay func([]byte) error) (end, record
 	}
 	if ce := (*CorruptError)(nil); errors.As(err, &ce) {
 		ce.Path = path
+		return 0, 0, 0, err
 	}
-	return c.start + n, records, err
+	end = c.start + n
+	if sealedAt >= 0 { // the end record's sum covers the snapshot: one pass over the rest
+		return end, records, crc32.Update(sealedSum, castagnoli, c.data[sealedAt:end]), err
+	}
+	return end, records, crc32.Checksum(c.data[:end], castagnoli), err
 }
 
 // chain is what proving a directory found.
