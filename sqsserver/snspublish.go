@@ -171,16 +171,14 @@ func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string
 		}
 	}
 	_ = jsonValues([]byte(m.message), &m.bodyJSON) // not an object: nil, and no body filter matches
-	for _, id := range []struct {
-		name string
-		v    *string
-	}{{"MessageGroupId", group}, {"MessageDeduplicationId", dedup}} {
-		if t.fifo && id.name == "MessageGroupId" && (id.v == nil || *id.v == "") {
-			return nil, kSNSInvalidParameter.new("Invalid parameter: The MessageGroupId parameter is required for FIFO topics")
-		}
-		if id.v != nil && (*id.v == "" || len(*id.v) > maxGroupOrDedupID || !groupIDRE.MatchString(*id.v)) {
-			return nil, kSNSInvalidParameter.new("Invalid parameter: %s Reason: 1 to 128 alphanumeric or punctuation characters", id.name)
-		}
+	if t.fifo && (group == nil || *group == "") {
+		return nil, kSNSInvalidParameter.new("Invalid parameter: The MessageGroupId parameter is required for FIFO topics")
+	}
+	if err := checkSNSID("MessageGroupId", group); err != nil {
+		return nil, err
+	}
+	if err := checkSNSID("MessageDeduplicationId", dedup); err != nil {
+		return nil, err
 	}
 	if t.fifo {
 		if dedup == nil {
@@ -199,6 +197,15 @@ func (rc *request) checkPublish(t *snsTopic, message, subject, structure *string
 		return nil, kSNSInvalidParameter.new("Invalid parameter: MessageDeduplicationId Reason: The request includes MessageDeduplicationId parameter that is not valid for this topic type")
 	}
 	return m, nil
+}
+
+// checkSNSID checks a group or deduplication ID, if given: 1 to 128
+// alphanumeric or punctuation characters.
+func checkSNSID(param string, v *string) error {
+	if v != nil && (*v == "" || len(*v) > maxGroupOrDedupID || !groupIDRE.MatchString(*v)) {
+		return kSNSInvalidParameter.new("Invalid parameter: %s Reason: 1 to 128 alphanumeric or punctuation characters", param)
+	}
+	return nil
 }
 
 // checkSNSAttribute checks message attribute name, a, as SQS's SendMessage

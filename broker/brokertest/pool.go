@@ -35,12 +35,7 @@ func RunPool[T any](tb CleanupTB, pool *poller.Poller[T]) {
 func runPoolWithin[T any](tb CleanupTB, pool *poller.Poller[T], limit time.Duration) {
 	tb.Helper()
 	done := make(chan error, 1)
-	started := make(chan struct{})
-	go func() {
-		close(started)
-		done <- pool.Run(context.Background())
-	}()
-	<-started
+	go func() { done <- pool.Run(context.Background()) }()
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()

@@ -46,7 +46,7 @@ func (q *Queue[T]) AckBatch(ids []lease.ID) error {
 	}
 	var errs []error
 	for _, id := range ids {
-		if err := q.ackLocked(now, id); err != nil {
+		if err := q.ackLocked(now, id, nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -94,19 +94,19 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 	}
 	var errs []error
 	for _, id := range ids {
-		if err := q.ackLocked(time.Time{}, id); err != nil { // now is unused: no key, no TTL
+		if err := q.ackLocked(time.Time{}, id, nil); err != nil { // now is unused: no key, no TTL
 			errs = append(errs, err) // the same lease twice in ids
 		}
 	}
 	return true, cmp.Or(q.unlock(), errors.Join(errs...))
 }
 
-func (q *Queue[T]) ackLocked(now time.Time, id lease.ID) error {
+func (q *Queue[T]) ackLocked(now time.Time, id lease.ID, note any) error {
 	e, err := q.lookupLocked("ack", id)
 	if err != nil {
 		return err
 	}
-	q.ackEntryLocked(now, e, nil)
+	q.ackEntryLocked(now, e, note)
 	return nil
 }
 
@@ -128,12 +128,9 @@ func (q *Queue[T]) ackNow(id lease.ID, note any) error {
 			return err
 		}
 	}
-	e, err := q.lookupLocked("ack", id)
-	if err == nil {
-		q.ackEntryLocked(now, e, note)
-		if note != nil {
-			q.dirty = false // the caller commits, with the record it noted
-		}
+	err = q.ackLocked(now, id, note)
+	if err == nil && note != nil {
+		q.dirty = false // the caller commits, with the record it noted
 	}
 	return cmp.Or(q.unlock(), err)
 }
