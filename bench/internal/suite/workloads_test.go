@@ -203,6 +203,7 @@ func w4(n int, rec recorder) phase {
 			cctx, stop := context.WithCancel(ctx)
 			defer stop()
 			got := make(chan time.Time)
+			var warm atomic.Bool // the warm-up round trip is done: record
 			c := sys.Consumer(0)
 			cerr := make(chan error, 1)
 			go func() {
@@ -210,7 +211,7 @@ func w4(n int, rec recorder) phase {
 					var at time.Time
 					_, err := c.Take(cctx, 1, func(p []byte) {
 						at = time.Now()
-						if rec != nil {
+						if rec != nil && warm.Load() {
 							rec(0, p)
 						}
 					})
@@ -224,7 +225,20 @@ func w4(n int, rec recorder) phase {
 					}
 				}
 			}()
-			time.Sleep(time.Millisecond) // let the consumer park once
+			// One round trip not sampled nor recorded, then the gap every
+			// round leaves, so that the consumer is parked in Take before
+			// the first sample as before every other.
+			if err := sys.Publish(ctx, payload(0)); err != nil {
+				return nil, err
+			}
+			select {
+			case <-got:
+			case err := <-cerr:
+				return nil, fmt.Errorf("warm-up round trip: %w", err)
+			}
+			warm.Store(true)
+			for t := time.Now(); time.Since(t) < w4Gap; {
+			}
 			samples := make([]time.Duration, n)
 			for i := range n {
 				t0 := time.Now()
@@ -409,12 +423,23 @@ func heldBytes(impl Impl, n int) (held int64, how string, err error) {
 		held, how, err := h.HeldBytes()
 		return held, how, err
 	}
-	time.Sleep(10 * time.Millisecond) // let spawned goroutines (watermill) start
-	runtime.GC()
+	// Goroutines a System spawned (watermill's, one per queued message)
+	// may still be starting: read until two readings after a collection
+	// agree, a bounded number of times.
+	inUse := func(m *runtime.MemStats) uint64 { return m.HeapInuse + m.StackInuse }
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	for range 100 {
+		runtime.Gosched()
+		runtime.GC()
+		last := inUse(&after)
+		runtime.ReadMemStats(&after)
+		if inUse(&after) == last {
+			break
+		}
+	}
 	runtime.KeepAlive(sys)
-	held = int64(after.HeapInuse+after.StackInuse) - int64(before.HeapInuse+before.StackInuse)
+	held = int64(inUse(&after)) - int64(inUse(&before))
 	return held, "Go heap in use + stacks", nil
 }
 
