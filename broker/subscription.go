@@ -5,18 +5,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
 
-// parks marks a Subscription as a core.ParkingSource without an exported
-// field.
-//
-//lint:ignore U1000 its method, promoted to Subscription, is what the poller's type assertion looks for
-type parks = core.Parks
-
-var _ core.ParkingSource = (*Subscription[int])(nil)
+// A Subscription meets a worker pool through the declared seam.
+var (
+	_ backend.PoolPoller[int] = (*Subscription[int])(nil)
+	_ backend.PoolIdleAwaiter = (*Subscription[int])(nil)
+)
 
 // Subscription is one named subscription to a topic: a bounded queue of
 // its own that consumers pull from. Competing consumers share one
@@ -27,9 +26,6 @@ var _ core.ParkingSource = (*Subscription[int])(nil)
 // Every method returns an error matching queue.ErrClosed once the
 // subscription is unsubscribed, its topic deleted or its broker closed.
 type Subscription[T any] struct {
-	//lint:ignore U1000 see parks
-	parks // its Polls and AwaitIdle pass a poller's core.PollHooks on to the queue
-
 	q      *core.Queue[T]
 	b      *Broker[T] // its broker, for Forward
 	topic  string
@@ -77,6 +73,17 @@ func (s *Subscription[T]) PollWithVisibility(ctx context.Context, n int, visibil
 // returning how many. A worker that reuses its buffer allocates nothing.
 func (s *Subscription[T]) PollInto(ctx context.Context, dst []queue.Delivery[T]) (int, error) {
 	return s.q.PollInto(ctx, dst)
+}
+
+// PollFor is Poll as a worker pool asks for it (backend.PoolPoller), for
+// package poller and pools like it: at most req.Max deliveries, leased
+// for req.Hold where that is longer than the visibility timeout (held
+// reports it), with req.Parking marked while the Poll is parked, exactly:
+// the publish or settle that wakes it unparks it before it returns.
+// req.Max < 1 or req.Hold < 0 is an error matching
+// queue.ErrInvalidArgument.
+func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest) (ds []queue.Delivery[T], held bool, err error) {
+	return s.q.PollFor(ctx, req)
 }
 
 // TryPoll is Poll that never blocks: what is visible now, up to n, or
@@ -179,3 +186,9 @@ func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
 // out its backoff) keeps it busy until then. A batch program runs its pool
 // until the work is done with poller's RunUntilIdle, which relies on this.
 func (s *Subscription[T]) AwaitIdle(ctx context.Context) error { return s.q.AwaitIdle(ctx) }
+
+// AwaitIdleFor is AwaitIdle with pk (if not nil) marked while the wait is
+// parked (backend.PoolIdleAwaiter), for poller's RunUntilIdle.
+func (s *Subscription[T]) AwaitIdleFor(ctx context.Context, pk *backend.Parking) error {
+	return s.q.AwaitIdleFor(ctx, pk)
+}

@@ -250,20 +250,17 @@ func TestTraceFromPublisherToHandler(t *testing.T) {
 	}
 }
 
-// extending is a subscription whose Polls pass it none of the poller's
-// context values, as a remote backend's would: the poller extends its
-// leases on timers instead of holding them for the whole limit.
-type extending struct{ *broker.Subscription[string] }
-
-func (e extending) Poll(ctx context.Context, n int) ([]queue.Delivery[string], error) {
-	return e.Subscription.Poll(valueless{ctx}, n)
+// extending shows the poller only the Source methods of a subscription,
+// its AwaitIdle and its Config, as a remote backend would: it is no
+// backend.PoolPoller, so the poller extends its leases on timers instead
+// of holding them for the whole limit.
+type extending struct {
+	poller.Source[string]
+	sub *broker.Subscription[string]
 }
 
-// valueless is a context with its parent's deadline and cancellation and
-// none of its values.
-type valueless struct{ context.Context }
-
-func (valueless) Value(any) any { return nil }
+func (e extending) AwaitIdle(ctx context.Context) error { return e.sub.AwaitIdle(ctx) }
+func (e extending) Config() queue.Config                { return e.sub.Config() }
 
 // A lease extension is an event on the span of the delivery being
 // processed, and an outcome in the counter; Observe works from an observer
@@ -279,7 +276,7 @@ func TestMiddlewareExtension(t *testing.T) {
 	}
 	extended := make(chan poller.Event[string], 1)
 	var ext poller.Event[string] // the extension, as the observer saw it
-	p, err := poller.New[string](extending{sub}, mw.Handler(func(ctx context.Context, d queue.Delivery[string]) error {
+	p, err := poller.New[string](extending{sub, sub}, mw.Handler(func(ctx context.Context, d queue.Delivery[string]) error {
 		mock.Add(9 * time.Second) // past the extension point, 8s (10s less a fifth)
 		select {
 		case ext = <-extended:

@@ -78,10 +78,10 @@
 // still succeeds if the message has not been delivered again, and
 // otherwise changes nothing. How the lease is kept depends on the source:
 //
-//   - A *broker.Subscription (or a source whose Poll passes its context
-//     on to one) leases for the whole limit at once, when that is longer
-//     than its visibility timeout: the poller asks for it in the Poll's
-//     context. Nothing is extended and no timer keeps the lease: it
+//   - A source that takes the pool's request (backend.PoolPoller, as a
+//     *broker.Subscription does) leases for the whole limit at once, when
+//     that is longer than its visibility timeout: the poller asks for it
+//     in PollRequest.Hold. Nothing is extended and no timer keeps the lease: it
 //     holds, however far a mock clock jumps in one Add, until the handler
 //     settles it or the limit passes. Such a lease lives in the poller's
 //     own process, so a process that dies takes it with it (an in-memory
@@ -128,7 +128,8 @@
 // read on it. By default the poller takes the source's clock when the
 // source reports one (a *broker.Subscription does), else the real clock.
 //
-// On a mock clock, what a pool over a subscription does depends only on
+// On a mock clock, what a pool over a backend.PoolPoller (a
+// subscription) does depends only on
 // the order of the test's calls, never on when a goroutine runs, provided
 // the test waits for the pool to come to rest (AwaitQuiet) before each
 // Add: a lease is held to the limit without a timer (see Lease
@@ -137,9 +138,11 @@
 // a failed one, and the drain arm their wake-ups before the pool counts as
 // at rest. A mock's AfterFunc runs its func in a goroutine of its own, so
 // what an Add sets off is done some moments after Add returns:
-// AwaitQuiet, again, waits for it. Over a remote source, a Poll counts as
-// at rest as soon as it is called, and the source's own timers are its
-// own.
+// AwaitQuiet, again, waits for it. A source says when its Poll is parked
+// through the seam of package backend (PoolPoller marks a
+// backend.Parking, PoolIdleAwaiter the same for RunUntilIdle's wait);
+// over a source that does not (a remote one), a Poll counts as at rest as
+// soon as it is called, and the source's own timers are its own.
 //
 // # Observing
 //

@@ -1,11 +1,11 @@
 package poller
 
 import (
+	"container/heap"
 	"log/slog"
 	"time"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -87,13 +87,13 @@ func (r *run[T]) scheduleLocked(it *item[T]) {
 	switch {
 	case next.IsZero():
 		if it.index >= 0 {
-			r.due.Remove(it.index)
+			heap.Remove(&r.due, it.index)
 		}
 		return
 	case it.index >= 0:
-		r.due.Fix(it.index)
+		heap.Fix(&r.due, it.index)
 	default:
-		r.due.Push(it)
+		heap.Push(&r.due, it)
 	}
 	if r.armed.IsZero() || next.Before(r.armed) {
 		select {
@@ -126,7 +126,7 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 		r.mu.Lock()
 		var next time.Time
 		if r.due.Len() > 0 {
-			next = r.due.S[0].next()
+			next = r.due[0].next()
 		}
 		r.mu.Unlock()
 
@@ -174,8 +174,8 @@ func (r *run[T]) runDue() {
 	now := r.p.cfg.clock.Now()
 	var extend []*item[T]
 	r.mu.Lock()
-	for r.due.Len() > 0 && !r.due.S[0].next().After(now) {
-		it := r.due.S[0]
+	for r.due.Len() > 0 && !r.due[0].next().After(now) {
+		it := r.due[0]
 		extend = append(extend, it)
 		it.extendAt = time.Time{}
 		r.scheduleLocked(it)
@@ -231,10 +231,29 @@ func (r *run[T]) extend(it *item[T]) {
 	// changed nothing, and nobody needs to hear of it.
 }
 
-// newDue returns the heap of items by next(), each item knowing its index.
-func newDue[T any]() minheap.Heap[*item[T]] {
-	return minheap.Heap[*item[T]]{
-		Less:     func(a, b *item[T]) bool { return a.next().Before(b.next()) },
-		SetIndex: func(it *item[T], i int) { it.index = i },
-	}
+// dueHeap is the run's leases by when each is next due (next), each
+// item knowing its index (a heap.Interface, guarded by run.mu).
+type dueHeap[T any] []*item[T]
+
+func (h dueHeap[T]) Len() int           { return len(h) }
+func (h dueHeap[T]) Less(i, j int) bool { return h[i].next().Before(h[j].next()) }
+
+func (h dueHeap[T]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *dueHeap[T]) Push(x any) {
+	it := x.(*item[T])
+	it.index = len(*h)
+	*h = append(*h, it)
+}
+
+func (h *dueHeap[T]) Pop() any {
+	s := *h
+	it := s[len(s)-1]
+	s[len(s)-1] = nil
+	it.index = -1
+	*h = s[:len(s)-1]
+	return it
 }

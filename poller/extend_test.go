@@ -5,7 +5,6 @@ package poller_test
 // whole allowance on a local one.
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -16,20 +15,10 @@ import (
 )
 
 // remote shows the poller nothing of a subscription but its Source
-// methods, and passes the subscription none of the poller's context
-// values, as a remote backend would: the poller extends its leases on
-// timers instead of holding them (see the package doc).
+// methods, as a remote backend would: it is no backend.PoolPoller, so the
+// poller extends its leases on timers instead of holding them (see the
+// package doc), and counts a Poll as parked once called.
 type remote struct{ poller.Source[string] }
-
-func (r remote) Poll(ctx context.Context, n int) ([]queue.Delivery[string], error) {
-	return r.Source.Poll(valueless{ctx}, n)
-}
-
-// valueless is a context with its parent's deadline and cancellation and
-// none of its values.
-type valueless struct{ context.Context }
-
-func (valueless) Value(any) any { return nil }
 
 func TestExtensionKeepsSlowHandlerLeaseAlive(t *testing.T) {
 	mock, b, sub := newBroker(t) // visibility timeout 10s

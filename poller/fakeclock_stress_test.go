@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/poller"
 )
 
@@ -137,8 +137,8 @@ func TestStressIdleIsExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		idle := make(chan error, 1)
-		pk := core.NewParking(nil) // says when AwaitIdle waits, its wake-up armed
-		go func() { idle <- sub.AwaitIdle(core.WithHooks(context.Background(), &core.PollHooks{Parking: pk})) }()
+		pk := backend.NewParking(nil) // says when AwaitIdle waits, its wake-up armed
+		go func() { idle <- sub.AwaitIdleFor(context.Background(), pk) }()
 		// Its wake-up must be armed before the Add: one armed while the
 		// mock moves can miss that move (the mock's own behaviour).
 		eventually(t, func() bool { return pk.Parked(mock.Now()) })

@@ -319,6 +319,8 @@ type failingIdle struct {
 
 func (f failingIdle) AwaitIdle(context.Context) error { return f.err }
 
+func (f failingIdle) AwaitIdleFor(context.Context, *backend.Parking) error { return f.err }
+
 func TestRunUntilIdleAwaitIdleFails(t *testing.T) {
 	_, _, sub := newBroker(t)
 	boom := errors.New("backend down")

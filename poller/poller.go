@@ -12,7 +12,6 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -309,21 +308,21 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 		work:        make(chan *item[T], p.cfg.maxOutstanding),
 		slots:       make(chan struct{}, p.cfg.maxOutstanding),
 		kick:        make(chan struct{}, 1),
-		due:         newDue[T](),
 		ended:       make(chan struct{}),
 	}
 	r.hctx, r.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.cancelHandlers(nil)
-	r.hooks = &core.PollHooks{}
-	if p.cfg.maxExtension != NoExtension { // a subscription leases for the whole allowance (see the package doc)
-		r.hooks.Hold = p.cfg.maxExtension
+	if pp, ok := p.src.(backend.PoolPoller[T]); ok { // its Polls say when they park, and can hold
+		r.pp = pp
+		r.rest.parking = backend.NewParking(r.change)
+		r.req = backend.PollRequest{Parking: r.rest.parking}
+		if p.cfg.maxExtension != NoExtension { // lease for the whole allowance (see the package doc)
+			r.req.Hold = p.cfg.maxExtension
+		}
 	}
-	if _, ok := p.src.(core.ParkingSource); ok { // a subscription, whose Polls say when they park
-		r.rest.parking = core.NewParking(r.change)
-		r.rest.idleParking = core.NewParking(r.change)
-		r.hooks.Parking = r.rest.parking
+	if _, ok := idle.(backend.PoolIdleAwaiter); ok {
+		r.rest.idleParking = backend.NewParking(r.change)
 	}
-	r.pollCtx = core.WithHooks(pollCtx, r.hooks)
 	if p.cfg.handlerTimeout > 0 {
 		r.rest.timeouts = make(map[*timeoutCtx]struct{})
 	}

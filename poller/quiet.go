@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/internal/core"
 )
 
 // maxPool bounds WithWorkers and WithMaxOutstanding, so that the counts of
@@ -90,8 +89,8 @@ type rest struct {
 	backoffUntil atomic.Int64 // the poll loop's backoff ends (Unix nanoseconds), in loopBackoff
 	drainAt      atomic.Int64 // the drain timeout (Unix nanoseconds); 0: none
 
-	parking     *core.Parking // the Polls' parking, for a subscription (core.ParkingSource); nil otherwise
-	idleParking *core.Parking // the idle watcher's, for a subscription; nil otherwise
+	parking     *backend.Parking // the Polls' parking, for a backend.PoolPoller; nil otherwise
+	idleParking *backend.Parking // the idle watcher's, for a backend.PoolIdleAwaiter; nil otherwise
 
 	mu       sync.Mutex
 	timeouts map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
@@ -181,7 +180,7 @@ func (r *run[T]) quiet() bool {
 	defer r.mu.Unlock()
 	var next time.Time
 	if r.due.Len() > 0 {
-		next = r.due.S[0].next()
+		next = r.due[0].next()
 	}
 	// extendLoop's timer: not due, and not later than the earliest lease
 	// due (then a kick is on its way). A timer set for a lease settled
@@ -192,8 +191,8 @@ func (r *run[T]) quiet() bool {
 
 // AwaitQuiet blocks until the pool is running and at rest: every worker
 // either waits for work or runs a handler, the poll loop waits in the
-// source's Poll (parked there, on a *broker.Subscription: nothing it could
-// lease), for room or out a
+// source's Poll (parked there, on a backend.PoolPoller such as a
+// *broker.Subscription: nothing it could lease), for room or out a
 // backoff, and none of the pool's own timers (a handler timeout, a lease
 // extension, the backoff, the drain timeout) has come due without its
 // work being done. A test on a mock clock calls it before Add, so that
@@ -209,10 +208,11 @@ func (r *run[T]) quiet() bool {
 // A handler is the test's own code: one the test lets return, or whose
 // context is cancelled, still counts as running until it has returned,
 // so to see a handler's result settled wait for its outcome (WithObserver,
-// or the source's state), then for quiet. On a source other than a
-// *broker.Subscription (a remote one, or a wrapper), a Poll counts as
-// parked as soon as it is called, and RunUntilIdle's wait for idle as
-// soon as it begins.
+// or the source's state), then for quiet. On a source that is not a
+// backend.PoolPoller (a remote one, or a wrapper that does not pass the
+// request on), a Poll counts as parked as soon as it is called, and on an
+// IdleAwaiter that is not a backend.PoolIdleAwaiter RunUntilIdle's wait
+// for idle as soon as it begins.
 //
 // Quiet is a moment: anything that can wake the pool (a publish, an Add,
 // a handler's return) ends it. AwaitQuiet returns nil when the pool is
@@ -282,13 +282,13 @@ func (r *run[T]) timedOut(tc *timeoutCtx) {
 // handler does before it returns (a follow-up publish) keeps the run
 // going.
 func (r *run[T]) watchIdle(idle backend.IdleAwaiter) error {
-	ctx := r.ctx
-	if r.rest.idleParking != nil {
-		ctx = core.WithHooks(ctx, &core.PollHooks{Parking: r.rest.idleParking})
+	await := idle.AwaitIdle
+	if pia, ok := idle.(backend.PoolIdleAwaiter); ok {
+		await = func(ctx context.Context) error { return pia.AwaitIdleFor(ctx, r.rest.idleParking) }
 	}
 	for {
 		r.watchTo(watchMoving, watchSource)
-		err := idle.AwaitIdle(ctx)
+		err := await(r.ctx)
 		r.watchTo(watchSource, watchMoving)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
@@ -146,8 +147,8 @@ func TestAwaitQuietRemoteExtension(t *testing.T) {
 }
 
 // failing fails its first Polls, then is its subscription (which it
-// embeds, so that the pool sees a subscription: its Polls say when they
-// park).
+// embeds, PollFor with Poll, so that the pool sees a backend.PoolPoller:
+// its Polls say when they park).
 type failing struct {
 	*broker.Subscription[string]
 	fails atomic.Int32
@@ -160,6 +161,13 @@ func (f *failing) Poll(ctx context.Context, n int) ([]queue.Delivery[string], er
 		return nil, errFlaky
 	}
 	return f.Subscription.Poll(ctx, n)
+}
+
+func (f *failing) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+	if f.fails.Add(-1) >= 0 {
+		return nil, false, errFlaky
+	}
+	return f.Subscription.PollFor(ctx, req)
 }
 
 // After a failed Poll the pool waits out a backoff on the clock: quiet,

@@ -14,8 +14,6 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/internal/core"
-	"github.com/leasebus/leasebus/internal/minheap"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -74,8 +72,8 @@ type run[T any] struct {
 	ctx            context.Context         // Run's, or an earlier stop (idle, Shutdown): when it is done, the drain starts
 	stopPolling    context.CancelFunc      // ends ctx
 	shut           atomic.Bool             // Shutdown stopped the run: no drain timeout
-	pollCtx        context.Context         // ctx, carrying hooks
-	hooks          *core.PollHooks         // for a subscription's Polls: the lease length to hold, and the parking
+	pp             backend.PoolPoller[T]   // the source, if it takes a pool's requests; nil otherwise
+	req            backend.PollRequest     // what the pool asks of each Poll of pp (Max set per Poll)
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding
@@ -91,8 +89,21 @@ type run[T any] struct {
 	ended  chan struct{} // closed when the run has ended
 
 	mu    sync.Mutex // guards everything below, and the guarded fields of every item
-	due   minheap.Heap[*item[T]]
+	due   dueHeap[T]
 	armed time.Time // the time extendLoop waits for; zero when it waits for no time
+}
+
+// poll makes one Poll of up to n, through PollFor where the source takes
+// the pool's request; held reports that the deliveries were leased for
+// the whole extension allowance.
+func (r *run[T]) poll(n int) (ds []queue.Delivery[T], held bool, err error) {
+	if r.pp == nil {
+		ds, err = r.p.src.Poll(r.ctx, n)
+		return ds, false, err
+	}
+	req := r.req
+	req.Max = n
+	return r.pp.PollFor(r.ctx, req)
 }
 
 // pollLoop polls while there is room, hands the deliveries to the workers,
@@ -109,12 +120,11 @@ func (r *run[T]) pollLoop() error {
 			return nil
 		}
 		r.loopTo(loopMoving, loopPolling)
-		ds, err := p.src.Poll(r.pollCtx, n)
+		ds, held, err := r.poll(n)
 		// Back in motion, with what it leased queued for the workers (in
 		// one move: it sends them below).
 		r.move(placeDelta(loopPolling, loopMoving, loopMoving, loopShift) + int64(min(len(ds), n))*queuedOne)
-		held := r.hooks.TakeHeld() // the subscription leased them for the whole allowance
-		if len(ds) > n {           // a misbehaving source: hand back what there is no room for
+		if len(ds) > n { // a misbehaving source: hand back what there is no room for
 			for _, d := range ds[n:] {
 				r.releaseID(d)
 			}

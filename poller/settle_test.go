@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
@@ -35,6 +36,14 @@ func (s *slowSettle) Poll(ctx context.Context, n int) ([]queue.Delivery[string],
 		s.early.Add(1)
 	}
 	return s.Subscription.Poll(ctx, n)
+}
+
+func (s *slowSettle) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+	s.polls.Add(1)
+	if s.nacking.Load() {
+		s.early.Add(1)
+	}
+	return s.Subscription.PollFor(ctx, req)
 }
 
 func (s *slowSettle) Ack(id lease.ID) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -165,4 +166,9 @@ type oneAtATime struct{ *broker.Subscription[string] }
 
 func (o oneAtATime) Poll(ctx context.Context, n int) ([]queue.Delivery[string], error) {
 	return o.Subscription.Poll(ctx, 1)
+}
+
+func (o oneAtATime) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+	req.Max = 1
+	return o.Subscription.PollFor(ctx, req)
 }

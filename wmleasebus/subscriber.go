@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
@@ -391,13 +392,31 @@ type source struct {
 // the run is stopping, Poll waits for the poller's context, which follows
 // at once, and returns its error: the poller then drains.
 func (s source) Poll(ctx context.Context, n int) ([]queue.Delivery[[]byte], error) {
+	if err := s.stopping(ctx); err != nil {
+		return nil, err
+	}
+	return s.Subscription.Poll(ctx, n)
+}
+
+// PollFor is Poll as the poller asks for it (backend.PoolPoller), with
+// the same rule once the run is stopping.
+func (s source) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[[]byte], bool, error) {
+	if err := s.stopping(ctx); err != nil {
+		return nil, false, err
+	}
+	return s.Subscription.PollFor(ctx, req)
+}
+
+// stopping returns nil while the run goes on; once it is stopping, it
+// waits for ctx to end and returns its error.
+func (s source) stopping(ctx context.Context) error {
 	select {
 	case <-s.stop:
 		<-ctx.Done()
-		return nil, ctx.Err()
+		return ctx.Err()
 	default:
+		return nil
 	}
-	return s.Subscription.Poll(ctx, n)
 }
 
 func (s source) Fail(id lease.ID, cause error) error {

@@ -2,107 +2,82 @@ package core
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
-// Parking tells whoever made a Poll whether that Poll is parked: waiting
-// with nothing it could lease, its wake-up armed (or an AwaitIdle waiting
-// for the queue to empty). The poller passes one in the context of its
-// Polls and of its AwaitIdle (PollHooks) to know when its pool is at rest
-// (poller's AwaitQuiet). Its state changes under the queue's lock,
-// so it is never behind the queue: a publish that wakes the Poll (an ack
-// that empties the queue) clears it before the call returns, and a wait
-// whose wake-up time the clock has reached no longer counts as parked,
-// though its goroutine has yet to run.
-type Parking struct {
-	mu     sync.Mutex
-	parked bool
-	timed  bool      // the wake-up is for next; otherwise only a change wakes it
-	next   time.Time // when it wakes, if timed
-	notify func()    // called, outside mu, after every change; nil: none
-}
-
-// NewParking returns a Parking that calls notify (if not nil) after every
-// change of its state. notify must not call into the queue.
-func NewParking(notify func()) *Parking { return &Parking{notify: notify} }
-
-// Parked reports whether the Poll is parked and will stay so until
-// something changes the queue or the clock reaches its wake-up: now must
-// be the queue's clock's time.
-func (pk *Parking) Parked(now time.Time) bool {
-	pk.mu.Lock()
-	defer pk.mu.Unlock()
-	return pk.parked && (!pk.timed || now.Before(pk.next))
-}
-
-func (pk *Parking) set(parked, timed bool, next time.Time) {
-	pk.mu.Lock()
-	pk.parked, pk.timed, pk.next = parked, timed, next
-	pk.mu.Unlock()
-	if pk.notify != nil {
-		pk.notify()
+// PollFor is Poll as a worker pool asks for it (backend.PoolPoller): at
+// most req.Max, leased for req.Hold where that is longer than the
+// queue's visibility timeout (held reports it), with req.Parking marked
+// while the Poll is parked.
+func (q *Queue[T]) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[T], bool, error) {
+	if req.Max < 1 {
+		return nil, false, invalid("PollFor: Max = %d, must be >= 1", req.Max)
 	}
+	if req.Hold < 0 {
+		return nil, false, invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
+	}
+	h := &hint{hold: req.Hold, pk: req.Parking}
+	ds, err := q.poll(ctx, nil, req.Max, true, 0, h)
+	return ds, h.held && len(ds) > 0, err
 }
 
-// PollHooks is what a worker pool passes in the context of its Polls
-// (WithHooks), and of its AwaitIdle: a Parking to mark, and a lease length
-// to hold its leases for. A source that is not this queue, or that calls
-// it with another context, ignores them.
-type PollHooks struct {
-	Parking *Parking      // marked while the call is parked; nil: none
-	Hold    time.Duration // lease for this long where it is longer than the queue's visibility timeout; 0: never
-	held    atomic.Bool   // a Poll leased for Hold since TakeHeld
+// hint is a pool's request to one Poll (backend.PollRequest).
+type hint struct {
+	hold time.Duration    // lease for this long where it is longer than the queue's visibility timeout; 0: never
+	pk   *backend.Parking // marked while the Poll is parked; nil: none
+	held bool             // the Poll leased for hold
 }
 
-// TakeHeld reports whether a Poll leased for Hold since the last call.
-func (h *PollHooks) TakeHeld() bool { return h.held.Swap(false) }
-
-type hooksKey struct{}
-
-// WithHooks returns ctx carrying h.
-func WithHooks(ctx context.Context, h *PollHooks) context.Context {
-	return context.WithValue(ctx, hooksKey{}, h)
+func (h *hint) parking() *backend.Parking {
+	if h == nil {
+		return nil
+	}
+	return h.pk
 }
 
-// hooksFrom returns the hooks ctx carries, or nil.
-func hooksFrom(ctx context.Context) *PollHooks {
-	h, _ := ctx.Value(hooksKey{}).(*PollHooks)
-	return h
-}
-
-// holdLocked returns the visibility a Poll with hooks h leases for: vis
-// if given, else h's Hold where it is longer than the queue's, else 0
+// holdLocked returns the visibility a Poll with hint h leases for: vis
+// if given, else h's hold where it is longer than the queue's, else 0
 // (the queue's).
-func (q *Queue[T]) holdLocked(h *PollHooks, vis time.Duration) time.Duration {
-	if vis != 0 || h == nil || h.Hold <= q.cfg.VisibilityTimeout {
+func (q *Queue[T]) holdLocked(h *hint, vis time.Duration) time.Duration {
+	if vis != 0 || h == nil || h.hold <= q.cfg.VisibilityTimeout {
 		return vis
 	}
-	h.held.Store(true)
-	return h.Hold
+	h.held = true
+	return h.hold
+}
+
+// AwaitIdleFor is AwaitIdle with pk (if not nil) marked while the wait is
+// parked (backend.PoolIdleAwaiter).
+func (q *Queue[T]) AwaitIdleFor(ctx context.Context, pk *backend.Parking) error {
+	return q.awaitIdle(ctx, pk)
 }
 
 // parkings is the Parkings of the calls waiting on one of the queue's
 // channels (q.wake, q.idle), kept under the queue's lock.
-type parkings []*Parking
+type parkings []*backend.Parking
 
-// add marks pk parked, with its wake-up, and keeps it.
-func (l *parkings) add(pk *Parking, timed bool, next time.Time) {
-	pk.set(true, timed, next)
+// add marks pk parked, with its wake-up (if timed), and keeps it.
+func (l *parkings) add(pk *backend.Parking, timed bool, next time.Time) {
+	if !timed {
+		next = time.Time{}
+	}
+	pk.Park(next)
 	*l = append(*l, pk)
 }
 
 // remove marks pk no longer parked and lets it go, if it is still kept:
 // a wake-up of them all (clear) may have done so first.
-func (l *parkings) remove(pk *Parking) {
+func (l *parkings) remove(pk *backend.Parking) {
 	s := *l
 	for i, p := range s {
 		if p == pk {
 			last := len(s) - 1
 			s[i], s[last] = s[last], nil
 			*l = s[:last]
-			pk.set(false, false, time.Time{})
+			pk.Unpark()
 			return
 		}
 	}
@@ -111,36 +86,35 @@ func (l *parkings) remove(pk *Parking) {
 // clear marks every one no longer parked: their calls are woken.
 func (l *parkings) clear() {
 	for i, pk := range *l {
-		pk.set(false, false, time.Time{})
+		pk.Unpark()
 		(*l)[i] = nil
 	}
 	*l = (*l)[:0]
 }
 
-// parkLocked counts one more parked Poll, made with hooks h, and marks its
-// Parking, if it has one, until unparkLocked or wakeLocked.
-func (q *Queue[T]) parkLocked(h *PollHooks, timed bool, next time.Time) {
+// parkLocked counts one more parked Poll, and marks its Parking pk (nil:
+// none) until unparkLocked or wakeLocked.
+func (q *Queue[T]) parkLocked(pk *backend.Parking, timed bool, next time.Time) {
 	q.setParkedLocked(+1)
-	if h != nil && h.Parking != nil {
-		q.parkings.add(h.Parking, timed, next)
+	if pk != nil {
+		q.parkings.add(pk, timed, next)
 	}
 }
 
 // unparkLocked counts one parked Poll fewer: it woke by itself (its timer
 // or its context), not by wakeLocked, which unparks them all.
-func (q *Queue[T]) unparkLocked(h *PollHooks) {
+func (q *Queue[T]) unparkLocked(pk *backend.Parking) {
 	q.setParkedLocked(-1)
-	if h != nil && h.Parking != nil {
-		q.parkings.remove(h.Parking)
+	if pk != nil {
+		q.parkings.remove(pk)
 	}
 }
 
-// parkIdle marks the Parking of an AwaitIdle's ctx, if it has one, until
-// the queue signals idle (ch closed) or unparkIdle; due is its wake-up
-// (farTick: none).
-func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Parking {
-	h := hooksFrom(ctx)
-	if h == nil || h.Parking == nil {
+// parkIdle marks pk (nil: none), an AwaitIdle's Parking, until the queue
+// signals idle (ch closed) or unparkIdle; due is its wake-up (farTick:
+// none). It returns pk if it marked it.
+func (q *Queue[T]) parkIdle(pk *backend.Parking, ch chan struct{}, due tick) *backend.Parking {
+	if pk == nil {
 		return nil
 	}
 	q.mu.Lock()
@@ -150,13 +124,13 @@ func (q *Queue[T]) parkIdle(ctx context.Context, ch chan struct{}, due tick) *Pa
 		return nil
 	default:
 	}
-	q.idleParkings.add(h.Parking, due != farTick, q.timeOf(due))
-	return h.Parking
+	q.idleParkings.add(pk, due != farTick, q.timeOf(due))
+	return pk
 }
 
 // unparkIdle ends an AwaitIdle's wait: its Parking, if signalIdleLocked
 // has not cleared it.
-func (q *Queue[T]) unparkIdle(pk *Parking) {
+func (q *Queue[T]) unparkIdle(pk *backend.Parking) {
 	if pk == nil {
 		return
 	}
@@ -164,14 +138,3 @@ func (q *Queue[T]) unparkIdle(pk *Parking) {
 	q.idleParkings.remove(pk)
 	q.mu.Unlock()
 }
-
-// Parks marks a source whose Polls and AwaitIdle honor PollHooks: the
-// queue itself, and what embeds Parks (a *broker.Subscription, under an
-// unexported alias). Only this package can name the method, so no other
-// type claims it by accident.
-type Parks struct{}
-
-func (Parks) honorsParking() {}
-
-// ParkingSource is implemented by the types that embed Parks.
-type ParkingSource interface{ honorsParking() }

@@ -2,10 +2,12 @@ package core
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -16,14 +18,14 @@ import (
 func TestParkingFollowsThePoll(t *testing.T) {
 	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
 	notified := make(chan struct{}, 16)
-	pk := NewParking(func() { notified <- struct{}{} })
-	ctx, cancel := context.WithCancel(WithHooks(context.Background(), &PollHooks{Parking: pk}))
+	pk := backend.NewParking(func() { notified <- struct{}{} })
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
 	poll := func() <-chan []queue.Delivery[string] {
 		got := make(chan []queue.Delivery[string], 1)
 		go func() {
-			ds, _ := q.Poll(ctx, 1)
+			ds, _, _ := q.PollFor(ctx, backend.PollRequest{Max: 1, Parking: pk})
 			got <- ds
 		}()
 		if err := q.AwaitParked(context.Background(), 1); err != nil {
@@ -80,12 +82,12 @@ func TestParkingFollowsThePoll(t *testing.T) {
 // event reads it as not parked.
 func TestParkingFollowsAwaitIdle(t *testing.T) {
 	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
-	pk := NewParking(nil)
-	ctx := WithHooks(context.Background(), &PollHooks{Parking: pk})
+	pk := backend.NewParking(nil)
+	ctx := context.Background()
 	offer(t, q, "a", 0)
 	d := pollNow(t, q)
 	done := make(chan error, 1)
-	go func() { done <- q.AwaitIdle(ctx) }()
+	go func() { done <- q.AwaitIdleFor(ctx, pk) }()
 	now := mock.Now()
 	guard := time.Now().Add(idleGuard)
 	for !pk.Parked(now) { // no channel announces that it waits
@@ -108,42 +110,35 @@ func TestParkingFollowsAwaitIdle(t *testing.T) {
 	}
 }
 
-// A Poll whose hooks ask for a Hold longer than the visibility timeout
-// leases for it and says so; a shorter one, an explicit visibility and a
-// TryPoll keep their own.
-func TestPollHooksHold(t *testing.T) {
+// A PollFor that asks for a Hold longer than the visibility timeout
+// leases for it and says so; a shorter one and a TryPoll keep the
+// queue's; a bad request is refused.
+func TestPollForHold(t *testing.T) {
 	q, mock := newIdleQueue(t, queue.Config{VisibilityTimeout: 10 * time.Second})
-	for range 4 {
+	for range 3 {
 		offer(t, q, "m", 0)
 	}
 	now := mock.Now()
-	poll := func(h *PollHooks, vis time.Duration) queue.Delivery[string] {
+	poll := func(hold time.Duration) (queue.Delivery[string], bool) {
 		t.Helper()
-		ctx := WithHooks(context.Background(), h)
-		var ds []queue.Delivery[string]
-		var err error
-		if vis > 0 {
-			ds, err = q.PollWithVisibility(ctx, 1, vis)
-		} else {
-			ds, err = q.Poll(ctx, 1)
-		}
+		ds, held, err := q.PollFor(context.Background(), backend.PollRequest{Max: 1, Hold: hold})
 		if err != nil || len(ds) != 1 {
-			t.Fatalf("Poll: %v, %v", ds, err)
+			t.Fatalf("PollFor: %v, %v", ds, err)
 		}
-		return ds[0]
+		return ds[0], held
 	}
-	long := &PollHooks{Hold: time.Hour}
-	if d := poll(long, 0); !d.Deadline.Equal(now.Add(time.Hour)) || !long.TakeHeld() || long.TakeHeld() {
-		t.Fatalf("deadline %v, want the hold's; TakeHeld true once", d.Deadline.Sub(now))
+	if d, held := poll(time.Hour); !d.Deadline.Equal(now.Add(time.Hour)) || !held {
+		t.Fatalf("deadline %v, held %v: want the hold's, held", d.Deadline.Sub(now), held)
 	}
-	short := &PollHooks{Hold: 5 * time.Second}
-	if d := poll(short, 0); !d.Deadline.Equal(now.Add(10*time.Second)) || short.TakeHeld() {
-		t.Fatalf("deadline %v, want the visibility timeout's, not held", d.Deadline.Sub(now))
-	}
-	if d := poll(long, time.Minute); !d.Deadline.Equal(now.Add(time.Minute)) || long.TakeHeld() {
-		t.Fatalf("deadline %v, want the explicit visibility's, not held", d.Deadline.Sub(now))
+	if d, held := poll(5 * time.Second); !d.Deadline.Equal(now.Add(10*time.Second)) || held {
+		t.Fatalf("deadline %v, held %v: want the visibility timeout's, not held", d.Deadline.Sub(now), held)
 	}
 	if ds := q.TryPoll(1); len(ds) != 1 || !ds[0].Deadline.Equal(now.Add(10*time.Second)) {
 		t.Fatalf("TryPoll: %v", ds)
+	}
+	for _, req := range []backend.PollRequest{{Max: 0}, {Max: -1}, {Max: 1, Hold: -time.Second}} {
+		if _, _, err := q.PollFor(context.Background(), req); !errors.Is(err, queue.ErrInvalidArgument) {
+			t.Fatalf("PollFor(%+v): %v, want ErrInvalidArgument", req, err)
+		}
 	}
 }

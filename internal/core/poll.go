@@ -19,7 +19,7 @@ func (q *Queue[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error)
 	if n < 1 {
 		return nil, invalid("Poll: n = %d, must be >= 1", n)
 	}
-	return q.poll(ctx, nil, n, true, 0)
+	return q.poll(ctx, nil, n, true, 0, nil)
 }
 
 // PollWithVisibility is Poll with this call's own visibility timeout in
@@ -32,7 +32,7 @@ func (q *Queue[T]) PollWithVisibility(ctx context.Context, n int, visibility tim
 	case visibility <= 0:
 		return nil, invalid("PollWithVisibility: visibility = %v, must be > 0", visibility)
 	}
-	return q.poll(ctx, nil, n, true, visibility)
+	return q.poll(ctx, nil, n, true, visibility, nil)
 }
 
 // PollInto is Poll filling the caller's buffer: it leases up to len(dst)
@@ -43,7 +43,7 @@ func (q *Queue[T]) PollInto(ctx context.Context, dst []queue.Delivery[T]) (int, 
 	if len(dst) == 0 {
 		return 0, invalid("PollInto: empty buffer")
 	}
-	ds, err := q.poll(ctx, dst[:0], len(dst), true, 0)
+	ds, err := q.poll(ctx, dst[:0], len(dst), true, 0, nil)
 	return len(ds), err
 }
 
@@ -54,7 +54,7 @@ func (q *Queue[T]) TryPoll(n int) []queue.Delivery[T] {
 	if n < 1 {
 		return nil
 	}
-	ds, _ := q.poll(context.Background(), nil, n, false, 0)
+	ds, _ := q.poll(context.Background(), nil, n, false, 0, nil)
 	return ds
 }
 
@@ -64,22 +64,19 @@ func (q *Queue[T]) TryPollInto(dst []queue.Delivery[T]) (int, error) {
 	if len(dst) == 0 {
 		return 0, invalid("TryPollInto: empty buffer")
 	}
-	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, 0)
+	ds, err := q.poll(context.Background(), dst[:0], len(dst), false, 0, nil)
 	return len(ds), err
 }
 
 // poll leases up to n messages into dst for vis (0: the queue's visibility
-// timeout), waiting for one if block.
-func (q *Queue[T]) poll(ctx context.Context, dst []queue.Delivery[T], n int, block bool, vis time.Duration) ([]queue.Delivery[T], error) {
+// timeout, or h's hold), waiting for one if block; h (nil: none) is a
+// pool's request.
+func (q *Queue[T]) poll(ctx context.Context, dst []queue.Delivery[T], n int, block bool, vis time.Duration, h *hint) ([]queue.Delivery[T], error) {
 	if ctx == nil {
 		return dst, invalid("Poll: nil context")
 	}
 	if err := ctx.Err(); err != nil {
 		return dst, err
-	}
-	var h *PollHooks
-	if block {
-		h = hooksFrom(ctx)
 	}
 	for {
 		now, err := q.lock()
@@ -117,8 +114,8 @@ func (q *Queue[T]) poll(ctx context.Context, dst []queue.Delivery[T], n int, blo
 // wait blocks until woken is closed, the clock reaches next (if timed) or
 // ctx is done. The wake-up is armed outside the lock (arming takes the
 // clock's own lock), then the state is checked again before the poller
-// counts as parked, and marks the Parking of its hooks h (nil: none).
-func (q *Queue[T]) wait(ctx context.Context, h *PollHooks, woken chan struct{}, next time.Time, timed bool) error {
+// counts as parked, and marks the Parking of h (nil: none).
+func (q *Queue[T]) wait(ctx context.Context, h *hint, woken chan struct{}, next time.Time, timed bool) error {
 	var fire <-chan struct{}
 	if timed {
 		t := backend.At(q.clock, next) // never a mock channel timer, never late (see package wake)
@@ -136,7 +133,7 @@ func (q *Queue[T]) wait(ctx context.Context, h *PollHooks, woken chan struct{}, 
 		q.mu.Unlock()
 		return nil
 	}
-	q.parkLocked(h, timed, next)
+	q.parkLocked(h.parking(), timed, next)
 	q.mu.Unlock()
 
 	select {
@@ -148,7 +145,7 @@ func (q *Queue[T]) wait(ctx context.Context, h *PollHooks, woken chan struct{}, 
 	select {
 	case <-woken: // wakeLocked uncounted every parked poller when it closed it
 	default:
-		q.unparkLocked(h)
+		q.unparkLocked(h.parking())
 	}
 	q.mu.Unlock()
 	return ctx.Err()
@@ -233,7 +230,10 @@ func (q *Queue[T]) AwaitParked(ctx context.Context, n int) error {
 // It returns nil when the queue is idle, ctx's error if ctx ends first, an
 // error matching ErrClosed if the queue closes, and an error matching
 // ErrInvalidArgument for a nil ctx.
-func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
+func (q *Queue[T]) AwaitIdle(ctx context.Context) error { return q.awaitIdle(ctx, nil) }
+
+// awaitIdle is AwaitIdle marking pk (nil: none) while it waits.
+func (q *Queue[T]) awaitIdle(ctx context.Context, pk *backend.Parking) error {
 	if ctx == nil {
 		return invalid("AwaitIdle: nil context")
 	}
@@ -258,14 +258,14 @@ func (q *Queue[T]) AwaitIdle(ctx context.Context) error {
 		if due != farTick {
 			t = backend.At(q.clock, q.timeOf(due)) // armed outside the lock, as Poll's
 		}
-		pk := q.parkIdle(ctx, ch, due)
+		marked := q.parkIdle(pk, ch, due)
 		select {
 		case <-ch:
 		case <-t.C: // nil, so never, when nothing is due
 		case <-ctx.Done():
 		}
 		t.Stop()
-		q.unparkIdle(pk)
+		q.unparkIdle(marked)
 		if err := ctx.Err(); err != nil {
 			return err
 		}

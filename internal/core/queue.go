@@ -32,8 +32,6 @@ const (
 // Queue is one subscription's bounded queue of leased messages. It is safe
 // for concurrent use. Create one with New.
 type Queue[T any] struct {
-	Parks // its Polls honor PollHooks
-
 	cfg    queue.Config // immutable after New; defaults filled in
 	clock  clock.Clock
 	epoch  time.Time       // the clock's time at New: tick 0
@@ -75,7 +73,7 @@ type Queue[T any] struct {
 	wake         chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked       int           // Polls waiting with their timer armed
 	parkCh       chan struct{} // closed and dropped when parked changes
-	parkings     parkings      // those of the parked Polls that have one (PollHooks)
+	parkings     parkings      // those of the parked Polls that have one (PollFor)
 	idleParkings parkings      // those of the waiting AwaitIdle calls that have one
 	room         chan struct{} // closed and dropped when room appears (OverflowBlock)
 	idle         chan struct{} // closed and dropped, on unlock, when the queue is empty or closed; nil when none wait

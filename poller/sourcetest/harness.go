@@ -22,7 +22,10 @@
 // DelayPublisher, Pauser, Peeker), batch publish, deduplication, TryPoll,
 // PollWithVisibility, Purge, Stats, Redrive, wildcard subscriptions,
 // message TTL, subscription filters, ordering keys, publish delay, pause
-// and peek.
+// and peek; and, for a subscription that implements the pool's seam
+// (backend.PoolPoller, backend.PoolIdleAwaiter), that it marks the pool's
+// backend.Parking exactly, leases for the hold asked, and so makes
+// poller's AwaitQuiet exact over it.
 //
 // # Capabilities
 //

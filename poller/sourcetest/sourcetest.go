@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 	}
 	cases = append(cases, s.featureCases()...)
 	cases = append(cases, s.parityCases()...)
+	cases = append(cases, s.seamCases()...)
 	for _, c := range cases {
 		t.Run(c.name, c.f)
 	}
