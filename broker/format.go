@@ -46,7 +46,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 4 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; 4 recPause; Open reads 1 to 3 too
+	formatVersion = 5 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; 4 recPause; 5 a recSub's flow control; Open reads 1 to 4 too
 )
 
 // Flags of a recPut.
@@ -210,6 +210,12 @@ type subSpec struct {
 	ttl          time.Duration
 	deadLetters  string
 	filtered     bool
+	// Since format version 5: the flow control. A record of an earlier
+	// version has none of it, which is what its zero values say.
+	rate           queue.Rate
+	keyRate        queue.Rate
+	keyConcurrency int
+	fairKeys       bool
 }
 
 func specOf(c queue.Config, deadLetters string, filtered bool) subSpec {
@@ -219,6 +225,7 @@ func specOf(c queue.Config, deadLetters string, filtered bool) subSpec {
 		retryJitter: c.Retry.Jitter, noBackoff: c.Retry.NoBackoff,
 		maxQueue: c.MaxQueue, overflow: c.Overflow, maxInFlight: c.MaxInFlight, ttl: c.TTL,
 		deadLetters: deadLetters, filtered: filtered,
+		rate: c.RateLimit, keyRate: c.KeyRateLimit, keyConcurrency: c.KeyConcurrency, fairKeys: c.FairKeys,
 	}
 }
 
@@ -228,6 +235,7 @@ func (s subSpec) config() queue.Config {
 		Retry: queue.RetryPolicy{Initial: s.retryInitial, Max: s.retryMax, Multiplier: s.retryMult,
 			Jitter: s.retryJitter, NoBackoff: s.noBackoff},
 		MaxQueue: s.maxQueue, Overflow: s.overflow, MaxInFlight: s.maxInFlight, TTL: s.ttl,
+		RateLimit: s.rate, KeyRateLimit: s.keyRate, KeyConcurrency: s.keyConcurrency, FairKeys: s.fairKeys,
 	}
 }
 
@@ -245,15 +253,30 @@ func (e *enc) spec(s subSpec) {
 	e.dur(s.ttl)
 	e.str(s.deadLetters)
 	e.byte(b2u(s.filtered))
+	e.int(int64(s.rate.N))
+	e.dur(s.rate.Per)
+	e.int(int64(s.keyRate.N))
+	e.dur(s.keyRate.Per)
+	e.int(int64(s.keyConcurrency))
+	e.byte(b2u(s.fairKeys))
 }
 
+// spec reads a subscription's options; the flow control only if the
+// record goes on (a record of format version 4 or earlier ends before it).
 func (d *dec) spec() subSpec {
-	return subSpec{
+	s := subSpec{
 		visibility: d.dur(), maxAttempts: int(d.int()),
 		retryInitial: d.dur(), retryMax: d.dur(), retryMult: d.float(), retryJitter: d.float(),
 		noBackoff: d.byte() == 1, maxQueue: int(d.int()), overflow: queue.OverflowPolicy(d.byte()),
 		maxInFlight: int(d.int()), ttl: d.dur(), deadLetters: d.str(), filtered: d.byte() == 1,
 	}
+	if d.err == nil && len(d.b) > 0 {
+		s.rate = queue.Rate{N: int(d.int()), Per: d.dur()}
+		s.keyRate = queue.Rate{N: int(d.int()), Per: d.dur()}
+		s.keyConcurrency = int(d.int())
+		s.fairKeys = d.byte() == 1
+	}
+	return s
 }
 
 func b2u(b bool) byte {

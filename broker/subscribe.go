@@ -246,6 +246,10 @@ func specDiffs(stored, want subSpec) []Diff {
 	add("Overflow", "WithOverflow", stored.overflow, want.overflow)
 	add("MaxInFlight", "WithMaxInFlight", stored.maxInFlight, want.maxInFlight)
 	add("TTL", "WithDefaultTTL", stored.ttl, want.ttl)
+	add("RateLimit", "WithRateLimit", stored.rate, want.rate)
+	add("KeyRateLimit", "WithKeyRateLimit", stored.keyRate, want.keyRate)
+	add("KeyConcurrency", "WithKeyConcurrency", max(stored.keyConcurrency, 1), max(want.keyConcurrency, 1))
+	add("FairKeys", "WithFairKeys", stored.fairKeys, want.fairKeys)
 	if stored.deadLetters != want.deadLetters {
 		diffs = append(diffs, Diff{Setting: "DeadLetterTopic", Option: "WithDeadLetterTopic",
 			Stored: strconv.Quote(stored.deadLetters), Requested: strconv.Quote(want.deadLetters)})

@@ -92,4 +92,26 @@ type Config struct {
 	// with ReasonExpired instead of being delivered. An Offer's own TTL
 	// overrides it.
 	TTL time.Duration
+	// RateLimit limits the subscription's deliveries, first or not, to a
+	// token bucket of this Rate, shared by every consumer; the zero Rate
+	// means none. A message waiting for a token stays visible: it is not
+	// leased and spends no attempt.
+	RateLimit Rate
+	// KeyRateLimit is RateLimit per ordering key (Message.Key), a bucket
+	// for each key; the zero Rate means none. A message whose key has no
+	// token waits, visible, while those of other keys are delivered.
+	// Messages without a key are not limited by it.
+	KeyRateLimit Rate
+	// KeyConcurrency is how many messages of one ordering key may be out
+	// at once (leased, or waiting out a retry delay), handed out in publish
+	// order; 0 means DefaultKeyConcurrency (1: one at a time, in order).
+	KeyConcurrency int
+	// FairKeys makes ordering keys take turns: among visible messages of
+	// one priority the next delivery is of the key served least recently
+	// (messages without a key count as one key), rather than the oldest.
+	FairKeys bool
 }
+
+// DefaultKeyConcurrency is Config.KeyConcurrency's default: one message of
+// a key out at a time, so that a key's messages are handled in order.
+const DefaultKeyConcurrency = 1

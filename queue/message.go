@@ -87,6 +87,10 @@ type Stats struct {
 	Delayed  int // waiting out a publish delay or a retry delay
 	InFlight int // leased and not yet settled or expired
 	HeldBack int // waiting behind an earlier message of their ordering key
+	// Limited is how many of the Visible ones a rate limit (RateLimit,
+	// KeyRateLimit) keeps from being delivered now: they wait for a
+	// token, unleased, spending no attempt.
+	Limited int
 
 	Published    uint64 // messages this subscription accepted
 	Delivered    uint64 // every delivery, first or not
@@ -113,11 +117,16 @@ type Stats struct {
 // "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7
 // acked=5 redelivered=1 dead-lettered=1 (max-attempts=1) dropped=0
 // redriven=0 rejected=0 oldest-visible=2s". The dead letters by reason
-// appear only when there are some, and " paused" only while paused.
+// appear only when there are some, " limited=N" (after held-back) only
+// while a rate limit holds messages back, and " paused" only while paused.
 func (s Stats) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "visible=%d delayed=%d in-flight=%d held-back=%d published=%d delivered=%d acked=%d redelivered=%d dead-lettered=%d",
-		s.Visible, s.Delayed, s.InFlight, s.HeldBack, s.Published, s.Delivered, s.Acked, s.Redelivered, s.DeadLettered)
+	fmt.Fprintf(&b, "visible=%d delayed=%d in-flight=%d held-back=%d", s.Visible, s.Delayed, s.InFlight, s.HeldBack)
+	if s.Limited > 0 {
+		fmt.Fprintf(&b, " limited=%d", s.Limited)
+	}
+	fmt.Fprintf(&b, " published=%d delivered=%d acked=%d redelivered=%d dead-lettered=%d",
+		s.Published, s.Delivered, s.Acked, s.Redelivered, s.DeadLettered)
 	if s.DeadLettered > 0 {
 		sep := " ("
 		for _, c := range []struct {

@@ -109,12 +109,12 @@ func (q *Queue[T]) placeLocked(now time.Time, e *entry[T], fresh bool) {
 	}
 	if key := e.key(); key != "" {
 		kq := q.keyQueueLocked(key)
-		if kq.head != nil {
+		if kq.out >= q.cfg.KeyConcurrency {
 			kq.hold(e)
 			q.heldBack++
 			return
 		}
-		kq.head = e
+		kq.out++
 	}
 	q.showLocked(now, e, fresh)
 }
@@ -153,6 +153,7 @@ func (q *Queue[T]) unplaceLocked(e *entry[T]) {
 		q.ready.remove(e)
 	case stateDelayed:
 		q.delayed.remove(int(e.index))
+		q.undelayLocked(e)
 	}
 }
 
@@ -207,22 +208,38 @@ func (q *Queue[T]) finishLocked(now time.Time, e *entry[T]) {
 	q.recycleLocked(e)
 }
 
-// leaveKeyLocked takes e out of its key's queue: the key's next message
-// gets its turn if e was the head.
+// leaveKeyLocked takes e out of its key's queue: if e was out, the key's
+// next message gets its turn. e's state is still where it was (stateHeld:
+// waiting behind the others).
 func (q *Queue[T]) leaveKeyLocked(now time.Time, e *entry[T], key string) {
-	if kq := q.keys[key]; kq != nil {
-		if kq.head == e {
-			kq.head = kq.next()
-			if kq.head != nil {
-				q.heldBack--
-				q.showLocked(now, kq.head, false)
-			}
-		} else if kq.drop(e) {
+	kq := q.keys[key]
+	if kq == nil {
+		return
+	}
+	if e.state == stateHeld {
+		if kq.drop(e) {
 			q.heldBack--
 		}
-		if kq.head == nil && kq.len() == 0 {
-			delete(q.keys, key)
+	} else {
+		kq.out--
+		q.admitLocked(now, kq)
+	}
+	if kq.out == 0 && kq.len() == 0 {
+		delete(q.keys, key)
+	}
+}
+
+// admitLocked lets the messages waiting in kq out, in place order, while
+// fewer than KeyConcurrency are.
+func (q *Queue[T]) admitLocked(now time.Time, kq *keyQueue[T]) {
+	for kq.out < q.cfg.KeyConcurrency {
+		e := kq.next()
+		if e == nil {
+			return
 		}
+		kq.out++
+		q.heldBack--
+		q.showLocked(now, e, false)
 	}
 }
 

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"fmt"
+
 	"github.com/benbjohnson/clock"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -18,6 +20,9 @@ func withDefaults(c queue.Config) queue.Config {
 	}
 	if c.MaxQueue == 0 {
 		c.MaxQueue = queue.DefaultMaxQueue
+	}
+	if c.KeyConcurrency == 0 {
+		c.KeyConcurrency = queue.DefaultKeyConcurrency
 	}
 	return c
 }
@@ -38,6 +43,14 @@ func ValidateConfig(c queue.Config) error {
 		return invalid("MaxInFlight = %d, must be >= 1 (or 0 for no cap)", c.MaxInFlight)
 	case c.TTL < 0:
 		return invalid("TTL = %v, must be >= 0", c.TTL)
+	case c.KeyConcurrency < 0:
+		return invalid("KeyConcurrency = %d, must be >= 1 (or 0 for the default)", c.KeyConcurrency)
+	}
+	if err := c.RateLimit.Validate(); err != nil {
+		return fmt.Errorf("RateLimit: %w", err)
+	}
+	if err := c.KeyRateLimit.Validate(); err != nil {
+		return fmt.Errorf("KeyRateLimit: %w", err)
 	}
 	return c.Retry.Validate()
 }

@@ -169,12 +169,10 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 }
 
 // holdLeasedLocked puts a restored entry in flight for good (see
-// Entry.StillLeased), at the head of its key if it has one.
+// Entry.StillLeased), out among its key's if it has one.
 func (q *Queue[T]) holdLeasedLocked(e *entry[T]) {
 	if key := e.key(); key != "" {
-		if kq := q.keyQueueLocked(key); kq.head == nil {
-			kq.head = e
-		}
+		q.keyQueueLocked(key).out++
 	}
 	e.state = stateLeased
 	e.at = farTick
@@ -217,7 +215,7 @@ func (q *Queue[T]) Freeze() (es []Entry[T], paused bool, thaw func()) {
 			Message: e.msg, Place: e.place, Attempts: int(e.attempt), InFlight: e.state == stateLeased,
 			LastError: q.lastErrLocked(e),
 		}
-		if e.state != stateLeased { // a leased entry's at is its deadline
+		if e.state != stateLeased && !e.is(keyLimited) { // a leased entry's at is its deadline; a key-limited one is visible
 			r.VisibleAt = q.timeOf(e.at)
 		}
 		r.ExpiresAt, r.TTL = q.expiresLocked(e)
@@ -255,6 +253,20 @@ func (q *Queue[T]) Reconfigure(cfg queue.Config) error {
 	q.cfg.Overflow = cfg.Overflow
 	q.cfg.MaxInFlight = cfg.MaxInFlight
 	q.cfg.TTL = cfg.TTL
-	q.wakeLocked() // a poller held back by MaxInFlight may go on
+	q.cfg.RateLimit = cfg.RateLimit
+	q.cfg.KeyRateLimit = cfg.KeyRateLimit
+	if cfg.KeyConcurrency > q.cfg.KeyConcurrency {
+		q.cfg.KeyConcurrency = cfg.KeyConcurrency
+		now := q.clock.Now()
+		for _, kq := range q.keys { // more of each key may be out now
+			q.admitLocked(now, kq)
+		}
+	}
+	q.cfg.KeyConcurrency = cfg.KeyConcurrency
+	if cfg.FairKeys != q.cfg.FairKeys {
+		q.cfg.FairKeys = cfg.FairKeys
+		q.reorderLocked()
+	}
+	q.wakeLocked() // a poller held back by MaxInFlight or a limit may go on
 	return q.unlock()
 }

@@ -35,6 +35,9 @@ func (q *Queue[T]) Peek(pq queue.PeekQuery) ([]queue.Held[T], error) {
 				continue
 			}
 			st := heldState(e.state)
+			if e.is(keyLimited) {
+				st = queue.StateVisible // only its key's token is due later
+			}
 			if pq.State != 0 && st != pq.State {
 				continue
 			}

@@ -83,21 +83,28 @@ func (q *Queue[T]) poll(ctx context.Context, dst []queue.Delivery[T], n int, blo
 		if err != nil {
 			return dst, err
 		}
-		if q.canLeaseLocked() || !block {
+		if q.canLeaseLocked(now) || !block {
+			before := len(dst)
 			dst = q.leaseLocked(now, dst, n, q.holdLocked(h, vis))
-			return dst, q.unlock()
+			if len(dst) > before || !block {
+				return dst, q.unlock()
+			}
+			// Every visible message waited for its key's token: park.
 		}
 		// About to park: say so, then look at the inbox a last time. An
 		// Offer that took it after this look sees the flag and drains it
 		// (which wakes this Poll); one before, this look finds.
 		q.in.waiting.Store(true)
 		q.drainLocked()
-		if q.canLeaseLocked() {
-			q.in.waiting.Store(q.wake != nil) // set while a Poll waits
+		if q.canLeaseLocked(now) {
+			before := len(dst)
 			dst = q.leaseLocked(now, dst, n, q.holdLocked(h, vis))
-			return dst, q.unlock()
+			if len(dst) > before {
+				q.in.waiting.Store(q.wake != nil) // set while a Poll waits
+				return dst, q.unlock()
+			}
 		}
-		next, timed := q.nextEventLocked()
+		next, timed := q.nextEventLocked(now)
 		if q.wake == nil { // none yet, or the drain's wake-up closed it (and cleared waiting)
 			q.wake = make(chan struct{})
 			q.in.waiting.Store(true)
@@ -286,15 +293,25 @@ func (q *Queue[T]) signalIdleLocked() {
 	}
 }
 
-func (q *Queue[T]) canLeaseLocked() bool {
-	return q.ready.len() > 0 && !q.paused && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight)
+// canLeaseLocked reports whether a message is visible and nothing keeps
+// it from being leased at now: not a pause, MaxInFlight or RateLimit (a
+// key's rate limit is found message by message, by leaseLocked).
+func (q *Queue[T]) canLeaseLocked(now time.Time) bool {
+	return q.ready.len() > 0 && !q.paused && (q.cfg.MaxInFlight == 0 || q.inflight.Len() < q.cfg.MaxInFlight) &&
+		(q.cfg.RateLimit.IsZero() || q.cfg.RateLimit.Tokens(q.rateFull, now) > 0)
 }
 
-// leaseLocked leases up to n ready messages into dst.
+// leaseLocked leases up to n ready messages into dst: fewer where
+// MaxInFlight or RateLimit allows fewer, and none of a key whose
+// KeyRateLimit has no token (those wait for it; see takeKeyTokenLocked).
 func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vis time.Duration) []queue.Delivery[T] {
 	k := min(n, q.ready.len())
 	if q.cfg.MaxInFlight > 0 {
 		k = min(k, q.cfg.MaxInFlight-q.inflight.Len())
+	}
+	rated := !q.cfg.RateLimit.IsZero()
+	if rated {
+		k = min(k, q.cfg.RateLimit.Tokens(q.rateFull, now))
 	}
 	if k <= 0 || q.paused {
 		return dst
@@ -307,8 +324,16 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 	deadline := now.Add(vis)
 	at := q.tickOf(deadline)
 	maxAttempts := max(q.cfg.MaxAttempts, 0) // UnlimitedAttempts is 0 in a Delivery
-	for range k {
+	keyRated := !q.cfg.KeyRateLimit.IsZero()
+	for leased := 0; leased < k; {
 		e := q.ready.pop()
+		if e == nil {
+			break // what was visible waits for its keys' tokens
+		}
+		if keyRated && e.is(keyed) && !q.takeKeyTokenLocked(now, e) {
+			continue
+		}
+		leased++
 		if q.ttlWaitingLocked(e) {
 			q.ttl.remove(int(q.ttlOf(e).index))
 		}
@@ -335,7 +360,10 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 		d.Deadline = deadline
 		d.MaxAttempts = maxAttempts
 	}
-	if q.rec != nil {
+	if rated {
+		q.rateFull = q.cfg.RateLimit.Take(q.rateFull, now, len(dst)-start)
+	}
+	if q.rec != nil && len(dst) > start {
 		q.dirty = true
 		q.rec.Delivered(dst[start:])
 	}
@@ -343,8 +371,10 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 }
 
 // nextEventLocked returns the earliest future time at which the state
-// changes by itself: a delayed message turns visible or a lease expires.
-func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
+// changes by itself: a delayed message turns visible (or one waiting for
+// its key's token gets it), a lease expires, or the subscription's bucket
+// gains the token a visible message waits for.
+func (q *Queue[T]) nextEventLocked(now time.Time) (time.Time, bool) {
 	var next tick
 	ok := false
 	if q.delayed.len() > 0 {
@@ -352,6 +382,11 @@ func (q *Queue[T]) nextEventLocked() (time.Time, bool) {
 	}
 	if e := q.inflight.Peek(); e != nil && (!ok || e.at < next) {
 		next, ok = e.at, true
+	}
+	if r := q.cfg.RateLimit; !r.IsZero() && q.ready.len() > 0 && r.Tokens(q.rateFull, now) == 0 {
+		if at := q.tickOf(r.NextToken(q.rateFull, now)); !ok || at < next {
+			next, ok = at, true
+		}
 	}
 	return q.timeOf(next), ok
 }

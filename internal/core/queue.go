@@ -59,7 +59,12 @@ type Queue[T any] struct {
 	inflight     inflight[T]
 	due          tick                    // nothing in inflight, delayed or ttl is due before it (see dueAt)
 	keys         map[string]*keyQueue[T] // ordering keys with a message held
-	heldBack     int                     // entries held back behind their key's head
+	heldBack     int                     // entries held back behind their key's out ones
+	rateFull     time.Time               // when RateLimit's bucket is full again (see limits.go)
+	keyFull      map[string]time.Time    // when each key's KeyRateLimit bucket is full again, for keys not forgotten
+	keyFullKept  int                     // len(keyFull) after its last forgetting
+	keyFullAt    time.Time               // when that was
+	keyLimited   int                     // entries in delayed waiting only for their key's token (flag keyLimited)
 	nextSeq      uint64                  // the last place handed out
 	stats        queue.Stats             // the counters; Stats fills in the gauges
 	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
@@ -115,16 +120,14 @@ func (q *Queue[T]) resetLocked() {
 	}
 	q.errs = nil
 	q.nheld = 0
-	q.ready = ready[T]{}
-	for i := range q.ready.lanes {
-		q.ready.lanes[i].back = newEntryHeap(byPlace[T])
-	}
+	q.ready.reset(q.cfg.FairKeys)
 	q.delayed = newEntryHeap(byVisibleAt[T])
 	q.ttl = newTTLHeap(q)
 	q.inflight = newInflight[T]()
 	q.due = farTick
 	q.keys = nil
 	q.heldBack = 0
+	q.keyLimited = 0
 }
 
 // OfferOption adjusts one Offer.
@@ -164,11 +167,12 @@ func (q *Queue[T]) Stats() queue.Stats {
 		q.sweepLocked(now)
 	}
 	s := q.stats
-	s.Visible = q.ready.len()
+	s.Visible = q.ready.len() + q.keyLimited
+	s.Limited = q.limitedLocked(now)
 	if oldest, ok := q.ready.oldest(); ok && now.After(oldest) {
 		s.OldestVisibleAge = now.Sub(oldest)
 	}
-	s.Delayed = q.delayed.len()
+	s.Delayed = q.delayed.len() - q.keyLimited
 	s.InFlight = q.inflight.Len()
 	s.HeldBack = q.heldBack
 	s.Paused = q.paused

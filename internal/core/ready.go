@@ -31,7 +31,7 @@ type entry[T any] struct {
 	msg      *queue.Message[T] // shared, never written after publish; nil when the slot is free
 	place    uint64            // publish sequence in this queue: FIFO order within a priority
 	at       tick              // delayed or held back: when it turns visible (noTick: at once); leased: the lease's deadline
-	stamp    uint64            // when leased: lease order (equal deadlines expire in it)
+	stamp    uint64            // when leased: lease order (equal deadlines expire in it); when ready with FairKeys: its turn
 	slot     uint32            // where it lives in the arena
 	gen      uint32            // which use of the slot: with slot, the seq of its lease IDs
 	delivery uint32            // deliveries so far (the delivery number of the last lease)
@@ -47,10 +47,11 @@ type entry[T any] struct {
 type entryFlags uint8
 
 const (
-	leaseOpen entryFlags = 1 << iota // the lease of delivery number `delivery` is still current
-	hasTTL                           // it has a time to live, in q.ttls
-	inFresh                          // it is in its lane's fresh run (not the other one)
-	keyed                            // its message has an ordering key (known without reading the envelope)
+	leaseOpen  entryFlags = 1 << iota // the lease of delivery number `delivery` is still current
+	hasTTL                            // it has a time to live, in q.ttls
+	inFresh                           // it is in its lane's fresh run (not the other one)
+	keyed                             // its message has an ordering key (known without reading the envelope)
+	keyLimited                        // in the delayed heap only until its key's token is due: visible
 )
 
 func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }
@@ -107,9 +108,83 @@ type ttlInfo struct {
 // of that order. Popping compares the three heads. Runs keep their slots
 // in blocks, so a lane of a million messages never copies an array to
 // grow (which a slice would, under the lock, pointers and all).
+//
+// With FairKeys the lanes are ordered by turn instead (see fair), every
+// entry in the heap.
 type ready[T any] struct {
 	lanes [numPriorities]lane[T]
 	n     int
+	fair  *fair // FairKeys; nil: by place
+}
+
+// fair is the turns of FairKeys (start-time fair queuing, every key of
+// equal weight): an entry that turns visible takes its key's next turn,
+// one after the key's last turn handed out or after the turn last served,
+// whichever is later, and the lanes deliver by turn, then place. So a key
+// with a backlog takes every other turn at most when another key has
+// messages, and a key's first message waits for at most one turn of each
+// other key. Messages without a key are one key, "". A key's last turn is
+// kept only while it is ahead of the turn served, and forgotten whenever
+// the lanes empty.
+type fair struct {
+	now  uint64            // the turn last served
+	last map[string]uint64 // each key's last turn handed out, while ahead of now
+	kept int               // len(last) after it was last pruned
+	peak int               // the most keys last held since it was made
+}
+
+// turn returns the next turn of key, whose message is about to turn
+// visible; empty: the lanes hold nothing.
+func (f *fair) turn(key string, empty bool) uint64 {
+	if empty {
+		if f.peak > 1024 { // a map never shrinks: let go of its table
+			f.last, f.peak = make(map[string]uint64), 0
+		}
+		clear(f.last)
+		f.kept = 0
+	}
+	t := max(f.now, f.last[key]) + 1
+	if _, ok := f.last[key]; !ok && len(f.last) >= 2*f.kept+64 {
+		for k, v := range f.last {
+			if v <= f.now {
+				delete(f.last, k)
+			}
+		}
+		f.kept = len(f.last)
+	}
+	f.last[key] = t
+	f.peak = max(f.peak, len(f.last))
+	return t
+}
+
+// served notes that key's turn t was served.
+func (f *fair) served(key string, t uint64) {
+	f.now = max(f.now, t)
+	if f.last[key] == t {
+		delete(f.last, key)
+	}
+}
+
+func newFair() *fair { return &fair{last: make(map[string]uint64)} }
+
+// byTurn orders FairKeys' lanes.
+func byTurn[T any](a, b *entry[T]) bool {
+	if a.stamp != b.stamp {
+		return a.stamp < b.stamp
+	}
+	return a.place < b.place
+}
+
+// reset empties r, ordered by place, or by turn if fair.
+func (r *ready[T]) reset(fair bool) {
+	*r = ready[T]{}
+	less := byPlace[T]
+	if fair {
+		r.fair, less = newFair(), byTurn[T]
+	}
+	for i := range r.lanes {
+		r.lanes[i].back = newEntryHeap(less)
+	}
 }
 
 type lane[T any] struct {
@@ -126,6 +201,12 @@ func (r *ready[T]) len() int { return r.n }
 func (r *ready[T]) push(e *entry[T], fresh bool) {
 	l := &r.lanes[e.prio]
 	e.state = stateReady
+	if r.fair != nil {
+		e.stamp = r.fair.turn(e.key(), r.n == 0)
+		r.n++
+		l.back.push(e)
+		return
+	}
 	r.n++
 	switch {
 	case fresh && (l.fresh.len() == 0 || l.fresh.last().place < e.place):
@@ -158,7 +239,11 @@ func (r *ready[T]) pop() *entry[T] {
 		return nil
 	}
 	r.n--
-	return l.pop()
+	e := l.pop()
+	if r.fair != nil {
+		r.fair.served(e.key(), e.stamp)
+	}
+	return e
 }
 
 // oldest returns the earliest PublishedAt of the lanes' next entries.
@@ -286,11 +371,11 @@ func (h *entryHeap[T]) top() *entry[T]         { return h.h.S[0] }
 func (h *entryHeap[T]) push(e *entry[T])       { h.h.Push(e) }
 func (h *entryHeap[T]) remove(i int) *entry[T] { return h.h.Remove(i) }
 
-// keyQueue holds one ordering key's messages: the head, the one message
-// of the key that may be delivered (it is ready, delayed or in flight), and
-// the others waiting behind it in place order.
+// keyQueue holds one ordering key's messages: how many are out (they may
+// be delivered: ready, delayed or in flight; at most KeyConcurrency), and
+// the others waiting behind them in place order (stateHeld).
 type keyQueue[T any] struct {
-	head    *entry[T]
+	out     int
 	waiting []*entry[T] // waiting[start:], by place
 	start   int
 }

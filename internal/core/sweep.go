@@ -123,6 +123,7 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 		// order is the three loops one after the other.
 		if q.delayed.len() > 0 && q.delayed.top().at <= t {
 			e := q.delayed.remove(0)
+			q.undelayLocked(e)
 			q.ready.push(e, false)
 			q.wakeLocked()
 			continue

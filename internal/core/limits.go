@@ -1,0 +1,108 @@
+package core
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// The subscription's rate limits (queue.Config's RateLimit and
+// KeyRateLimit) are token buckets on the queue's clock, each kept as the
+// time it is full again (see queue.Rate). RateLimit's bucket bounds how
+// many a Poll leases (leaseLocked) and, with visible messages and no
+// token, sets the Poll's wake-up (nextEventLocked). A key's bucket is
+// read per message: a message whose key has no token goes into the
+// delayed heap until the token is due, flagged keyLimited, and counts as
+// visible there (Stats, Peek); the sweep brings it back to the ready
+// lanes in its place. A key whose bucket is full again is forgotten, so
+// the buckets kept are those of keys served within about the last two periods.
+
+// takeKeyTokenLocked takes a token of e's key's bucket and reports true,
+// or, with none to take, puts e (popped from the ready lanes) in the
+// delayed heap until its key's next token is due and reports false.
+func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
+	r := q.cfg.KeyRateLimit
+	key := e.msg.Key
+	full := q.keyFull[key]
+	if r.Tokens(full, now) > 0 {
+		q.setKeyFullLocked(now, key, r.Take(full, now, 1))
+		return true
+	}
+	e.at = q.tickOf(r.NextToken(full, now))
+	e.state = stateDelayed
+	e.flags |= keyLimited
+	q.keyLimited++
+	q.delayed.push(e)
+	q.dueAt(e.at)
+	return false
+}
+
+// setKeyFullLocked keeps when key's bucket is full again. A new key first
+// forgets the buckets full again at now, whenever the map has doubled or a
+// period has passed since that was last done: forgetting costs O(1) a key
+// served, and a bucket is kept at most a period after it is full again.
+func (q *Queue[T]) setKeyFullLocked(now time.Time, key string, full time.Time) {
+	if q.keyFull == nil {
+		q.keyFull = make(map[string]time.Time)
+	}
+	if _, ok := q.keyFull[key]; !ok && (len(q.keyFull) >= 2*q.keyFullKept+64 || !now.Before(q.keyFullAt.Add(q.cfg.KeyRateLimit.Per))) {
+		before := len(q.keyFull)
+		for k, f := range q.keyFull {
+			if !now.Before(f) {
+				delete(q.keyFull, k)
+			}
+		}
+		if len(q.keyFull) <= before/4 { // a map never shrinks: let go of its table
+			q.keyFull = copyMap(q.keyFull)
+		}
+		q.keyFullKept, q.keyFullAt = len(q.keyFull), now
+	}
+	q.keyFull[key] = full
+}
+
+// undelayLocked notes that e, taken out of the delayed heap, no longer
+// waits there for its key's token, if it did.
+func (q *Queue[T]) undelayLocked(e *entry[T]) {
+	if e.is(keyLimited) {
+		e.flags &^= keyLimited
+		q.keyLimited--
+	}
+}
+
+// limitedLocked returns how many visible messages a rate limit keeps from
+// being leased at now: those waiting for their key's token, and those
+// beyond the subscription's tokens.
+func (q *Queue[T]) limitedLocked(now time.Time) int {
+	n := q.keyLimited
+	if r := q.cfg.RateLimit; !r.IsZero() {
+		n += max(0, q.ready.len()-r.Tokens(q.rateFull, now))
+	}
+	return n
+}
+
+// reorderLocked puts the ready lanes in the order FairKeys now asks for:
+// by turn, the visible messages taking turns in the order they had, or by
+// place.
+func (q *Queue[T]) reorderLocked() {
+	es := make([]*entry[T], 0, q.ready.len())
+	for e := q.ready.pop(); e != nil; e = q.ready.pop() {
+		es = append(es, e)
+	}
+	if !q.cfg.FairKeys {
+		slices.SortFunc(es, func(a, b *entry[T]) int { return cmp.Compare(a.place, b.place) })
+	}
+	q.ready.reset(q.cfg.FairKeys)
+	for _, e := range es {
+		q.ready.push(e, false)
+	}
+}
+
+// copyMap returns a new map, no larger than it needs to be, holding m's
+// entries.
+func copyMap[K comparable, V any](m map[K]V) map[K]V {
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

@@ -1,0 +1,90 @@
+package queue
+
+import (
+	"fmt"
+	"time"
+)
+
+// Rate is the shape of a token bucket: it holds at most N tokens and gains
+// them back continuously, N every Per, one every Per/N (rounded up to the
+// nanosecond, so that it never runs faster than N per Per). A delivery (or
+// a pool's handler start) takes one token; a full bucket lets N go at
+// once. The zero Rate is no limit.
+//
+// A bucket's whole state is one time: when it is full again (the zero time,
+// or any time not after now, means full). Tokens, Take and NextToken
+// compute with it, so a bucket costs one time.Time and no goroutine, and a
+// full one can be forgotten.
+type Rate struct {
+	N   int           // capacity, and tokens gained per Per; >= 1
+	Per time.Duration // > 0
+}
+
+// IsZero reports whether r is the zero Rate: no limit.
+func (r Rate) IsZero() bool { return r == Rate{} }
+
+// Validate returns nil for the zero Rate and for one with N >= 1 and Per >=
+// N nanoseconds (a token at most every nanosecond), or else an error
+// matching ErrInvalidArgument that names the field out of range.
+func (r Rate) Validate() error {
+	switch {
+	case r.IsZero():
+		return nil
+	case r.N < 1:
+		return invalid("Rate.N = %d, must be >= 1", r.N)
+	case r.Per <= 0:
+		return invalid("Rate.Per = %v, must be > 0", r.Per)
+	case r.Per < time.Duration(r.N):
+		return invalid("Rate %d per %v: more than a token a nanosecond", r.N, r.Per)
+	}
+	return nil
+}
+
+// String returns "N/Per", as "10/1s", or "none" for the zero Rate.
+func (r Rate) String() string {
+	if r.IsZero() {
+		return "none"
+	}
+	return fmt.Sprintf("%d/%v", r.N, r.Per)
+}
+
+// interval returns how long the bucket takes to gain one token: Per/N,
+// rounded up to the nanosecond.
+func (r Rate) interval() time.Duration {
+	return (r.Per + time.Duration(r.N) - 1) / time.Duration(r.N)
+}
+
+// Tokens returns the tokens a bucket of r that is full again at full holds
+// at now: N once now has reached full, one fewer for each token interval
+// (Per/N, or part of one) still to go.
+func (r Rate) Tokens(full, now time.Time) int {
+	if !now.Before(full) {
+		return r.N
+	}
+	iv := r.interval()
+	missing := (full.Sub(now) + iv - 1) / iv
+	if missing >= time.Duration(r.N) {
+		return 0
+	}
+	return r.N - int(missing)
+}
+
+// Take returns when a bucket of r that is full again at full is full again
+// after k tokens are taken from it at now. k must not be more than
+// Tokens(full, now).
+func (r Rate) Take(full, now time.Time, k int) time.Time {
+	if full.Before(now) {
+		full = now
+	}
+	return full.Add(time.Duration(k) * r.interval())
+}
+
+// NextToken returns when a bucket of r that is full again at full holds a
+// token: now if it holds one at now.
+func (r Rate) NextToken(full, now time.Time) time.Time {
+	at := full.Add(-time.Duration(r.N-1) * r.interval())
+	if at.Before(now) {
+		return now
+	}
+	return at
+}
