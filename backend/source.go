@@ -8,7 +8,7 @@ import (
 )
 
 // The optional methods a source of a worker pool (poller.Source) may have,
-// which the pool looks for. A *broker.Subscription has the first three;
+// which the pool looks for. A *broker.Subscription has the first four;
 // a JetStream subscription is a Remote.
 
 // Rejecter is implemented by a source that can dead-letter a message at
@@ -25,6 +25,15 @@ type Rejecter interface {
 // RetryAfter nacks.
 type DelayFailer interface {
 	FailAfter(id lease.ID, delay time.Duration, cause error) error
+}
+
+// DelayReleaser is implemented by a source that can hand a message back
+// without spending its attempt and keep it out of sight for a delay: the
+// next delivery comes no sooner than delay from now, with the same
+// Attempt. The pool uses it for poller.SlowDown; without it, SlowDown
+// nacks, spending the attempt.
+type DelayReleaser interface {
+	ReleaseAfter(id lease.ID, delay time.Duration) error
 }
 
 // IdleAwaiter is implemented by a source that can tell when it holds

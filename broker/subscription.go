@@ -127,6 +127,15 @@ func (s *Subscription[T]) FailAfter(id lease.ID, delay time.Duration, cause erro
 	return s.q.FailAfter(id, delay, cause)
 }
 
+// ReleaseAfter is Release with a delay: the lease's message gives its
+// attempt back and is visible again after delay (0: at once), on the
+// broker's clock (backend.DelayReleaser, for poller.SlowDown). delay must
+// be >= 0. On a durable broker a crash before the delay has passed may
+// make the message visible at once after the restart.
+func (s *Subscription[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
+	return s.q.ReleaseAfter(id, delay)
+}
+
 // Extend sets the lease's deadline to now + timeout (SQS
 // ChangeMessageVisibility). The lease must still be live.
 func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Defaults of the options' zero values.
@@ -38,7 +39,8 @@ type config struct {
 	maxExtension   time.Duration // NoExtension: off
 	clock          clock.Clock
 	logger         *slog.Logger
-	observers      []any // each a func(Event[T]), checked against T in New
+	observers      []any      // each a func(Event[T]), checked against T in New
+	rate           queue.Rate // WithRate; zero: none
 	err            error
 }
 

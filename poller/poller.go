@@ -70,8 +70,9 @@ const (
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
 	src      Source[T]
-	rejecter backend.Rejecter    // src as a backend.Rejecter; nil if it is not one
-	failer   backend.DelayFailer // src as a backend.DelayFailer; nil if it is not one
+	rejecter backend.Rejecter      // src as a backend.Rejecter; nil if it is not one
+	failer   backend.DelayFailer   // src as a backend.DelayFailer; nil if it is not one
+	releaser backend.DelayReleaser // src as a backend.DelayReleaser; nil if it is not one
 	handler  Handler[T]
 	cfg      config         // immutable after New; defaults filled in
 	observe  func(Event[T]) // nil: none
@@ -143,6 +144,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	p := &Poller[T]{src: src, handler: h, cfg: cfg}
 	p.rejecter, _ = src.(backend.Rejecter)
 	p.failer, _ = src.(backend.DelayFailer)
+	p.releaser, _ = src.(backend.DelayReleaser)
 	var fs []func(Event[T])
 	for _, o := range cfg.observers {
 		f, ok := o.(func(Event[T]))

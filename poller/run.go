@@ -84,6 +84,7 @@ type run[T any] struct {
 
 	kick chan struct{} // wakes extendLoop to look at the heap again
 
+	pace   pace          // WithRate's bucket and SlowDown's pause
 	motion motion        // what the goroutines are doing, for AwaitQuiet
 	rest   rest          // what else AwaitQuiet reads
 	ended  chan struct{} // closed when the run has ended
@@ -119,8 +120,20 @@ func (r *run[T]) pollLoop() error {
 		if !ok {
 			return nil
 		}
+		k, ok := r.gate(n)
+		if !ok {
+			for range n {
+				<-r.slots
+			}
+			return nil
+		}
+		for range n - k { // room the pool may not start handlers for yet
+			<-r.slots
+		}
+		n = k
 		r.loopTo(loopMoving, loopPolling)
 		ds, held, err := r.poll(n)
+		r.took(min(len(ds), n))
 		// Back in motion, with what it leased queued for the workers (in
 		// one move: it sends them below).
 		r.move(placeDelta(loopPolling, loopMoving, loopMoving, loopShift) + int64(min(len(ds), n))*queuedOne)
@@ -211,7 +224,8 @@ func (r *run[T]) wait(d time.Duration) bool {
 }
 
 // worker runs handlers on what it takes from the work channel until it is
-// closed; once the run is stopping it releases what it takes instead.
+// closed; once the run is stopping, or while a SlowDown's pause is on, it
+// releases what it takes instead.
 func (r *run[T]) worker() {
 	for {
 		r.move(idleOne - busyOne)
@@ -224,7 +238,7 @@ func (r *run[T]) worker() {
 		// it as queued: together they say that the pool is not at rest.
 		// runCtx too: a handler that returned because Run's ctx is done
 		// may see it done before its child, r.ctx, is cancelled.
-		if r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil {
+		if r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil || r.paused() {
 			r.move(busyOne - idleOne - queuedOne)
 			r.release(it)
 			continue
@@ -317,7 +331,12 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	)
 	isDir := herr != nil && errors.As(herr, &dir)
 	_, giveUp := dir.(*giveUpError)
-	leaves := herr == nil || giveUp && p.rejecter != nil || lastAttempt(it.d)
+	slow, slowed := dir.(*slowDownError)
+	if slowed {
+		r.slowDown(slow.delay) // before the slot is freed: the poll loop sees the pause
+	}
+	released := slowed && p.releaser != nil
+	leaves := herr == nil || giveUp && p.rejecter != nil || lastAttempt(it.d) && !released
 	if leaves {
 		<-r.slots
 	}
@@ -338,6 +357,12 @@ func (r *run[T]) finish(it *item[T], herr error) {
 			} else {
 				out, serr = OutcomeRetried, p.src.Fail(id, herr)
 			}
+		case *slowDownError:
+			if released {
+				out, serr = OutcomeReleased, p.releaser.ReleaseAfter(id, dir.delay)
+			} else {
+				out, serr = OutcomeRetried, p.src.Nack(id, dir.delay)
+			}
 		}
 	default:
 		out, serr = OutcomeRetried, p.src.Fail(id, herr)
@@ -357,6 +382,8 @@ func (r *run[T]) finish(it *item[T], herr error) {
 			p.retried.Add(1)
 		case OutcomeDeadLettered:
 			p.deadLettered.Add(1)
+		case OutcomeReleased:
+			p.released.Add(1)
 		}
 	}
 	r.emit(out, it, deadline, herr, serr)

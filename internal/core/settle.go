@@ -231,14 +231,30 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 // once and the attempt is not spent, so its next delivery has the same
 // Attempt. It is for work leased but never started (shutdown, prefetch).
 // It needs a live lease, as Nack does.
-func (q *Queue[T]) Release(id lease.ID) error {
-	return q.settle("release", id, func(now time.Time, e *entry[T]) {
+func (q *Queue[T]) Release(id lease.ID) error { return q.release("release", id, 0) }
+
+// ReleaseAfter is Release with a delay: the message gives its attempt back
+// and is visible again after delay (0: at once). delay must be >= 0. A
+// durable store records the release, then the wait (Retried): after a
+// crash between the two the message is visible at once.
+func (q *Queue[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
+	if delay < 0 {
+		return invalid("ReleaseAfter: delay = %v, must be >= 0", delay)
+	}
+	return q.release("release after", id, delay)
+}
+
+func (q *Queue[T]) release(op string, id lease.ID, delay time.Duration) error {
+	return q.settle(op, id, func(now time.Time, e *entry[T]) {
 		e.attempt--
 		m := e.msg
-		q.backLocked(now, e, 0)
+		q.backLocked(now, e, delay)
 		if q.rec != nil && e.msg != nil { // not dead-lettered by its TTL
 			q.dirty = true
 			q.rec.Released(m)
+			if e.state == stateDelayed {
+				q.rec.Retried(m, q.timeOf(e.at), q.lastErrLocked(e))
+			}
 		}
 	})
 }
