@@ -52,7 +52,7 @@ func (q *Queue[T]) setKeyFullLocked(now time.Time, key string, full time.Time) {
 				delete(q.keyFull, k)
 			}
 		}
-		if len(q.keyFull) <= before/4 { // a map never shrinks: let go of its table
+		if before >= 1024 && len(q.keyFull) <= before/4 { // a map never shrinks: let go of a large table
 			q.keyFull = copyMap(q.keyFull)
 		}
 		q.keyFullKept, q.keyFullAt = len(q.keyFull), now
