@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 	cases = append(cases, s.featureCases()...)
 	cases = append(cases, s.parityCases()...)
 	cases = append(cases, s.seamCases()...)
+	cases = append(cases, s.paceCases()...)
 	for _, c := range cases {
 		t.Run(c.name, c.f)
 	}
