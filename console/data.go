@@ -34,6 +34,7 @@ type SubscriptionRow struct {
 	Delayed          int               `json:"delayed"`
 	InFlight         int               `json:"inFlight"`
 	HeldBack         int               `json:"heldBack"`
+	Limited          int               `json:"limited"` // of Visible, those a rate limit holds back now
 	OldestVisibleAge float64           `json:"oldestVisibleAgeSeconds"`
 	Published        uint64            `json:"published"`
 	Acked            uint64            `json:"acked"`
@@ -260,7 +261,7 @@ func row(s SubscriptionInfo, held int) SubscriptionRow {
 	return SubscriptionRow{
 		Topic: s.Topic, Name: s.Name, Pattern: strings.ContainsAny(s.Topic, "*>#"), Paused: st.Paused,
 		Depth: st.Visible + st.Delayed + st.InFlight + st.HeldBack, Visible: st.Visible, Delayed: st.Delayed,
-		InFlight: st.InFlight, HeldBack: st.HeldBack, OldestVisibleAge: st.OldestVisibleAge.Seconds(),
+		InFlight: st.InFlight, HeldBack: st.HeldBack, Limited: st.Limited, OldestVisibleAge: st.OldestVisibleAge.Seconds(),
 		Published: st.Published, Acked: st.Acked, Delivered: st.Delivered, DeadLettered: st.DeadLettered,
 		DeadLetteredBy: by, DeadLettersHeld: held, Note: s.Note,
 	}
@@ -280,8 +281,23 @@ func settings(cfg queue.Config) []Setting {
 	if cfg.TTL > 0 {
 		s = append(s, Setting{"WithDefaultTTL", cfg.TTL.String()})
 	}
+	if !cfg.RateLimit.IsZero() {
+		s = append(s, Setting{"WithRateLimit", rateText(cfg.RateLimit)})
+	}
+	if !cfg.KeyRateLimit.IsZero() {
+		s = append(s, Setting{"WithKeyRateLimit", rateText(cfg.KeyRateLimit) + " a key"})
+	}
+	if cfg.KeyConcurrency > 1 {
+		s = append(s, Setting{"WithKeyConcurrency", itoa(cfg.KeyConcurrency) + " of a key at once"})
+	}
+	if cfg.FairKeys {
+		s = append(s, Setting{"WithFairKeys", "keys take turns"})
+	}
 	return s
 }
+
+// rateText says a rate as "10 per 1s".
+func rateText(r queue.Rate) string { return itoa(r.N) + " per " + r.Per.String() }
 
 // deadLetterList returns the page of the letters f matches that starts at
 // offset: it renders the page's letters alone, and counts the rest.

@@ -79,6 +79,7 @@ func ExampleObserveSubscription() {
 	// leasebus.subscription.dead_lettered{rejected} 0
 	// leasebus.subscription.delivered 2
 	// leasebus.subscription.dropped 0
+	// leasebus.subscription.limited 0
 	// leasebus.subscription.messages{delayed} 0
 	// leasebus.subscription.messages{held_back} 0
 	// leasebus.subscription.messages{in_flight} 1

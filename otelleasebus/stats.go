@@ -40,6 +40,7 @@ var reasons = [...]string{
 // statistics. Every observation registers its own callback on them.
 type statsInstruments struct {
 	messages    metric.Int64ObservableUpDownCounter
+	limited     metric.Int64ObservableUpDownCounter
 	oldest      metric.Float64ObservableGauge
 	published   metric.Int64ObservableCounter
 	delivered   metric.Int64ObservableCounter
@@ -66,6 +67,10 @@ func newStatsInstruments(m metric.Meter) (*statsInstruments, error) {
 		metric.WithUnit("{message}"),
 		metric.WithDescription("Messages a subscription holds, by leasebus.message.state: visible, delayed, in_flight, held_back."))
 	errs = append(errs, err)
+	in.limited, err = m.Int64ObservableUpDownCounter("leasebus.subscription.limited",
+		metric.WithUnit("{message}"),
+		metric.WithDescription("Visible messages a subscription's rate limit (WithRateLimit, WithKeyRateLimit) holds back now: of leasebus.subscription.messages' visible."))
+	errs = append(errs, err)
 	in.oldest, err = m.Float64ObservableGauge("leasebus.subscription.oldest_visible.age",
 		metric.WithUnit("s"),
 		metric.WithDescription("How long ago the oldest visible message of a subscription was published; 0 when none is visible."))
@@ -85,7 +90,7 @@ func newStatsInstruments(m metric.Meter) (*statsInstruments, error) {
 }
 
 func (in *statsInstruments) all() []metric.Observable {
-	return []metric.Observable{in.messages, in.oldest, in.published, in.delivered, in.acked,
+	return []metric.Observable{in.messages, in.limited, in.oldest, in.published, in.delivered, in.acked,
 		in.redelivered, in.deadLetters, in.dropped, in.redriven, in.rejected}
 }
 
@@ -127,6 +132,7 @@ func (in *statsInstruments) observe(o metric.Observer, s *statsSets, st queue.St
 	for i, n := range [len(states)]int{st.Visible, st.Delayed, st.InFlight, st.HeldBack} {
 		o.ObserveInt64(in.messages, int64(n), s.states[i])
 	}
+	o.ObserveInt64(in.limited, int64(st.Limited), s.base)
 	o.ObserveFloat64(in.oldest, st.OldestVisibleAge.Seconds(), s.base)
 	o.ObserveInt64(in.published, counter(st.Published), s.base)
 	o.ObserveInt64(in.delivered, counter(st.Delivered), s.base)

@@ -49,7 +49,7 @@ func statsPoints(topic, name string, st map[string]string) map[string]string {
 	for _, r := range []string{"max-attempts", "overflow", "expired", "rejected"} {
 		out["leasebus.subscription.dead_lettered{"+subAttrs(topic, name, "leasebus.dead_letter.reason="+r)+"}"] = st["dl."+r]
 	}
-	for _, c := range []string{"published", "delivered", "acked", "redelivered", "dropped", "redriven", "rejected"} {
+	for _, c := range []string{"published", "delivered", "acked", "redelivered", "dropped", "redriven", "rejected", "limited"} {
 		out["leasebus.subscription."+c+"{"+base+"}"] = st[c]
 	}
 	out["leasebus.subscription.oldest_visible.age{"+base+"}"] = st["age"]
@@ -249,7 +249,7 @@ func TestObserveStatsError(t *testing.T) {
 		"leasebus.subscription.oldest_visible.age{" + base + "}":                                        "0",
 		"leasebus.subscription.published{" + base + "}":                                                 "9",
 	}
-	for _, c := range []string{"delivered", "acked", "redelivered", "dropped", "redriven", "rejected"} {
+	for _, c := range []string{"delivered", "acked", "redelivered", "dropped", "redriven", "rejected", "limited"} {
 		want["leasebus.subscription."+c+"{"+base+"}"] = "0"
 	}
 	equalPoints(t, tel.collect(t), want)
@@ -283,5 +283,26 @@ func TestInvalidArguments(t *testing.T) {
 		} else if !strings.HasPrefix(err.Error(), "otelleasebus: ") {
 			t.Errorf("%s: %q does not say where it comes from", name, err)
 		}
+	}
+}
+
+// What a subscription's rate limit holds back reads as
+// leasebus.subscription.limited.
+func TestObserveSubscriptionLimited(t *testing.T) {
+	tel := newTelemetry(t)
+	b, _ := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "webhooks", "deliver", broker.WithRateLimit(1, time.Minute))
+	reg, err := otelleasebus.ObserveSubscription(sub, tel.options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	brokertest.Publish(t, b, "webhooks", "a", "b", "c")
+	if ds := sub.TryPoll(3); len(ds) != 1 {
+		t.Fatalf("TryPoll: %d, want the one token's", len(ds))
+	}
+	key := "leasebus.subscription.limited{" + subAttrs("webhooks", "deliver") + "}"
+	if got := tel.collect(t)[key]; got != "2" {
+		t.Fatalf("%s = %q, want 2", key, got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -294,4 +295,23 @@ func TestOneNameOnTwoTopics(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "boom on orders.*", "the pattern's letter stays")
 	assert.Contains(t, out, "1 dead letters")
+}
+
+// inspect says how each subscription paces its deliveries.
+func TestInspectShowsLimits(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Open(dir, queue.JSONCodec[order]())
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("webhooks"))
+	_, err = b.Subscribe("webhooks", "deliver", broker.WithRateLimit(10, time.Second),
+		broker.WithKeyRateLimit(2, time.Second), broker.WithKeyConcurrency(2), broker.WithFairKeys())
+	require.NoError(t, err)
+	_, err = b.Subscribe("webhooks", "audit")
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+
+	code, out, errOut := leasebus("inspect", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "webhooks deliver paces its deliveries: at most 10 per 1s, at most 2 per 1s a key, 2 of a key at once, keys take turns\n")
+	assert.NotContains(t, out, "audit paces")
 }

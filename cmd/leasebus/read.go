@@ -65,10 +65,33 @@ func inspect(args []string, out io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, s := range b.AllSubscriptions() {
+		if l := limits(s.Config()); l != "" {
+			fmt.Fprintf(out, "%s %s paces its deliveries: %s\n", s.Topic(), s.Name(), l)
+		}
+	}
 	if len(letters) > 0 {
 		fmt.Fprintf(out, "\n'leasebus dead-letters %s' shows them.\n", pos[0])
 	}
 	return nil
+}
+
+// limits says a subscription's flow control, "" for none.
+func limits(c queue.Config) string {
+	var parts []string
+	if !c.RateLimit.IsZero() {
+		parts = append(parts, fmt.Sprintf("at most %d per %v", c.RateLimit.N, c.RateLimit.Per))
+	}
+	if !c.KeyRateLimit.IsZero() {
+		parts = append(parts, fmt.Sprintf("at most %d per %v a key", c.KeyRateLimit.N, c.KeyRateLimit.Per))
+	}
+	if c.KeyConcurrency > 1 {
+		parts = append(parts, fmt.Sprintf("%d of a key at once", c.KeyConcurrency))
+	}
+	if c.FairKeys {
+		parts = append(parts, "keys take turns")
+	}
+	return strings.Join(parts, ", ")
 }
 
 func reasons(m map[string]int) string {

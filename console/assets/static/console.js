@@ -36,7 +36,7 @@
           });
           if (!row) return; // a new subscription shows on the next load
           var set = function (f, v) { var c = row.querySelector('[data-f="' + f + '"]'); if (c) c.textContent = v; };
-          set("depth", s.depth); set("visible", s.visible); set("inFlight", s.inFlight);
+          set("depth", s.depth); set("visible", s.limited ? s.visible + " (" + s.limited + " limited)" : s.visible); set("inFlight", s.inFlight);
           set("delayed", s.delayed); set("heldBack", s.heldBack); set("oldest", ago(s.oldestVisibleAgeSeconds));
           var p = last && last.subs[k];
           set("publishRate", rate(s.published, p ? p.published : undefined, secs));

@@ -64,6 +64,7 @@ metrics at http://ADDR/metrics (the pool's counters):
   leasebus_subscription_dead_lettered_total{leasebus_dead_letter_reason="rejected"} 1
   leasebus_subscription_delivered_total 6
   leasebus_subscription_dropped_total 0
+  leasebus_subscription_limited 0
   leasebus_subscription_messages{leasebus_message_state="delayed"} 0
   leasebus_subscription_messages{leasebus_message_state="held_back"} 0
   leasebus_subscription_messages{leasebus_message_state="in_flight"} 0
