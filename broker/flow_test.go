@@ -270,3 +270,44 @@ func TestDurableFairKeysToggle(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a0", "b0", "a1", "a2"}, payloads(s.TryPoll(10)))
 }
+
+// ReleaseAfter hands a lease back with its attempt, visible after the
+// delay; on a durable broker the wait survives a reopen.
+func TestReleaseAfter(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	brokertest.Publish(t, b, "t", "a")
+	d := s.TryPoll(1)[0]
+	require.ErrorIs(t, s.ReleaseAfter(d.LeaseID, -time.Second), queue.ErrInvalidArgument)
+	require.NoError(t, s.ReleaseAfter(d.LeaseID, 5*time.Second))
+	require.ErrorIs(t, s.ReleaseAfter(d.LeaseID, time.Second), queue.ErrLeaseExpired, "twice: not current, the message still held")
+	st := s.Stats()
+	assert.Equal(t, 1, st.Delayed)
+	mock.Add(5*time.Second - time.Nanosecond)
+	assert.Empty(t, s.TryPoll(1))
+	mock.Add(time.Nanosecond)
+	again := s.TryPoll(1)
+	require.Len(t, again, 1)
+	assert.Equal(t, 1, again[0].Attempt, "no attempt spent")
+
+	dir := t.TempDir()
+	db, err := broker.Open(dir, queue.StringCodec(), broker.WithClock(mock))
+	require.NoError(t, err)
+	require.NoError(t, db.CreateTopic("t"))
+	ds, err := db.Subscribe("t", "s")
+	require.NoError(t, err)
+	_, err = db.Publish(ctx, "t", "b")
+	require.NoError(t, err)
+	require.NoError(t, ds.ReleaseAfter(ds.TryPoll(1)[0].LeaseID, time.Minute))
+	require.NoError(t, db.Close())
+	db, err = broker.Open(dir, queue.StringCodec(), broker.WithClock(mock))
+	require.NoError(t, err)
+	defer db.Close()
+	ds, err = db.Subscription("t", "s")
+	require.NoError(t, err)
+	assert.Equal(t, 1, ds.Stats().Delayed, "the wait is stored")
+	mock.Add(time.Minute)
+	got := ds.TryPoll(1)
+	require.Len(t, got, 1)
+	assert.Equal(t, 1, got[0].Attempt, "the attempt given back is stored")
+}

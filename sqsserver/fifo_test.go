@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
 func sendGroup(t *testing.T, c *sqs.Client, url, body, group, dedup string) *sqs.SendMessageOutput {
@@ -131,5 +132,33 @@ func TestFIFORules(t *testing.T) {
 	must[*sqs.SendMessageOutput](t)(c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(std), MessageBody: aws.String("x"), MessageGroupId: aws.String("tenant-1")}))
 	if ms := receive(t, c, std, 1); len(ms) != 1 || ms[0].Attributes["MessageGroupId"] != "tenant-1" {
 		t.Fatalf("fair-queue group: %v", ms)
+	}
+}
+
+// A standard queue with MessageGroupIds is a fair queue: a tenant's backlog
+// does not delay another tenant's message, and a tenant's messages are not
+// ordered nor held back one at a time, as on FIFO.
+func TestFairQueue(t *testing.T) {
+	srv, c := start(t)
+	ctx := context.Background()
+	url := srv.CreateQueue(t, "webhooks", nil)
+	entries := make([]types.SendMessageBatchRequestEntry, 10)
+	for range 10 {
+		for i := range entries {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String("noisy"), MessageGroupId: aws.String("noisy")}
+		}
+		out := must[*sqs.SendMessageBatchOutput](t)(c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries}))
+		if len(out.Failed) != 0 {
+			t.Fatalf("batch: %v", out.Failed)
+		}
+	}
+	send(t, c, url, "plain") // no group: a tenant of its own
+	sendGroup(t, c, url, "quiet", "quiet", "")
+
+	if got := bodies(receive(t, c, url, 3)); len(got) != 3 || got[0] != "noisy" || got[1] != "plain" || got[2] != "quiet" {
+		t.Fatalf("first receive %v: want each tenant's first, the noisy backlog's not ahead of the others", got)
+	}
+	if got := bodies(receive(t, c, url, 10)); len(got) != 10 {
+		t.Fatalf("second receive: %d messages, want 10 of the noisy tenant at once", len(got))
 	}
 }

@@ -184,7 +184,15 @@ func (s *Server) attach(q *sqsQueue) error {
 	if err := s.b.CreateTopic(q.name); err != nil {
 		return err
 	}
-	sub, err := s.b.Subscribe(q.name, subName, broker.WithVisibilityTimeout(defaultVis*time.Second))
+	opts := []broker.SubscribeOption{broker.WithVisibilityTimeout(defaultVis * time.Second)}
+	if !q.fifo {
+		// A fair queue: a MessageGroupId on a standard queue names a tenant
+		// (the message's key), and tenants take turns, with no order and
+		// no bound on what is in flight within one. WithUpdate: a queue an
+		// earlier version stored without them gets them.
+		opts = append(opts, broker.WithFairKeys(), broker.WithKeyConcurrency(maxQueued), broker.WithUpdate())
+	}
+	sub, err := s.b.Subscribe(q.name, subName, opts...)
 	if err != nil {
 		return err
 	}

@@ -243,6 +243,9 @@ func (s *Server) moveTo(ctx context.Context, src *sqsQueue, d delivery, dst *sqs
 		}
 	} else {
 		m.Sequence, m.DedupID = 0, ""
+		if m.GroupID != "" { // a fair queue's tenant
+			opts = append(opts, broker.WithKey(m.GroupID))
+		}
 	}
 	_, err := src.sub.Forward(ctx, d.LeaseID, dst.name, m, opts...)
 	if err != nil && !errors.Is(err, queue.ErrLeaseExpired) {

@@ -111,8 +111,11 @@ func (o *outgoing) options(q *sqsQueue, st settings) []broker.PublishOption {
 	if o.delay > 0 {
 		opts = append(opts, broker.WithDelay(o.delay))
 	}
-	if q.fifo {
+	switch {
+	case q.fifo:
 		opts = append(opts, broker.WithKey(o.msg.GroupID), broker.WithDedupID(o.dedup))
+	case o.msg.GroupID != "": // a fair queue's tenant: its groups take turns (see attach)
+		opts = append(opts, broker.WithKey(o.msg.GroupID))
 	}
 	return opts
 }
@@ -274,22 +277,27 @@ func sendMessageBatch(rc *request, in *sendMessageBatchInput) (any, error) {
 
 // publishStandard publishes the prepared entries of a standard queue's
 // batch (ready[i] nil: entry i failed its checks) with one PublishBatch
-// per delay (usually one), so a durable server waits for the disk once,
-// and reports each in out.
+// per delay and message group (usually one), so a durable server waits for
+// the disk once, and reports each in out.
 func (rc *request) publishStandard(q *sqsQueue, st settings, entries []sendMessageBatchEntry, ready []*outgoing, out *sendMessageBatchOutput) {
-	byDelay := map[time.Duration][]int{}
-	var delays []time.Duration
+	type batch struct {
+		delay time.Duration
+		group string
+	}
+	byBatch := map[batch][]int{}
+	var batches []batch
 	for i, o := range ready {
 		if o == nil {
 			continue
 		}
-		if _, ok := byDelay[o.delay]; !ok {
-			delays = append(delays, o.delay)
+		k := batch{o.delay, o.msg.GroupID}
+		if _, ok := byBatch[k]; !ok {
+			batches = append(batches, k)
 		}
-		byDelay[o.delay] = append(byDelay[o.delay], i)
+		byBatch[k] = append(byBatch[k], i)
 	}
-	for _, d := range delays {
-		idx := byDelay[d]
+	for _, k := range batches {
+		idx := byBatch[k]
 		payloads := make([]message, len(idx))
 		for j, i := range idx {
 			payloads[j] = ready[i].msg
