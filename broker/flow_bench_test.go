@@ -30,6 +30,7 @@ func BenchmarkFlowControl(b *testing.B) {
 	}{
 		{"none", 0, nil},
 		{"rate", 0, []broker.SubscribeOption{broker.WithRateLimit(loose.N, loose.Per)}},
+		{"fair", 0, []broker.SubscribeOption{broker.WithFairKeys()}},
 		{"keys=1000/none", 1000, []broker.SubscribeOption{keyed}},
 		{"keys=1000/keyrate", 1000, []broker.SubscribeOption{keyed, broker.WithKeyRateLimit(loose.N, loose.Per)}},
 		{"keys=1000/fair", 1000, []broker.SubscribeOption{keyed, broker.WithFairKeys()}},

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -310,4 +311,61 @@ func TestReleaseAfter(t *testing.T) {
 	got := ds.TryPoll(1)
 	require.Len(t, got, 1)
 	assert.Equal(t, 1, got[0].Attempt, "the attempt given back is stored")
+}
+
+// With WithFairKeys, over random publishes and polls: each key's messages
+// come in publish order, and a message of a key with nothing else waiting
+// is delivered after at most one message of each other key that had some
+// waiting when it was published.
+func TestFairKeysProperty(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		b, _ := brokertest.New[string](t)
+		s := brokertest.Subscribe(t, b, "t", fmt.Sprint("s", seed), broker.WithFairKeys(), broker.WithKeyConcurrency(1000))
+		keys := []string{"", "a", "b", "c", "d"}
+		waiting := map[string][]string{} // by key: published, not yet delivered, in order
+		type watch struct {
+			key    string
+			bound  int // other keys waiting at its publish
+			others int // deliveries of other keys since
+		}
+		watched := map[string]*watch{}
+		n := 0
+		for range 2000 {
+			if rng.IntN(3) > 0 {
+				k := keys[rng.IntN(len(keys))]
+				p := fmt.Sprint(n)
+				n++
+				if len(waiting[k]) == 0 {
+					w := &watch{key: k}
+					for _, o := range keys {
+						if o != k && len(waiting[o]) > 0 {
+							w.bound++
+						}
+					}
+					watched[p] = w
+				}
+				waiting[k] = append(waiting[k], p)
+				_, err := b.Publish(ctx, "t", p, broker.WithKey(k))
+				require.NoError(t, err)
+				continue
+			}
+			for _, d := range s.TryPoll(1 + rng.IntN(3)) {
+				q := waiting[d.Key]
+				require.NotEmpty(t, q, "seed %d: %q delivered for key %q, nothing waiting", seed, d.Payload, d.Key)
+				require.Equal(t, q[0], d.Payload, "seed %d: key %q out of publish order", seed, d.Key)
+				waiting[d.Key] = q[1:]
+				require.NoError(t, s.Ack(d.LeaseID))
+				for p, w := range watched {
+					switch {
+					case p == d.Payload:
+						delete(watched, p)
+					case w.key != d.Key:
+						w.others++
+						require.LessOrEqual(t, w.others, w.bound, "seed %d: %q (key %q) waited behind %d deliveries of other keys, %d had messages waiting", seed, p, w.key, w.others, w.bound)
+					}
+				}
+			}
+		}
+	}
 }

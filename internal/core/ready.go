@@ -109,8 +109,9 @@ type ttlInfo struct {
 // in blocks, so a lane of a million messages never copies an array to
 // grow (which a slice would, under the lock, pointers and all).
 //
-// With FairKeys the lanes are ordered by turn instead (see fair), every
-// entry in the heap.
+// With FairKeys the lanes are ordered by turn, then place (see fair): the
+// runs then hold entries that arrive in that order, as the messages of
+// one key (or none) do while no other key comes between them.
 type ready[T any] struct {
 	lanes [numPriorities]lane[T]
 	n     int
@@ -118,22 +119,24 @@ type ready[T any] struct {
 }
 
 // fair is the turns of FairKeys (start-time fair queuing, every key of
-// equal weight): an entry that turns visible takes its key's next turn,
-// one after the key's last turn handed out or after the turn last served,
-// whichever is later, and the lanes deliver by turn, then place. So a key
-// with a backlog takes every other turn at most when another key has
-// messages, and a key's first message waits for at most one turn of each
-// other key. Messages without a key are one key, "". A key's last turn is
-// kept only while it is ahead of the turn served, and forgotten whenever
+// equal weight): a message that turns visible takes the turn being served
+// if its key has no other visible message, else the turn after its key's
+// last; the lanes deliver by turn, then place. So a key's first message
+// waits behind at most one message of each other key (those of the turn
+// being served that came before it), and a key with a backlog takes one
+// turn in each. Messages without a key are one key, "". A key's last
+// turn is kept only while it has visible messages, and forgotten whenever
 // the lanes empty.
 type fair struct {
-	now  uint64            // the turn last served
-	last map[string]uint64 // each key's last turn handed out, while ahead of now
-	kept int               // len(last) after it was last pruned
-	peak int               // the most keys last held since it was made
+	now     uint64            // the turn being served: the last served
+	none    uint64            // the last turn of the messages without a key, if hasNone (kept out of last: the common case)
+	hasNone bool              // a message without a key is visible
+	last    map[string]uint64 // each key's last turn handed out, while it has a visible message
+	kept    int               // len(last) after it was last pruned
+	peak    int               // the most keys last held since it was made
 }
 
-// turn returns the next turn of key, whose message is about to turn
+// turn returns the turn of a message of key that is about to turn
 // visible; empty: the lanes hold nothing.
 func (f *fair) turn(key string, empty bool) uint64 {
 	if empty {
@@ -141,12 +144,23 @@ func (f *fair) turn(key string, empty bool) uint64 {
 			f.last, f.peak = make(map[string]uint64), 0
 		}
 		clear(f.last)
-		f.kept = 0
+		f.kept, f.hasNone = 0, false
 	}
-	t := max(f.now, f.last[key]) + 1
-	if _, ok := f.last[key]; !ok && len(f.last) >= 2*f.kept+64 {
+	t := f.now
+	if key == "" {
+		if f.hasNone && f.none >= t {
+			t = f.none + 1
+		}
+		f.none, f.hasNone = t, true
+		return t
+	}
+	last, ok := f.last[key]
+	if ok && last >= t {
+		t = last + 1
+	}
+	if !ok && len(f.last) >= 2*f.kept+64 {
 		for k, v := range f.last {
-			if v <= f.now {
+			if v < f.now { // as good as forgotten: the turn being served comes first
 				delete(f.last, k)
 			}
 		}
@@ -160,7 +174,12 @@ func (f *fair) turn(key string, empty bool) uint64 {
 // served notes that key's turn t was served.
 func (f *fair) served(key string, t uint64) {
 	f.now = max(f.now, t)
-	if f.last[key] == t {
+	switch {
+	case key == "":
+		if f.none == t {
+			f.hasNone = false
+		}
+	case f.last[key] == t:
 		delete(f.last, key)
 	}
 }
@@ -184,6 +203,7 @@ func (r *ready[T]) reset(fair bool) {
 	}
 	for i := range r.lanes {
 		r.lanes[i].back = newEntryHeap(less)
+		r.lanes[i].fair = fair
 	}
 }
 
@@ -191,6 +211,7 @@ type lane[T any] struct {
 	fresh run[T]       // never waited before, in place order (flag inFresh)
 	ret   run[T]       // came back, in place order
 	back  entryHeap[T] // came back, by place
+	fair  bool         // FairKeys: the runs and the heap are by turn, then place (see before)
 }
 
 func (r *ready[T]) len() int { return r.n }
@@ -203,16 +224,13 @@ func (r *ready[T]) push(e *entry[T], fresh bool) {
 	e.state = stateReady
 	if r.fair != nil {
 		e.stamp = r.fair.turn(e.key(), r.n == 0)
-		r.n++
-		l.back.push(e)
-		return
 	}
 	r.n++
 	switch {
-	case fresh && (l.fresh.len() == 0 || l.fresh.last().place < e.place):
+	case fresh && (l.fresh.len() == 0 || l.before(l.fresh.last(), e)):
 		e.flags |= inFresh
 		l.fresh.push(e)
-	case l.ret.len() == 0 || l.ret.last().place < e.place:
+	case l.ret.len() == 0 || l.before(l.ret.last(), e):
 		l.ret.push(e)
 	default:
 		l.back.push(e)
@@ -296,6 +314,15 @@ func (r *ready[T]) remove(e *entry[T]) {
 
 func (l *lane[T]) len() int { return l.fresh.len() + l.ret.len() + l.back.len() }
 
+// before reports whether a comes before b in the lane: by place, or, with
+// FairKeys, by turn, then place.
+func (l *lane[T]) before(a, b *entry[T]) bool {
+	if l.fair && a.stamp != b.stamp {
+		return a.stamp < b.stamp
+	}
+	return a.place < b.place
+}
+
 // peek returns the entry with the lowest place, which must exist.
 func (l *lane[T]) peek() *entry[T] {
 	e, _ := l.next()
@@ -310,10 +337,10 @@ func (l *lane[T]) next() (*entry[T], int) {
 	if l.fresh.len() > 0 {
 		e, from = l.fresh.first(), 1
 	}
-	if l.ret.len() > 0 && (e == nil || l.ret.first().place < e.place) {
+	if l.ret.len() > 0 && (e == nil || l.before(l.ret.first(), e)) {
 		e, from = l.ret.first(), 2
 	}
-	if l.back.len() > 0 && (e == nil || l.back.top().place < e.place) {
+	if l.back.len() > 0 && (e == nil || l.before(l.back.top(), e)) {
 		e, from = l.back.top(), 3
 	}
 	return e, from
