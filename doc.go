@@ -41,6 +41,15 @@
 // more than one consumer, or a batch being worked on concurrently, the
 // order in which work finishes is up to the consumers.
 //
+// A subscription can pace what it hands out, for all its consumers at
+// once, decided where a Poll picks: a rate limit (broker.WithRateLimit),
+// one per ordering key (WithKeyRateLimit), how many of a key are out at
+// once (WithKeyConcurrency; 1 by default: a key's messages in order), and
+// turns between keys (WithFairKeys). A message a limit holds back stays
+// visible, unleased, and spends no attempt. A pool paces itself over any
+// source with poller.WithRate, and a handler told to slow down (a 429)
+// returns poller.SlowDown.
+//
 // Every delivery carries a fresh lease ID. A lease is current until its
 // message is settled or delivered again. Ack of a current lease deletes the
 // message even after the deadline (a late ack saves a duplicate and loses

@@ -31,14 +31,7 @@ import (
 // token is due (on a mock clock, the Add that reaches it). Default: none.
 // n must be >= 1 and per > 0, at most a token a nanosecond.
 func WithRateLimit(n int, per time.Duration) SubscribeOption {
-	return SubscribeOption{func(c *subConfig) {
-		r := queue.Rate{N: n, Per: per}
-		if err := validRate("WithRateLimit", r); err != nil {
-			c.fail(err)
-			return
-		}
-		c.queue.RateLimit = r
-	}}
+	return rateOption("WithRateLimit", n, per, func(c *subConfig, r queue.Rate) { c.queue.RateLimit = r })
 }
 
 // WithKeyRateLimit is WithRateLimit for each ordering key (WithKey) on its
@@ -48,14 +41,7 @@ func WithRateLimit(n int, per time.Duration) SubscribeOption {
 // with the keys served in the last period, not with every key ever seen.
 // Default: none. n must be >= 1 and per > 0, at most a token a nanosecond.
 func WithKeyRateLimit(n int, per time.Duration) SubscribeOption {
-	return SubscribeOption{func(c *subConfig) {
-		r := queue.Rate{N: n, Per: per}
-		if err := validRate("WithKeyRateLimit", r); err != nil {
-			c.fail(err)
-			return
-		}
-		c.queue.KeyRateLimit = r
-	}}
+	return rateOption("WithKeyRateLimit", n, per, func(c *subConfig, r queue.Rate) { c.queue.KeyRateLimit = r })
 }
 
 // WithKeyConcurrency lets up to n messages of one ordering key be out at
@@ -91,13 +77,18 @@ func WithFairKeys() SubscribeOption {
 	return SubscribeOption{func(c *subConfig) { c.queue.FairKeys = true }}
 }
 
-// validRate checks the rate an option named opt was given.
-func validRate(opt string, r queue.Rate) error {
-	if r.N < 1 || r.Per <= 0 {
-		return backend.Invalid("%s(%d, %v): n must be >= 1 and per > 0", opt, r.N, r.Per)
-	}
-	if err := r.Validate(); err != nil {
-		return backend.Invalid("%s(%d, %v): more than a token a nanosecond", opt, r.N, r.Per)
-	}
-	return nil
+// rateOption is the option named opt that sets n per per with set, once
+// the rate is checked.
+func rateOption(opt string, n int, per time.Duration, set func(*subConfig, queue.Rate)) SubscribeOption {
+	return SubscribeOption{func(c *subConfig) {
+		r := queue.Rate{N: n, Per: per}
+		switch {
+		case n < 1 || per <= 0:
+			c.fail(backend.Invalid("%s(%d, %v): n must be >= 1 and per > 0", opt, n, per))
+		case r.Validate() != nil:
+			c.fail(backend.Invalid("%s(%d, %v): more than a token a nanosecond", opt, n, per))
+		default:
+			set(c, r)
+		}
+	}}
 }

@@ -64,14 +64,8 @@ type PatternSubscriber interface {
 }
 
 // featureCases are the cases of the optional interfaces.
-func (s *suite) featureCases() []struct {
-	name string
-	f    func(*testing.T)
-} {
-	return []struct {
-		name string
-		f    func(*testing.T)
-	}{
+func (s *suite) featureCases() []namedCase {
+	return []namedCase{
 		{"PublishBatch", s.testPublishBatch},
 		{"PublishDedup", s.testPublishDedup},
 		{"TryPoll", s.testTryPoll},

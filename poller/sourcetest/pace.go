@@ -16,14 +16,8 @@ import (
 // backend.DelayReleaser keeps SlowDown's attempt; any other spends it).
 
 // paceCases are the cases of the pool's limits.
-func (s *suite) paceCases() []struct {
-	name string
-	f    func(*testing.T)
-} {
-	return []struct {
-		name string
-		f    func(*testing.T)
-	}{
+func (s *suite) paceCases() []namedCase {
+	return []namedCase{
 		{"PoolRate", s.testPoolRate},
 		{"PoolSlowDown", s.testPoolSlowDown},
 	}

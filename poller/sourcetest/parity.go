@@ -44,14 +44,8 @@ type DelayPublisher interface {
 }
 
 // parityCases are the cases of the interfaces above.
-func (s *suite) parityCases() []struct {
-	name string
-	f    func(*testing.T)
-} {
-	return []struct {
-		name string
-		f    func(*testing.T)
-	}{
+func (s *suite) parityCases() []namedCase {
+	return []namedCase{
 		{"TTL", s.testTTL},
 		{"Filter", s.testFilter},
 		{"OrderingKeys", s.testOrderingKeys},

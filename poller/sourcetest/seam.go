@@ -17,14 +17,8 @@ import (
 // calls are parked, which makes poller's AwaitQuiet exact over it.
 
 // seamCases are the cases of backend.PoolPoller and backend.PoolIdleAwaiter.
-func (s *suite) seamCases() []struct {
-	name string
-	f    func(*testing.T)
-} {
-	return []struct {
-		name string
-		f    func(*testing.T)
-	}{
+func (s *suite) seamCases() []namedCase {
+	return []namedCase{
 		{"PoolPollerParks", s.testPoolPollerParks},
 		{"PoolPollerHold", s.testPoolPollerHold},
 		{"PoolPollerInvalid", s.testPoolPollerInvalid},

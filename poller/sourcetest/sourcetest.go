@@ -32,10 +32,7 @@ func Run(t *testing.T, h Harness) {
 		u = time.Second
 	}
 	s := &suite{h: h, caps: caps, unit: u, vis: 4 * u}
-	cases := []struct {
-		name string
-		f    func(*testing.T)
-	}{
+	cases := []namedCase{
 		{"PollBatch", s.testPollBatch},
 		{"PollInvalidN", s.testPollInvalidN},
 		{"PollBlocksUntilPublish", s.testPollBlocks},
@@ -70,6 +67,12 @@ func Run(t *testing.T, h Harness) {
 	for _, c := range cases {
 		t.Run(c.name, c.f)
 	}
+}
+
+// namedCase is one case of the suite: a subtest's name and its body.
+type namedCase struct {
+	name string
+	f    func(*testing.T)
 }
 
 type suite struct {
