@@ -68,6 +68,9 @@ func newModel(cfg queue.Config) *model {
 	if cfg.MaxQueue == 0 {
 		cfg.MaxQueue = 100_000
 	}
+	if cfg.KeyConcurrency == 0 {
+		cfg.KeyConcurrency = 1
+	}
 	return &model{cfg: cfg}
 }
 
@@ -85,13 +88,15 @@ func (m *model) exhausted(e *mEntry) bool {
 	return m.cfg.MaxAttempts != queue.UnlimitedAttempts && e.attempt >= m.cfg.MaxAttempts
 }
 
-func (m *model) headOf(key string) *mEntry {
+// outOf counts the messages of key that are out (not held back).
+func (m *model) outOf(key string) int {
+	n := 0
 	for _, e := range m.held {
 		if e.key == key && e.head {
-			return e
+			n++
 		}
 	}
-	return nil
+	return n
 }
 
 // show makes a waiting entry ready or delayed.
@@ -103,10 +108,11 @@ func (m *model) show(now time.Time, e *mEntry) {
 	}
 }
 
-// place puts a new or redriven entry behind its key's head, or shows it.
+// place puts a new or redriven entry behind its key's out ones, when
+// KeyConcurrency of them are, or shows it.
 func (m *model) place(now time.Time, e *mEntry) {
 	if e.key != "" {
-		if m.headOf(e.key) != nil {
+		if m.outOf(e.key) >= m.cfg.KeyConcurrency {
 			e.state = mHeld
 			return
 		}
@@ -115,17 +121,21 @@ func (m *model) place(now time.Time, e *mEntry) {
 	m.show(now, e)
 }
 
-// finish lets go of e; the next message of its key (lowest place) takes its turn.
+// finish lets go of e; the next messages of its key (lowest place first)
+// take its turn, while fewer than KeyConcurrency are out.
 func (m *model) finish(now time.Time, e *mEntry) {
 	if e.head {
 		e.head = false
-		var next *mEntry
-		for _, x := range m.held {
-			if x.key == e.key && x.state == mHeld && (next == nil || x.place < next.place) {
-				next = x
+		for m.outOf(e.key) < m.cfg.KeyConcurrency {
+			var next *mEntry
+			for _, x := range m.held {
+				if x.key == e.key && x.state == mHeld && (next == nil || x.place < next.place) {
+					next = x
+				}
 			}
-		}
-		if next != nil {
+			if next == nil {
+				break
+			}
 			next.head = true
 			m.show(now, next)
 		}

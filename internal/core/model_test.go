@@ -137,6 +137,7 @@ var (
 	maxQueueChoices = []int{1, 2, 3, 5, 8, 0}
 	inflightChoices = []int{0, 0, 1, 3}
 	keyChoices      = []string{"", "", "a", "b"}
+	keyConcChoices  = []int{0, 2, 3} // 0: the default, 1
 )
 
 // runConfig is a queue configuration decoded from four bytes.
@@ -155,6 +156,7 @@ func configCover(b [configBytes]byte) []string {
 		fmt.Sprintf("config:maxQueue#%d", int(b[2])%len(maxQueueChoices)),
 		fmt.Sprintf("config:maxInFlight#%d", int(b[2])/len(maxQueueChoices)%len(inflightChoices)),
 		fmt.Sprintf("config:keys#%d", b[3]/4%2),
+		fmt.Sprintf("config:keyConcurrency#%d", int(b[3])/8%len(keyConcChoices)),
 	}
 }
 
@@ -167,6 +169,7 @@ func allConfigCover() []string {
 	}{
 		{"attempts", len(attemptChoices)}, {"visibility", len(visChoices)}, {"retry", len(retryChoices)}, {"ttl", len(ttlChoices)},
 		{"maxQueue", len(maxQueueChoices)}, {"maxInFlight", len(inflightChoices)}, {"keys", 2},
+		{"keyConcurrency", len(keyConcChoices)},
 	} {
 		for i := range d.n {
 			out = append(out, fmt.Sprintf("config:%s#%d", d.name, i))
@@ -186,6 +189,7 @@ func decodeConfig(b [configBytes]byte) runConfig {
 			MaxQueue:          maxQueueChoices[int(b[2])%len(maxQueueChoices)],
 			MaxInFlight:       inflightChoices[int(b[2])/len(maxQueueChoices)%len(inflightChoices)],
 			Overflow:          queue.OverflowPolicy(b[3] % 4),
+			KeyConcurrency:    keyConcChoices[int(b[3])/8%len(keyConcChoices)],
 		},
 		keys: b[3]/4%2 == 1,
 	}
@@ -193,9 +197,9 @@ func decodeConfig(b [configBytes]byte) runConfig {
 
 func (rc runConfig) String() string {
 	c := rc.cfg
-	return fmt.Sprintf("MaxAttempts=%d Visibility=%v Retry=%+v TTL=%v MaxQueue=%d MaxInFlight=%d Overflow=%v keys=%v",
+	return fmt.Sprintf("MaxAttempts=%d Visibility=%v Retry=%+v TTL=%v MaxQueue=%d MaxInFlight=%d Overflow=%v keys=%v KeyConcurrency=%d",
 		c.MaxAttempts, c.VisibilityTimeout, queue.RetryPolicy{Initial: c.Retry.Initial, Max: c.Retry.Max, Multiplier: c.Retry.Multiplier, Jitter: c.Retry.Jitter, NoBackoff: c.Retry.NoBackoff},
-		c.TTL, c.MaxQueue, c.MaxInFlight, c.Overflow, rc.keys)
+		c.TTL, c.MaxQueue, c.MaxInFlight, c.Overflow, rc.keys, c.KeyConcurrency)
 }
 
 // ---------------------------------------------------------------- clocks
