@@ -68,6 +68,14 @@
 // back to the source (Nack, Fail) is settled before its room is free, so
 // that the next poll sees the message in its place.
 //
+// WithRate paces the pool's handler starts with a token bucket on its
+// clock: it leases only what it may start, so while it waits for a token
+// it holds no lease. A handler that meets an overloaded dependency (an
+// HTTP 429) returns SlowDown(d, err): its message goes back with its
+// attempt kept (on a backend.DelayReleaser), and the pool starts nothing
+// until d has passed. Limits that every consumer of a subscription shares
+// are the subscription's own (broker.WithRateLimit and its kin).
+//
 // # Lease extension
 //
 // While the poller holds a lease, waiting or running, it keeps it from
