@@ -269,3 +269,23 @@ func TestDeadLetterPageCostsWhatItShows(t *testing.T) {
 	}
 	require.Less(t, allocs[30_000], allocs[1_000]*1.5, "allocations at 30,000 letters: %.0f; at 1,000: %.0f", allocs[30_000], allocs[1_000])
 }
+
+// The overview explains its figures, and says a rate is being measured
+// until it can be; each dead letter has a link to its page; a reference
+// that names no letter says so without claiming it was redriven.
+func TestFiguresExplained(t *testing.T) {
+	s := newShop(t)
+	srv := serve(t, s.b)
+	_, body := get(t, srv.URL+"/")
+	assert.Contains(t, body, `id="glossary"`)
+	assert.Contains(t, body, `title="waiting behind an earlier message of its ordering key">Held back</th>`)
+	assert.Contains(t, body, `data-f="publishRate" title="measuring: a rate needs two readings, 2 s apart">…</td>`)
+
+	_, body = get(t, srv.URL+"/dead-letters")
+	assert.Equal(t, 1, strings.Count(body, `class="details" href=`), "one letter, one link")
+	assert.Contains(t, body, `Since (UTC) <input name="since" value="" placeholder="YYYY-MM-DDThh:mm">`)
+
+	status, body := get(t, srv.URL+"/dead-letter?ref="+url.QueryEscape(s.dead.ID.String()+"/nonesuch"))
+	assert.Equal(t, http.StatusNotFound, status)
+	assert.Contains(t, body, "or the reference names no letter")
+}

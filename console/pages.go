@@ -275,7 +275,7 @@ func (c *Console[T]) deadLetter(r *http.Request) (DeadLetterView, error) {
 			return NewDeadLetterView(dl), nil
 		}
 	}
-	return DeadLetterView{}, notFound("dead letter %s is not in the store (redriven, discarded or dropped)", ref)
+	return DeadLetterView{}, notFound("no dead letter %s in the store: it was redriven, discarded or dropped since, or the reference names no letter (check the message ID and the subscription)", ref)
 }
 
 func (c *Console[T]) deadLetterPage(w http.ResponseWriter, r *http.Request) {

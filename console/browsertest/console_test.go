@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -213,9 +214,14 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 	if letters := textOf(t, ctx, css(`tr[data-name="billing"] [data-f="letters"]`)); !strings.HasPrefix(letters, "2 held") {
 		t.Errorf("billing's dead letters: %q, want 2 held", letters)
 	}
-	// The live update has run twice once a rate shows a number.
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('tr[data-name="billing"] [data-f="publishRate"]').textContent !== "–"`)); err != nil {
+	// The live update has run twice once a rate shows a number; until then
+	// a rate says it is measuring.
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.querySelector('tr[data-name="billing"] [data-f="publishRate"]').textContent !== "…"`)); err != nil {
 		t.Fatalf("the overview never updated itself: %v", err)
+	}
+	// The live clock reads as the page printed it: milliseconds, UTC.
+	if now := textOf(t, ctx, css("#now")); !regexp.MustCompile(`^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}$`).MatchString(now) {
+		t.Errorf("the overview's clock after a live update: %q, want 2006-01-02 15:04:05.000", now)
 	}
 	shot(t, ctx, "overview.png")
 

@@ -14,8 +14,14 @@
     if (s < 3600) return Math.floor(s / 60) + "m" + Math.round(s % 60) + "s";
     return Math.floor(s / 3600) + "h" + Math.round((s % 3600) / 60) + "m";
   }
+  // when formats an RFC 3339 time as the pages do: "2006-01-02 15:04:05.000" (UTC).
+  function when(s) {
+    var m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(?:\.(\d+))?Z$/.exec(s);
+    if (!m) return s;
+    return m[1] + " " + m[2] + "." + ((m[3] || "") + "000").slice(0, 3);
+  }
   function rate(now, before, secs) {
-    if (before === undefined || secs <= 0) return "–";
+    if (before === undefined || secs <= 0) return "…";
     var r = (now - before) / secs;
     return r < 10 ? r.toFixed(1) : Math.round(r).toString();
   }
@@ -44,7 +50,7 @@
           set("deadRate", rate(s.deadLettered, p ? p.deadLettered : undefined, secs));
         });
         var now = document.getElementById("now");
-        if (now) now.textContent = o.time.replace("T", " ").replace("Z", "");
+        if (now) now.textContent = when(o.time);
         last = { t: t, subs: seen };
       })
       .catch(function () {});
