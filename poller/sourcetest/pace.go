@@ -31,10 +31,13 @@ type start struct {
 }
 
 // runPace runs a pool over sub with opts and handler h (which sees each
-// start first) until the test ends, and returns it with the starts.
-func (s *suite) runPace(t *testing.T, sub Subscription, h func(start) error, opts ...poller.Option) (*poller.Poller[string], <-chan start) {
+// start first) until the test ends, and returns it with the starts and
+// the pool's events (every outcome).
+func (s *suite) runPace(t *testing.T, sub Subscription, h func(start) error, opts ...poller.Option) (*poller.Poller[string], <-chan start, <-chan poller.Event[string]) {
 	t.Helper()
 	starts := make(chan start, 64)
+	events := make(chan poller.Event[string], 64)
+	opts = append(opts, poller.WithObserver(func(ev poller.Event[string]) { events <- ev }))
 	p, err := poller.New[string](sub, func(_ context.Context, d queue.Delivery[string]) error {
 		st := start{payload: d.Payload, attempt: d.Attempt, at: sourceNow(sub)}
 		err := h(st)
@@ -49,7 +52,23 @@ func (s *suite) runPace(t *testing.T, sub Subscription, h func(start) error, opt
 		cancel()
 		ok(t, "Run", <-ran)
 	})
-	return p, starts
+	return p, starts, events
+}
+
+// settled waits for the outcome of the delivery of payload.
+func (s *suite) settled(t *testing.T, events <-chan poller.Event[string], payload string) poller.Event[string] {
+	t.Helper()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Delivery.Payload == payload && ev.Outcome != poller.OutcomeExtended && ev.Outcome != poller.OutcomeExtensionStopped {
+				return ev
+			}
+		case <-s.bounded(t).Done():
+			t.Fatalf("no outcome for %q", payload)
+			return poller.Event[string]{}
+		}
+	}
 }
 
 // next receives the next start, bounded.
@@ -85,7 +104,7 @@ func (s *suite) testPoolRate(t *testing.T) {
 	}
 	interval := 2 * s.unit
 	before := sourceNow(sub)
-	p, starts := s.runPace(t, sub, func(start) error { return nil }, poller.WithRate(2, 4*s.unit))
+	p, starts, _ := s.runPace(t, sub, func(start) error { return nil }, poller.WithRate(2, 4*s.unit))
 	if s.caps.FakeClock {
 		for range 2 {
 			s.next(t, starts)
@@ -115,7 +134,7 @@ func (s *suite) testPoolSlowDown(t *testing.T) {
 	s.publish(t, topic, "a", "b")
 	d := 2 * s.unit
 	first := true
-	p, starts := s.runPace(t, sub, func(st start) error {
+	p, starts, events := s.runPace(t, sub, func(st start) error {
 		if first {
 			first = false
 			return poller.SlowDown(d, nil)
@@ -123,6 +142,10 @@ func (s *suite) testPoolSlowDown(t *testing.T) {
 		return nil
 	})
 	slowed := s.next(t, starts)
+	// The pause starts when the pool settles the lease: wait for that, not
+	// only for the pool to be at rest (a handler about to return counts as
+	// at rest), before moving the clock.
+	s.settled(t, events, slowed.payload)
 	wantAttempt := slowed.attempt + 1
 	if _, keeps := sub.(backend.DelayReleaser); keeps {
 		wantAttempt = slowed.attempt
