@@ -255,14 +255,14 @@ func (q *Queue[T]) Reconfigure(cfg queue.Config) error {
 	q.cfg.TTL = cfg.TTL
 	q.cfg.RateLimit = cfg.RateLimit
 	q.cfg.KeyRateLimit = cfg.KeyRateLimit
-	if cfg.KeyConcurrency > q.cfg.KeyConcurrency {
-		q.cfg.KeyConcurrency = cfg.KeyConcurrency
+	raised := cfg.KeyConcurrency > q.cfg.KeyConcurrency
+	q.cfg.KeyConcurrency = cfg.KeyConcurrency
+	if raised {
 		now := q.clock.Now()
 		for _, kq := range q.keys { // more of each key may be out now
 			q.admitLocked(now, kq)
 		}
 	}
-	q.cfg.KeyConcurrency = cfg.KeyConcurrency
 	if cfg.FairKeys != q.cfg.FairKeys {
 		q.cfg.FairKeys = cfg.FairKeys
 		q.reorderLocked()

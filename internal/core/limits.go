@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 )
@@ -46,15 +47,7 @@ func (q *Queue[T]) setKeyFullLocked(now time.Time, key string, full time.Time) {
 		q.keyFull = make(map[string]time.Time)
 	}
 	if _, ok := q.keyFull[key]; !ok && (len(q.keyFull) >= 2*q.keyFullKept+64 || !now.Before(q.keyFullAt.Add(q.cfg.KeyRateLimit.Per))) {
-		before := len(q.keyFull)
-		for k, f := range q.keyFull {
-			if !now.Before(f) {
-				delete(q.keyFull, k)
-			}
-		}
-		if before >= 1024 && len(q.keyFull) <= before/4 { // a map never shrinks: let go of a large table
-			q.keyFull = copyMap(q.keyFull)
-		}
+		q.keyFull = forget(q.keyFull, func(f time.Time) bool { return !now.Before(f) })
 		q.keyFullKept, q.keyFullAt = len(q.keyFull), now
 	}
 	q.keyFull[key] = full
@@ -97,10 +90,16 @@ func (q *Queue[T]) reorderLocked() {
 	}
 }
 
-// copyMap returns a new map, no larger than it needs to be, holding m's
-// entries.
-func copyMap[K comparable, V any](m map[K]V) map[K]V {
-	c := make(map[K]V, len(m))
+// forget deletes the entries of m whose value is gone and returns m, or,
+// when that cut a large m (1,024 entries or more) to a quarter, a copy no
+// larger than it needs to be: a map never shrinks its table.
+func forget[K comparable, V any](m map[K]V, gone func(V) bool) map[K]V {
+	before := len(m)
+	maps.DeleteFunc(m, func(_ K, v V) bool { return gone(v) })
+	if before < 1024 || len(m) > before/4 {
+		return m
+	}
+	c := make(map[K]V, len(m)) // not maps.Clone, which keeps the table's size
 	for k, v := range m {
 		c[k] = v
 	}

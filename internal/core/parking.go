@@ -59,12 +59,9 @@ func (q *Queue[T]) AwaitIdleFor(ctx context.Context, pk *backend.Parking) error 
 // channels (q.wake, q.idle), kept under the queue's lock.
 type parkings []*backend.Parking
 
-// add marks pk parked, with its wake-up (if timed), and keeps it.
-func (l *parkings) add(pk *backend.Parking, timed bool, next time.Time) {
-	if !timed {
-		next = time.Time{}
-	}
-	pk.Park(next)
+// add marks pk parked until wake (zero: until a change) and keeps it.
+func (l *parkings) add(pk *backend.Parking, wake time.Time) {
+	pk.Park(wake)
 	*l = append(*l, pk)
 }
 
@@ -93,11 +90,12 @@ func (l *parkings) clear() {
 }
 
 // parkLocked counts one more parked Poll, and marks its Parking pk (nil:
-// none) until unparkLocked or wakeLocked.
-func (q *Queue[T]) parkLocked(pk *backend.Parking, timed bool, next time.Time) {
+// none), waking at wake (zero: only a change wakes it), until
+// unparkLocked or wakeLocked.
+func (q *Queue[T]) parkLocked(pk *backend.Parking, wake time.Time) {
 	q.setParkedLocked(+1)
 	if pk != nil {
-		q.parkings.add(pk, timed, next)
+		q.parkings.add(pk, wake)
 	}
 }
 
@@ -124,7 +122,11 @@ func (q *Queue[T]) parkIdle(pk *backend.Parking, ch chan struct{}, due tick) *ba
 		return nil
 	default:
 	}
-	q.idleParkings.add(pk, due != farTick, q.timeOf(due))
+	var wake time.Time
+	if due != farTick {
+		wake = q.timeOf(due)
+	}
+	q.idleParkings.add(pk, wake)
 	return pk
 }
 

@@ -140,7 +140,11 @@ func (q *Queue[T]) wait(ctx context.Context, h *hint, woken chan struct{}, next 
 		q.mu.Unlock()
 		return nil
 	}
-	q.parkLocked(h.parking(), timed, next)
+	var wake time.Time // zero: only a change wakes it
+	if timed {
+		wake = next
+	}
+	q.parkLocked(h.parking(), wake)
 	q.mu.Unlock()
 
 	select {

@@ -133,17 +133,17 @@ type fair struct {
 	hasNone bool              // a message without a key is visible
 	last    map[string]uint64 // each key's last turn handed out, while it has a visible message
 	kept    int               // len(last) after it was last pruned
-	peak    int               // the most keys last held since it was made
+	peak    int               // the most keys last held since it was made (served keys leave one by one)
 }
 
 // turn returns the turn of a message of key that is about to turn
 // visible; empty: the lanes hold nothing.
 func (f *fair) turn(key string, empty bool) uint64 {
 	if empty {
-		if f.peak > 1024 { // a map never shrinks: let go of its table
+		if f.peak >= 1024 { // a map never shrinks its table
 			f.last, f.peak = make(map[string]uint64), 0
 		}
-		clear(f.last)
+		clear(f.last) // what a turn kept of a message removed unserved
 		f.kept, f.hasNone = 0, false
 	}
 	t := f.now
@@ -159,11 +159,8 @@ func (f *fair) turn(key string, empty bool) uint64 {
 		t = last + 1
 	}
 	if !ok && len(f.last) >= 2*f.kept+64 {
-		for k, v := range f.last {
-			if v < f.now { // as good as forgotten: the turn being served comes first
-				delete(f.last, k)
-			}
-		}
+		// A turn behind the one served is as good as forgotten.
+		f.last = forget(f.last, func(v uint64) bool { return v < f.now })
 		f.kept = len(f.last)
 	}
 	f.last[key] = t
@@ -317,8 +314,8 @@ func (l *lane[T]) len() int { return l.fresh.len() + l.ret.len() + l.back.len() 
 // before reports whether a comes before b in the lane: by place, or, with
 // FairKeys, by turn, then place.
 func (l *lane[T]) before(a, b *entry[T]) bool {
-	if l.fair && a.stamp != b.stamp {
-		return a.stamp < b.stamp
+	if l.fair {
+		return byTurn(a, b)
 	}
 	return a.place < b.place
 }
