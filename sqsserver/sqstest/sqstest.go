@@ -9,7 +9,11 @@
 //	mock.Add(30 * time.Second) // the visibility timeout passes: it is visible again
 //
 // Before moving the clock past a long poll's wait, or sending to wake one,
-// call AwaitParked so that the receive is asleep on the clock.
+// call AwaitParked so that the receive is asleep on the clock. A receive
+// of Client's whose context ends returns only once the server has let it
+// go, so that a clock move after it cannot hand a message to the receive
+// nobody waits for any more (over a real connection the server learns of
+// it later, and real SQS may keep such a message invisible).
 package sqstest
 
 import (
@@ -39,7 +43,7 @@ type Server struct {
 	*sqsserver.Server                  // the SQS server, for its Go methods (AwaitParked, ...)
 	HTTP              *httptest.Server // the HTTP server it runs on
 	URL               string           // the endpoint: http://127.0.0.1:port
-	Client            *sqs.Client      // an SQS client for URL, region us-east-1, access key "test"
+	Client            *sqs.Client      // an SQS client for URL, region us-east-1, access key "test"; a call it gives up on has ended on the server when it returns
 	SNS               *sns.Client      // an SNS client for URL, likewise
 	Clock             *clock.Mock      // the server's clock, set to Epoch
 }
@@ -62,10 +66,11 @@ func StartWithClock(tb testing.TB, mock *clock.Mock, opts ...sqsserver.Option) *
 	if err != nil {
 		tb.Fatalf("sqstest: %v", err)
 	}
-	hs := httptest.NewServer(s)
+	t := newTracker()
+	hs := httptest.NewServer(t.handler(s))
 	srv := &Server{Server: s, HTTP: hs, URL: hs.URL, Clock: mock}
-	srv.Client = NewClient(hs.URL, hs.Client())
-	srv.SNS = NewSNSClient(hs.URL, hs.Client())
+	srv.Client = NewClient(hs.URL, t.client(hs.Client()))
+	srv.SNS = NewSNSClient(hs.URL, t.client(hs.Client()))
 	tb.Cleanup(srv.Close)
 	return srv
 }

@@ -42,3 +42,39 @@ func TestHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A receive the client gives up on has ended on the server when the call
+// returns: a message that a clock move makes visible after it goes to the
+// next receive, not to the abandoned one (which would hide it for its
+// visibility timeout, forever on a mock clock nobody moves). Without the
+// helper's tracking, the abandoned long poll, parked until the server
+// reads the closed connection, took the message in some rounds.
+func TestCancelledReceiveLetsGo(t *testing.T) {
+	srv := sqstest.Start(t)
+	url := srv.CreateQueue(t, "q", map[string]string{"VisibilityTimeout": "10"})
+	bg := context.Background()
+	if _, err := srv.Client.SendMessage(bg, &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String("m")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		out, err := srv.Client.ReceiveMessage(bg, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) != 1 {
+			t.Fatalf("round %d: the receive got %d messages, want the one sent", i, len(out.Messages))
+		}
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan error, 1)
+		go func() {
+			_, err := srv.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20})
+			done <- err
+		}()
+		srv.AwaitParked(t, "q", 1)
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("the cancelled receive succeeded")
+		}
+		srv.Clock.Add(10 * time.Second) // the message is visible again
+	}
+}
