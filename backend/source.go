@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/leasebus/leasebus/lease"
 )
 
@@ -43,6 +45,15 @@ type DelayReleaser interface {
 // poller.RunUntilIdle needs it.
 type IdleAwaiter interface {
 	AwaitIdle(ctx context.Context) error
+}
+
+// Clocked is implemented by a source that reads an injected clock (its
+// deadlines and timers) and is not a *broker.Subscription, which reports
+// its clock through its Config. A pool over it reads the same clock unless
+// poller.WithClock names one, so a test that moves a mock clock moves
+// both.
+type Clocked interface {
+	Clock() clock.Clock
 }
 
 // Remote is implemented by a source whose Poll is a round trip to a

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -211,5 +213,40 @@ func TestLocalPrefetchedLeaseIsHeld(t *testing.T) {
 	ds := sub.TryPoll(2)
 	if len(ds) != 1 || ds[0].Payload != "b" || ds[0].Attempt != 1 {
 		t.Fatalf("after the drain: %+v, want b, attempt 1", ds)
+	}
+}
+
+// clocked is a source that reports its clock (backend.Clocked), as one
+// that is not a subscription does.
+type clocked struct {
+	remote
+	clk clock.Clock
+}
+
+func (c clocked) Clock() clock.Clock { return c.clk }
+
+// A pool given no clock reads its source's, when the source reports one
+// through a Clock method: moving the mock then extends the lease.
+func TestPoolReadsClockedSourcesClock(t *testing.T) {
+	mock, b, sub := newBroker(t) // visibility timeout 10s
+	ev := newEvents[string]()
+	calls := make(chan handlerCall)
+	p, err := poller.New[string](clocked{remote{sub}, mock}, blockingHandler(calls), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, p)
+	awaitParked(t, sub, 1)
+	publish(t, b, "slow")
+	c := recv(t, calls)
+	awaitQuiet(t, p)
+	mock.Add(8 * time.Second) // the default margin for a 10s lease is 2s
+	if e := ev.next(t, poller.OutcomeExtended); !e.Delivery.Deadline.Equal(epoch.Add(18 * time.Second)) {
+		t.Fatalf("extended to %v, want 18s after the start", e.Delivery.Deadline.Sub(epoch))
+	}
+	c.done <- nil
+	ev.next(t, poller.OutcomeAcked)
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -162,8 +162,9 @@ func WithDrainTimeout(d time.Duration) Option {
 // extension, handler timeouts, drain timeout and error backoff. It must be
 // the clock of the source, since lease deadlines come from there. The
 // default is the source's own clock when the source reports one through a
-// Config() queue.Config method (a *broker.Subscription does), else the
-// real clock. nil is invalid.
+// Config() queue.Config method (a *broker.Subscription does) or a Clock
+// method (backend.Clocked, as an SQS subscription), else the real clock.
+// nil is invalid.
 func WithClock(clk clock.Clock) Option {
 	return Option{func(c *config) {
 		if clk == nil {

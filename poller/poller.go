@@ -134,8 +134,11 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 		cfg.maxExtension = defaultMaxExtension
 	}
 	if cfg.clock == nil {
-		if s, ok := src.(interface{ Config() queue.Config }); ok {
+		switch s := src.(type) {
+		case interface{ Config() queue.Config }:
 			cfg.clock = s.Config().Clock
+		case backend.Clocked:
+			cfg.clock = s.Clock()
 		}
 		if cfg.clock == nil {
 			cfg.clock = clock.New()

@@ -91,6 +91,16 @@ type Capabilities struct {
 	// ReleaseKeepsAttempt: Release spends no attempt, so the next delivery
 	// has the same Attempt.
 	ReleaseKeepsAttempt bool
+
+	// ExactParking: a subscription that implements backend.PoolPoller or
+	// backend.PoolIdleAwaiter marks its backend.Parking exactly, parked
+	// only while nothing but a change (a publish, a settle, a move of the
+	// clock) can end the call, and unparked by that change before it
+	// returns. A remote source sees only that its request is out, so it
+	// marks that, and AwaitQuiet over it is what it is over a plain
+	// Source; without ExactParking the cases that need exactness are
+	// skipped, and those of Hold and bad requests still run.
+	ExactParking bool
 }
 
 // SubscribeOptions are the subscription settings the suite asks for.

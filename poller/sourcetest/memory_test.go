@@ -48,6 +48,7 @@ func (h *memHarness) Capabilities() sourcetest.Capabilities {
 		ArbitraryExtend:     true,
 		LateAck:             true,
 		ReleaseKeepsAttempt: true,
+		ExactParking:        true,
 	}
 }
 

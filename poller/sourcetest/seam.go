@@ -37,13 +37,24 @@ func poolPoller(t *testing.T, sub Subscription) backend.PoolPoller[string] {
 	return pp
 }
 
-// sourceNow returns the time on sub's clock: the one its Config reports,
-// else the real one.
-func sourceNow(sub Subscription) time.Time {
-	if c, ok := sub.(interface{ Config() queue.Config }); ok && c.Config().Clock != nil {
-		return c.Config().Clock.Now()
+// now returns the time on sub's clock: the one its Config reports, or its
+// Clock (backend.Clocked), else the real one.
+func (s *suite) now(sub Subscription) time.Time {
+	switch c := sub.(type) {
+	case interface{ Config() queue.Config }:
+		if clk := c.Config().Clock; clk != nil {
+			return clk.Now()
+		}
+	case backend.Clocked:
+		return c.Clock().Now()
 	}
 	return time.Now()
+}
+
+// requireExactParking skips t unless the backend marks a Parking exactly.
+func (s *suite) requireExactParking(t *testing.T) {
+	t.Helper()
+	s.require(t, s.caps.ExactParking, "ExactParking", "its Parking reads parked while a request is out, so a pool's AwaitQuiet over it is not exact")
 }
 
 // watchedParking is a backend.Parking whose every change is announced.
@@ -69,7 +80,7 @@ func newWatchedParking() watchedParking {
 func (s *suite) awaitParked(t *testing.T, sub Subscription, pk watchedParking, what string) {
 	t.Helper()
 	ctx := s.bounded(t)
-	for !pk.Parked(sourceNow(sub)) {
+	for !pk.Parked(s.now(sub)) {
 		select {
 		case <-pk.changed:
 		case <-ctx.Done():
@@ -82,6 +93,7 @@ func (s *suite) testPoolPollerParks(t *testing.T) {
 	topic := s.topic(t)
 	sub := s.subscribe(t, topic, "parks", s.opts())
 	pp := poolPoller(t, sub)
+	s.requireExactParking(t)
 	pk := newWatchedParking()
 	type result struct {
 		ds  []queue.Delivery[string]
@@ -94,7 +106,7 @@ func (s *suite) testPoolPollerParks(t *testing.T) {
 	}()
 	s.awaitParked(t, sub, pk, "a PollFor with nothing visible")
 	s.publish(t, topic, "wakes")
-	if pk.Parked(sourceNow(sub)) {
+	if pk.Parked(s.now(sub)) {
 		t.Fatal("the Parking still reads parked after the publish that wakes the PollFor returned")
 	}
 	r := <-done
@@ -103,7 +115,7 @@ func (s *suite) testPoolPollerParks(t *testing.T) {
 		t.Fatalf("PollFor returned %d deliveries, want 1", len(r.ds))
 	}
 	check(t, r.ds[0], "wakes", 1)
-	if pk.Parked(sourceNow(sub)) {
+	if pk.Parked(s.now(sub)) {
 		t.Fatal("the Parking reads parked after PollFor returned")
 	}
 	ok(t, "Ack", sub.Ack(r.ds[0].LeaseID))
@@ -119,9 +131,9 @@ func (s *suite) testPoolPollerHold(t *testing.T) {
 		payload string
 		hold    time.Duration
 	}{{"long", hold}, {"short", s.vis / 2}} {
-		before := sourceNow(sub)
+		before := s.now(sub)
 		ds, held, err := pp.PollFor(s.bounded(t), backend.PollRequest{Max: 1, Hold: c.hold})
-		after := sourceNow(sub)
+		after := s.now(sub)
 		ok(t, "PollFor", err)
 		if len(ds) != 1 {
 			t.Fatalf("PollFor returned %d deliveries, want 1", len(ds))
@@ -158,6 +170,7 @@ func (s *suite) testPoolIdleAwaiterParks(t *testing.T) {
 	if !isIA {
 		t.Skip("the subscription does not implement backend.PoolIdleAwaiter: RunUntilIdle counts its wait for idle as parked once begun")
 	}
+	s.requireExactParking(t)
 	s.publish(t, topic, "busy")
 	d := s.pollOne(t, sub)
 	pk := newWatchedParking()
@@ -165,7 +178,7 @@ func (s *suite) testPoolIdleAwaiterParks(t *testing.T) {
 	go func() { done <- ia.AwaitIdleFor(s.bounded(t), pk.Parking) }()
 	s.awaitParked(t, sub, pk, "an AwaitIdleFor with a message in flight")
 	ok(t, "Ack", sub.Ack(d.LeaseID))
-	if pk.Parked(sourceNow(sub)) {
+	if pk.Parked(s.now(sub)) {
 		t.Fatal("the Parking still reads parked after the Ack that made the subscription idle returned")
 	}
 	ok(t, "AwaitIdleFor", <-done)
@@ -177,6 +190,7 @@ func (s *suite) testPoolQuietIsExact(t *testing.T) {
 	topic := s.topic(t)
 	sub := s.subscribe(t, topic, "quiet", s.opts())
 	poolPoller(t, sub)
+	s.requireExactParking(t)
 	release := make(chan struct{})
 	p, err := poller.New[string](sub, func(ctx context.Context, _ queue.Delivery[string]) error {
 		select {
