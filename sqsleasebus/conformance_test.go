@@ -1,0 +1,189 @@
+package sqsleasebus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/leasebus/leasebus/poller/sourcetest"
+	"github.com/leasebus/leasebus/sqsleasebus"
+	"github.com/leasebus/leasebus/sqsserver/sqstest"
+)
+
+// sqsHarness runs the conformance suite over the wire against leasebus's
+// SQS server on its mock clock. A topic is a set of queues: each
+// subscription is a queue of its own (with a dead-letter queue whose
+// RedrivePolicy gives the suite's attempts), and Publish sends to each.
+type sqsHarness struct {
+	srv *sqstest.Server
+
+	mu     sync.Mutex
+	topics map[string][]string // topic → its subscriptions' queue URLs
+	subs   map[sourcetest.Subscription]string
+}
+
+func newHarness(t *testing.T) *sqsHarness {
+	return &sqsHarness{srv: sqstest.Start(t), topics: map[string][]string{}, subs: map[sourcetest.Subscription]string{}}
+}
+
+func (h *sqsHarness) Capabilities() sourcetest.Capabilities {
+	return sourcetest.Capabilities{
+		Unit:      time.Second, // SQS counts visibility and delays in seconds
+		FakeClock: true,
+		// Within one Subscription: it knows when it received a message
+		// again.
+		StaleAck: true,
+		// ChangeMessageVisibility sets the visibility to now + d.
+		ArbitraryExtend: true,
+		// A standard queue honours the latest receipt after the
+		// visibility timeout, until the message is received again.
+		LateAck: true,
+		// Not ExactParking: a PollFor marks its Parking while its
+		// receive is out, as the server's side is not seen from here.
+		// Not ReleaseKeepsAttempt: SQS counts every receive, and
+		// ChangeMessageVisibility to 0 cannot take one back. Not
+		// Priorities: SQS has none.
+	}
+}
+
+func (h *sqsHarness) CreateTopic(_ context.Context, topic string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.topics[topic]; !ok {
+		h.topics[topic] = nil
+	}
+	return nil
+}
+
+func (h *sqsHarness) queues(topic string) ([]string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	urls, ok := h.topics[topic]
+	if !ok {
+		return nil, fmt.Errorf("no topic %q", topic)
+	}
+	return urls, nil
+}
+
+func (h *sqsHarness) Publish(ctx context.Context, topic, payload string) error {
+	urls, err := h.queues(topic)
+	if err != nil {
+		return err
+	}
+	for _, u := range urls {
+		if _, err := h.srv.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(payload)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createQueue creates the queue of a subscription, and its dead-letter
+// queue, and returns its URL.
+func (h *sqsHarness) createQueue(ctx context.Context, name string, o sourcetest.SubscribeOptions) (string, error) {
+	dlq, err := h.srv.Client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+	if err != nil {
+		return "", err
+	}
+	arn := h.srv.QueueARN(nopTB{}, aws.ToString(dlq.QueueUrl))
+	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": arn, "maxReceiveCount": o.MaxAttempts})
+	out, err := h.srv.Client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+		"VisibilityTimeout": fmt.Sprint(int(o.VisibilityTimeout / time.Second)),
+		"RedrivePolicy":     string(policy),
+	}})
+	if err != nil {
+		return "", err
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
+func (h *sqsHarness) Subscribe(ctx context.Context, topic, name string, o sourcetest.SubscribeOptions) (sourcetest.Subscription, error) {
+	return h.subscribe(ctx, topic, name, o)
+}
+
+func (h *sqsHarness) subscribe(ctx context.Context, topic, name string, o sourcetest.SubscribeOptions, opts ...sqsleasebus.Option) (*sqsleasebus.Subscription[string], error) {
+	if _, err := h.queues(topic); err != nil {
+		return nil, err
+	}
+	url, err := h.createQueue(ctx, topic+"-"+name, o)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := sqsleasebus.Subscribe[string](ctx, h.srv.Client, url, nil, append([]sqsleasebus.Option{
+		sqsleasebus.WithClock(h.srv.Clock),
+		sqsleasebus.WithVisibilityTimeout(o.VisibilityTimeout),
+		sqsleasebus.WithMaxAttempts(o.MaxAttempts),
+		sqsleasebus.WithRetry(o.Retry()),
+	}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.topics[topic] = append(h.topics[topic], url)
+	h.subs[sub] = topic + "-" + name
+	return sub, nil
+}
+
+// DeadLetters lists the dead-letter queue once the subscription's moves
+// are done, and, while it holds fewer than n, waits in a long poll on it
+// (which on the mock clock only a new message ends).
+func (h *sqsHarness) DeadLetters(ctx context.Context, sub sourcetest.Subscription, n int) ([]sourcetest.DeadLetter, error) {
+	s := sub.(*sqsleasebus.Subscription[string])
+	for {
+		if err := sqsleasebus.AwaitMoves(ctx, s); err != nil {
+			return nil, err
+		}
+		dls, err := s.DeadLetters(ctx, max(n, 10))
+		if err != nil {
+			return nil, err
+		}
+		if len(dls) >= n {
+			out := make([]sourcetest.DeadLetter, 0, len(dls))
+			for _, dl := range dls {
+				out = append(out, sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+			}
+			return out, nil
+		}
+		dlq, err := h.srv.Client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.Name() + "-dlq")})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := h.srv.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 20, VisibilityTimeout: 0, MaxNumberOfMessages: 1,
+		}); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (h *sqsHarness) Advance(d time.Duration) error {
+	h.srv.Clock.Add(d)
+	return nil
+}
+
+func (h *sqsHarness) AwaitParked(ctx context.Context, sub sourcetest.Subscription, n int) error {
+	h.mu.Lock()
+	name := h.subs[sub]
+	h.mu.Unlock()
+	return h.srv.Server.AwaitParked(ctx, name, n)
+}
+
+func (h *sqsHarness) Close() error { return nil }
+
+// nopTB is a testing.TB for sqstest's helpers outside a test's goroutine:
+// its Fatalf panics (a failure to read a queue ARN is a broken server).
+type nopTB struct{ testing.TB }
+
+func (nopTB) Helper()                        {}
+func (nopTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+func TestConformance(t *testing.T) {
+	sourcetest.Run(t, newHarness(t))
+}

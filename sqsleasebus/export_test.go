@@ -1,0 +1,7 @@
+package sqsleasebus
+
+import "context"
+
+// AwaitMoves waits until no dead-letter move of s runs in the background
+// (a last attempt's lease that expired, a message that does not decode).
+func AwaitMoves[T any](ctx context.Context, s *Subscription[T]) error { return s.awaitMoves(ctx) }
