@@ -306,7 +306,7 @@ func (s *Subscription[T]) deadLetterOf(m types.Message, maxA int) (queue.DeadLet
 				dl.Reason = r
 			}
 			dl.Attempts, dl.LastError, dl.At = info.Attempts, info.LastError, info.At
-			dl.Message.ID = s.messageID(info.MessageID)
+			dl.Message.ID = messageID(s.url, info.MessageID)
 		}
 	}
 	return dl, nil

@@ -2,6 +2,7 @@ package sqsleasebus
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -18,7 +19,8 @@ const (
 	maxDelay      = 15 * time.Minute // a message's delay
 )
 
-// Option configures Subscribe.
+// Option configures Subscribe (and, of them, WithClock configures
+// NewPublisher).
 type Option func(*config)
 
 type config struct {
@@ -29,6 +31,7 @@ type config struct {
 	retry       queue.RetryPolicy
 	refresh     time.Duration
 	settle      time.Duration
+	names       []string // the options given, by name
 	err         error
 }
 
@@ -44,6 +47,17 @@ func newConfig(opts []Option) (config, error) {
 	return c, c.err
 }
 
+// only refuses an option given but not in allowed: one that means nothing
+// to what is being configured (what names it).
+func (c *config) only(what string, allowed ...string) error {
+	for _, n := range c.names {
+		if !slices.Contains(allowed, n) {
+			return backend.Invalid("%s: %s configures a Subscription, not a %s", what, n, what)
+		}
+	}
+	return nil
+}
+
 func (c *config) fail(err error) { c.err = errors.Join(c.err, err) }
 
 // WithClock sets the clock the subscription reads: the deadlines it gives
@@ -53,6 +67,7 @@ func (c *config) fail(err error) { c.err = errors.Join(c.err, err) }
 // server's. nil is refused.
 func WithClock(c clock.Clock) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithClock")
 		if c == nil {
 			cfg.fail(backend.Invalid("WithClock(nil)"))
 			return
@@ -66,6 +81,7 @@ func WithClock(c clock.Clock) Option {
 // seconds: d is rounded up to one. It must be in (0, 12h].
 func WithVisibilityTimeout(d time.Duration) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithVisibilityTimeout")
 		if d <= 0 || d > maxVisibility {
 			cfg.fail(backend.Invalid("WithVisibilityTimeout(%v): must be in (0, 12h]", d))
 			return
@@ -81,6 +97,7 @@ func WithVisibilityTimeout(d time.Duration) Option {
 // (rounded up to whole seconds).
 func WithWaitTime(d time.Duration) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithWaitTime")
 		if d < time.Second || d > maxWait {
 			cfg.fail(backend.Invalid("WithWaitTime(%v): must be in [1s, 20s]", d))
 			return
@@ -97,6 +114,7 @@ func WithWaitTime(d time.Duration) Option {
 // setting. n must be >= 1.
 func WithMaxAttempts(n int) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithMaxAttempts")
 		if n < 1 {
 			cfg.fail(backend.Invalid("WithMaxAttempts(%d): must be >= 1", n))
 			return
@@ -111,6 +129,7 @@ func WithMaxAttempts(n int) Option {
 // is queue.RetryPolicy's zero value (1s, doubling, capped at 1m).
 func WithRetry(p queue.RetryPolicy) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithRetry")
 		if err := p.Validate(); err != nil {
 			cfg.fail(err)
 			return
@@ -125,6 +144,7 @@ func WithRetry(p queue.RetryPolicy) Option {
 // passed; default one minute. It must be > 0.
 func WithAttributeRefresh(d time.Duration) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithAttributeRefresh")
 		if d <= 0 {
 			cfg.fail(backend.Invalid("WithAttributeRefresh(%v): must be > 0", d))
 			return
@@ -138,6 +158,7 @@ func WithAttributeRefresh(d time.Duration) Option {
 // client's retryer retries within it. It must be > 0.
 func WithSettleTimeout(d time.Duration) Option {
 	return func(cfg *config) {
+		cfg.names = append(cfg.names, "WithSettleTimeout")
 		if d <= 0 {
 			cfg.fail(backend.Invalid("WithSettleTimeout(%v): must be > 0", d))
 			return

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
@@ -225,7 +224,7 @@ func (s *Subscription[T]) holdLocked(h *held, maxA int) lease.ID {
 // message builds the leasebus message of m.
 func (s *Subscription[T]) message(m types.Message, payload T, sent time.Time) queue.Message[T] {
 	msg := queue.Message[T]{
-		ID:          s.messageID(aws.ToString(m.MessageId)),
+		ID:          messageID(s.url, aws.ToString(m.MessageId)),
 		Topic:       s.name,
 		Key:         m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		Payload:     payload,
@@ -241,16 +240,6 @@ func (s *Subscription[T]) message(m types.Message, payload T, sent time.Time) qu
 		msg.Headers = queue.NewHeaders(hs)
 	}
 	return msg
-}
-
-// messageID returns the leasebus ID of the SQS MessageId mid: itself when
-// it is a UUID (as SQS's are), else a UUID derived from the queue and it.
-func (s *Subscription[T]) messageID(mid string) uuid.UUID {
-	id, err := uuid.Parse(mid)
-	if err != nil {
-		id = uuid.NewSHA1(uuid.NameSpaceURL, []byte(s.url+"#"+mid))
-	}
-	return id
 }
 
 // millis reads an SQS timestamp (milliseconds since the epoch), or
