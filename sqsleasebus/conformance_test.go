@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/leasebus/leasebus/poller/sourcetest"
+	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/sqsleasebus"
 	"github.com/leasebus/leasebus/sqsserver/sqstest"
 )
@@ -161,6 +162,47 @@ func (h *sqsHarness) DeadLetters(ctx context.Context, sub sourcetest.Subscriptio
 			return nil, err
 		}
 	}
+}
+
+// PublishBatch sends with a Publisher to each queue of the topic.
+func (h *sqsHarness) PublishBatch(ctx context.Context, topic string, payloads []string) error {
+	return h.eachPublisher(topic, func(p *sqsleasebus.Publisher[string]) error {
+		_, err := p.PublishBatch(ctx, payloads)
+		return err
+	})
+}
+
+// PublishDelay sends with a Publisher's WithDelay to each queue of the
+// topic.
+func (h *sqsHarness) PublishDelay(ctx context.Context, topic, payload string, delay time.Duration) error {
+	return h.eachPublisher(topic, func(p *sqsleasebus.Publisher[string]) error {
+		_, err := p.Publish(ctx, payload, sqsleasebus.WithDelay(delay))
+		return err
+	})
+}
+
+func (h *sqsHarness) eachPublisher(topic string, f func(*sqsleasebus.Publisher[string]) error) error {
+	urls, err := h.queues(topic)
+	if err != nil {
+		return err
+	}
+	for _, u := range urls {
+		p, err := sqsleasebus.NewPublisher[string](h.srv.Client, u, nil, sqsleasebus.WithClock(h.srv.Clock))
+		if err != nil {
+			return err
+		}
+		if err := f(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Redrive re-sends the subscription's dead letters that match.
+func (h *sqsHarness) Redrive(ctx context.Context, sub sourcetest.Subscription, match func(sourcetest.DeadLetter) bool) (int, error) {
+	return sub.(*sqsleasebus.Subscription[string]).Redrive(ctx, func(dl queue.DeadLetter[string]) bool {
+		return match(sourcetest.DeadLetter{Payload: dl.Message.Payload, Reason: dl.Reason, Attempts: dl.Attempts, LastError: dl.LastError})
+	})
 }
 
 func (h *sqsHarness) Advance(d time.Duration) error {
