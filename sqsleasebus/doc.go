@@ -71,4 +71,12 @@
 // clock (backend.Clocked). The conformance suite poller/sourcetest runs
 // against it in this module's tests, with what SQS cannot do skipped by
 // name.
+//
+// A pool counts its Poll at rest once the receive is sent (it cannot see
+// the server), so before moving the mock clock, wait for the pool
+// (poller's AwaitQuiet) and for the server to hold the receive
+// (sqstest's AwaitParked). Move it by at most the receive's wait (20 s)
+// at a time while a long poll is out: a receive that a move ends sends
+// the next while the mock is still moving, and that one's wait could be
+// armed from a time the move has already passed.
 package sqsleasebus

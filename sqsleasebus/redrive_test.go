@@ -169,9 +169,12 @@ func TestDeadLetterCallsRefused(t *testing.T) {
 	}
 	defer sub.Close()
 	for name, call := range map[string]func() error{
-		"DeadLetters":        func() error { _, err := sub.DeadLetters(ctx, 10); return err },
-		"Redrive":            func() error { _, err := sub.Redrive(ctx, nil); return err },
-		"RedriveWith":        func() error { _, err := sub.RedriveWith(ctx, func(queue.DeadLetter[string]) (string, bool) { return "", true }); return err },
+		"DeadLetters": func() error { _, err := sub.DeadLetters(ctx, 10); return err },
+		"Redrive":     func() error { _, err := sub.Redrive(ctx, nil); return err },
+		"RedriveWith": func() error {
+			_, err := sub.RedriveWith(ctx, func(queue.DeadLetter[string]) (string, bool) { return "", true })
+			return err
+		},
 		"DiscardDeadLetters": func() error { _, err := sub.DiscardDeadLetters(ctx, nil); return err },
 		"StartRedrive":       func() error { _, err := sub.StartRedrive(ctx, 0); return err },
 	} {
