@@ -122,6 +122,7 @@ var imports = map[string]string{
 	"wmleasebus":     "github.com/leasebus/leasebus/wmleasebus",
 	"sqstest":        "github.com/leasebus/leasebus/sqsserver/sqstest",
 	"sqsserver":      "github.com/leasebus/leasebus/sqsserver",
+	"sqsleasebus":    "github.com/leasebus/leasebus/sqsleasebus",
 	"nats":           "github.com/nats-io/nats.go",
 	"pubsub":         "gocloud.dev/pubsub",
 	"message":        "github.com/ThreeDotsLabs/watermill/message",
