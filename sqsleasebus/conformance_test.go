@@ -205,6 +205,11 @@ func (h *sqsHarness) Redrive(ctx context.Context, sub sourcetest.Subscription, m
 	})
 }
 
+// Stats reads the queue's counts from its attributes.
+func (h *sqsHarness) Stats(ctx context.Context, sub sourcetest.Subscription) (queue.Stats, error) {
+	return sub.(*sqsleasebus.Subscription[string]).Stats(ctx)
+}
+
 func (h *sqsHarness) Advance(d time.Duration) error {
 	h.srv.Clock.Add(d)
 	return nil
