@@ -21,10 +21,12 @@ import (
 // most a token a nanosecond.
 //
 // On a mock clock the schedule is exact when the test moves the clock by
-// at most per in one Add while the pool waits for a token, and calls
-// AwaitQuiet after each: a longer Add fires the pool's wake-up on its way,
-// and whether the pool waits again before the Add ends, and so starts more
-// than a full bucket holds, is up to the scheduler.
+// at most one token's interval (per/n) in one Add while the pool waits
+// for a token, and calls AwaitQuiet after each: a longer Add fires the
+// pool's wake-up on its way, and the wait the pool then arms for its next
+// token may be armed after the mock's Add has looked for timers and
+// before it sets its time, so that it fires only at the next Add (a mock
+// of github.com/benbjohnson/clock does so).
 func WithRate(n int, per time.Duration) Option {
 	return Option{func(c *config) {
 		r := queue.Rate{N: n, Per: per}

@@ -54,9 +54,12 @@ func TestWithRateSchedule(t *testing.T) {
 		check("short of a token", 5)
 		mock.Add(time.Millisecond)
 		check("one token every 200ms", 6)
-		for i := range 3 {
-			mock.Add(time.Second) // at most Per at a time (see WithRate)
-			check(fmt.Sprintf("second %d", i+1), 11+5*i)
+		// A token at a time (see WithRate): one Add of a whole second
+		// fires the pool's wake-up on its way, and the wait it then arms
+		// can miss the rest of that Add.
+		for i := range 15 {
+			mock.Add(200 * time.Millisecond)
+			check(fmt.Sprintf("token %d after the first second", i+1), 7+i)
 		}
 		if err := r.stop(t); err != nil {
 			t.Fatal(err)
