@@ -101,6 +101,14 @@ type Capabilities struct {
 	// Source; without ExactParking the cases that need exactness are
 	// skipped, and those of Hold and bad requests still run.
 	ExactParking bool
+
+	// Differs names the cases the backend is known to fail, each with
+	// how it differs: for a second implementation of a protocol (an
+	// emulator with gaps) run against the suite so that a backend's tests
+	// do not only agree with its own server. Each is skipped with its
+	// reason, the rest of the suite runs, and the differences stay listed
+	// by name. A name that is not a case of the suite fails the run.
+	Differs map[string]string
 }
 
 // SubscribeOptions are the subscription settings the suite asks for.

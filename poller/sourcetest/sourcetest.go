@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,9 +65,28 @@ func Run(t *testing.T, h Harness) {
 	cases = append(cases, s.parityCases()...)
 	cases = append(cases, s.seamCases()...)
 	cases = append(cases, s.paceCases()...)
+	for _, name := range unknownCases(s.caps.Differs, cases) {
+		t.Errorf("Capabilities.Differs names %q, which is no case of the suite", name)
+	}
 	for _, c := range cases {
+		if why, ok := s.caps.Differs[c.name]; ok {
+			t.Run(c.name, func(t *testing.T) { t.Skipf("the backend differs (Capabilities.Differs): %s", why) })
+			continue
+		}
 		t.Run(c.name, c.f)
 	}
+}
+
+// unknownCases returns the names of differs that are no case's, sorted.
+func unknownCases(differs map[string]string, cases []namedCase) []string {
+	var out []string
+	for name := range differs {
+		if !slices.ContainsFunc(cases, func(c namedCase) bool { return c.name == name }) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // namedCase is one case of the suite: a subtest's name and its body.
