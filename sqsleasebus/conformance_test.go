@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/poller/sourcetest"
 	"github.com/leasebus/leasebus/queue"
@@ -22,7 +24,10 @@ import (
 // subscription is a queue of its own (with a dead-letter queue whose
 // RedrivePolicy gives the suite's attempts), and Publish sends to each.
 type sqsHarness struct {
-	srv *sqstest.Server
+	srv    *sqstest.Server // nil over another SQS server, on real time
+	client *sqs.Client
+	clk    clock.Clock
+	caps   sourcetest.Capabilities
 
 	mu     sync.Mutex
 	topics map[string][]string // topic → its subscriptions' queue URLs
@@ -30,27 +35,29 @@ type sqsHarness struct {
 }
 
 func newHarness(t *testing.T) *sqsHarness {
-	return &sqsHarness{srv: sqstest.Start(t), topics: map[string][]string{}, subs: map[sourcetest.Subscription]string{}}
+	srv := sqstest.Start(t)
+	return &sqsHarness{srv: srv, client: srv.Client, clk: srv.Clock, caps: sqstestCaps, topics: map[string][]string{}, subs: map[sourcetest.Subscription]string{}}
 }
 
-func (h *sqsHarness) Capabilities() sourcetest.Capabilities {
-	return sourcetest.Capabilities{
-		Unit:      time.Second, // SQS counts visibility and delays in seconds
-		FakeClock: true,
-		// Within one Subscription: it knows when it received a message
-		// again.
-		StaleAck: true,
-		// ChangeMessageVisibility sets the visibility to now + d.
-		ArbitraryExtend: true,
-		// A standard queue honours the latest receipt after the
-		// visibility timeout, until the message is received again.
-		LateAck: true,
-		// Not ExactParking: a PollFor marks its Parking while its
-		// receive is out, as the server's side is not seen from here.
-		// Not ReleaseKeepsAttempt: SQS counts every receive, and
-		// ChangeMessageVisibility to 0 cannot take one back. Not
-		// Priorities: SQS has none.
-	}
+func (h *sqsHarness) Capabilities() sourcetest.Capabilities { return h.caps }
+
+// sqstestCaps are the capabilities over leasebus's SQS server.
+var sqstestCaps = sourcetest.Capabilities{
+	Unit:      time.Second, // SQS counts visibility and delays in seconds
+	FakeClock: true,
+	// Within one Subscription: it knows when it received a message
+	// again.
+	StaleAck: true,
+	// ChangeMessageVisibility sets the visibility to now + d.
+	ArbitraryExtend: true,
+	// A standard queue honours the latest receipt after the
+	// visibility timeout, until the message is received again.
+	LateAck: true,
+	// Not ExactParking: a PollFor marks its Parking while its
+	// receive is out, as the server's side is not seen from here.
+	// Not ReleaseKeepsAttempt: SQS counts every receive, and
+	// ChangeMessageVisibility to 0 cannot take one back. Not
+	// Priorities: SQS has none.
 }
 
 func (h *sqsHarness) CreateTopic(_ context.Context, topic string) error {
@@ -78,7 +85,7 @@ func (h *sqsHarness) Publish(ctx context.Context, topic, payload string) error {
 		return err
 	}
 	for _, u := range urls {
-		if _, err := h.srv.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(payload)}); err != nil {
+		if _, err := h.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(u), MessageBody: aws.String(payload)}); err != nil {
 			return err
 		}
 	}
@@ -88,13 +95,17 @@ func (h *sqsHarness) Publish(ctx context.Context, topic, payload string) error {
 // createQueue creates the queue of a subscription, and its dead-letter
 // queue, and returns its URL.
 func (h *sqsHarness) createQueue(ctx context.Context, name string, o sourcetest.SubscribeOptions) (string, error) {
-	dlq, err := h.srv.Client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
+	dlq, err := h.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
 	if err != nil {
 		return "", err
 	}
-	arn := h.srv.QueueARN(nopTB{}, aws.ToString(dlq.QueueUrl))
+	attrs, err := h.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		return "", err
+	}
+	arn := attrs.Attributes[string(types.QueueAttributeNameQueueArn)]
 	policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": arn, "maxReceiveCount": o.MaxAttempts})
-	out, err := h.srv.Client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+	out, err := h.client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
 		"VisibilityTimeout": fmt.Sprint(int(o.VisibilityTimeout / time.Second)),
 		"RedrivePolicy":     string(policy),
 	}})
@@ -116,8 +127,8 @@ func (h *sqsHarness) subscribe(ctx context.Context, topic, name string, o source
 	if err != nil {
 		return nil, err
 	}
-	sub, err := sqsleasebus.Subscribe[string](ctx, h.srv.Client, url, nil, append([]sqsleasebus.Option{
-		sqsleasebus.WithClock(h.srv.Clock),
+	sub, err := sqsleasebus.Subscribe[string](ctx, h.client, url, nil, append([]sqsleasebus.Option{
+		sqsleasebus.WithClock(h.clk),
 		sqsleasebus.WithVisibilityTimeout(o.VisibilityTimeout),
 		sqsleasebus.WithMaxAttempts(o.MaxAttempts),
 		sqsleasebus.WithRetry(o.Retry()),
@@ -152,11 +163,11 @@ func (h *sqsHarness) DeadLetters(ctx context.Context, sub sourcetest.Subscriptio
 			}
 			return out, nil
 		}
-		dlq, err := h.srv.Client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.Name() + "-dlq")})
+		dlq, err := h.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(s.Name() + "-dlq")})
 		if err != nil {
 			return nil, err
 		}
-		if _, err := h.srv.Client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		if _, err := h.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 20, VisibilityTimeout: 0, MaxNumberOfMessages: 1,
 		}); err != nil {
 			return nil, err
@@ -187,7 +198,7 @@ func (h *sqsHarness) eachPublisher(topic string, f func(*sqsleasebus.Publisher[s
 		return err
 	}
 	for _, u := range urls {
-		p, err := sqsleasebus.NewPublisher[string](h.srv.Client, u, nil, sqsleasebus.WithClock(h.srv.Clock))
+		p, err := sqsleasebus.NewPublisher[string](h.client, u, nil, sqsleasebus.WithClock(h.clk))
 		if err != nil {
 			return err
 		}
@@ -211,11 +222,17 @@ func (h *sqsHarness) Stats(ctx context.Context, sub sourcetest.Subscription) (qu
 }
 
 func (h *sqsHarness) Advance(d time.Duration) error {
+	if h.srv == nil {
+		return sourcetest.ErrCannotAdvance
+	}
 	h.srv.Clock.Add(d)
 	return nil
 }
 
 func (h *sqsHarness) AwaitParked(ctx context.Context, sub sourcetest.Subscription, n int) error {
+	if h.srv == nil {
+		return sourcetest.ErrCannotAdvance
+	}
 	h.mu.Lock()
 	name := h.subs[sub]
 	h.mu.Unlock()
@@ -223,13 +240,6 @@ func (h *sqsHarness) AwaitParked(ctx context.Context, sub sourcetest.Subscriptio
 }
 
 func (h *sqsHarness) Close() error { return nil }
-
-// nopTB is a testing.TB for sqstest's helpers outside a test's goroutine:
-// its Fatalf panics (a failure to read a queue ARN is a broken server).
-type nopTB struct{ testing.TB }
-
-func (nopTB) Helper()                        {}
-func (nopTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
 
 func TestConformance(t *testing.T) {
 	sourcetest.Run(t, newHarness(t))

@@ -22,7 +22,8 @@ import (
 // Delayed ApproximateNumberOfMessagesDelayed. SQS counts them
 // approximately (a minute behind at worst, by its documentation) and
 // keeps no counters of publishes, acks or dead letters: those fields
-// stay 0. DeadLetterDepth reads the dead-letter queue.
+// stay 0, as does a count the server does not report. DeadLetterDepth
+// reads the dead-letter queue.
 func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
 	a, err := s.counts(ctx, s.url)
 	if err != nil {
@@ -63,7 +64,11 @@ func (s *Subscription[T]) counts(ctx context.Context, url string) ([3]int, error
 		return n, queueError(url, "read counts", err)
 	}
 	for i, a := range countAttrs {
-		if n[i], err = strconv.Atoi(out.Attributes[string(a)]); err != nil {
+		v, ok := out.Attributes[string(a)]
+		if !ok {
+			continue // not reported (goaws has no Delayed): 0
+		}
+		if n[i], err = strconv.Atoi(v); err != nil {
 			return n, fmt.Errorf("sqsleasebus: %s of %s: %q is not a count", a, url, out.Attributes[string(a)])
 		}
 	}

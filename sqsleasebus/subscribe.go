@@ -182,12 +182,18 @@ func (s *Subscription[T]) readAttrs(ctx context.Context) (queueAttrs, error) {
 // findQueue returns the URL of the queue whose ARN is arn.
 func (s *Subscription[T]) findQueue(ctx context.Context, arn string) (string, error) {
 	parts := strings.Split(arn, ":") // arn:aws:sqs:region:account:name
-	if len(parts) != 6 || parts[5] == "" {
+	var in *sqs.GetQueueUrlInput
+	switch {
+	case len(parts) == 6 && parts[5] != "":
+		in = &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
+		if parts[4] != "" {
+			in.QueueOwnerAWSAccountId = aws.String(parts[4])
+		}
+	case len(parts) == 1 && arn != "":
+		// A bare queue name, as goaws writes its targets.
+		in = &sqs.GetQueueUrlInput{QueueName: aws.String(arn)}
+	default:
 		return "", misconfigured(s.url, "dead-letter target %q is not an SQS queue ARN", arn)
-	}
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])}
-	if parts[4] != "" {
-		in.QueueOwnerAWSAccountId = aws.String(parts[4])
 	}
 	out, err := s.client.GetQueueUrl(ctx, in)
 	if err != nil {
