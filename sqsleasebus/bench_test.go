@@ -58,8 +58,8 @@ func fill(b *testing.B, client *sqs.Client, url string, n int) {
 // workers on each side: "hand" is the loop a team writes with the AWS SDK
 // (8 goroutines, each ReceiveMessage of 10 with a long poll, then a
 // DeleteMessage for each); "pool" is poller's default pool over a
-// Subscription, whose handler returns at once (it acks each with
-// DeleteMessage). Compare them with benchstat: msgs/s is what counts.
+// Subscription, whose handler returns at once (its Acks made while
+// another's delete is in flight go together in one DeleteMessageBatch). Compare them with benchstat: msgs/s is what counts.
 func BenchmarkDrain(b *testing.B) {
 	for _, batch := range []bool{false, true} {
 		name := "hand"

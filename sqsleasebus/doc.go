@@ -15,7 +15,9 @@
 //     (WithClock), so it never outlasts the server's. MaxAttempts is the
 //     queue's RedrivePolicy maxReceiveCount, read at Subscribe and again
 //     every WithAttributeRefresh.
-//   - Ack: DeleteMessage. Extend: ChangeMessageVisibility. Nack(id, d):
+//   - Ack: DeleteMessage; Acks made while another's delete is in flight
+//     go together in one DeleteMessageBatch, each with its own result.
+//     Extend: ChangeMessageVisibility. Nack(id, d):
 //     ChangeMessageVisibility(d). Fail: the retry policy's delay
 //     (WithRetry). Release: visibility 0.
 //   - Reject, and Fail on the last attempt: the message is moved to the

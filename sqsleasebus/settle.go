@@ -17,7 +17,8 @@ import (
 )
 
 // Ack deletes the message (DeleteMessage with the delivery's receipt
-// handle). An Ack after the deadline still deletes the message on a
+// handle; Acks made while another's delete is in flight go together in
+// one DeleteMessageBatch, each with its own result). An Ack after the deadline still deletes the message on a
 // standard queue unless it has been received again (SQS honours the
 // latest receipt); on a FIFO queue the receipt expires with the deadline
 // (queue.ErrLeaseExpired). A lease this Subscription has since seen
@@ -29,9 +30,7 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := s.settleCtx()
-	defer cancel()
-	_, err = s.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(s.url), ReceiptHandle: h.m.ReceiptHandle})
+	err = s.deleteAck(h.m.ReceiptHandle)
 	switch {
 	case err == nil:
 		s.forget(id, h)

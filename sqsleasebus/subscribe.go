@@ -41,6 +41,7 @@ type Subscription[T any] struct {
 	stop      context.CancelFunc // ends the receives in flight, at Close
 	base      context.Context    // the receives' and moves' parent: ended by Close
 	bg        sync.WaitGroup     // expiry watchers and dead-letter moves (Close waits for them)
+	acks      acker              // coalesces concurrent Acks
 
 	mu      sync.Mutex          // guards everything below
 	attrs   queueAttrs          // as last read
