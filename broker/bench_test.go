@@ -471,3 +471,26 @@ func BenchmarkAckWithParkedPollers(b *testing.B) {
 		<-done
 	}
 }
+
+// BenchmarkUserPath is W1 the way the README and every example write it:
+// publish 1,000 messages, then Poll(ctx, 10), which returns a fresh
+// slice, and Ack each delivery. One op is one message.
+func BenchmarkUserPath(b *testing.B) {
+	const step = 1000
+	br, ss := benchBroker(b, 1)
+	s := ss[0]
+	ctx := context.Background()
+	b.ReportAllocs()
+	for n := 0; n < b.N; n += step {
+		for range step {
+			br.Publish(ctx, "t", payload)
+		}
+		for got := 0; got < step; {
+			ds, _ := s.Poll(ctx, 10)
+			for _, d := range ds {
+				s.Ack(d.LeaseID)
+			}
+			got += len(ds)
+		}
+	}
+}
