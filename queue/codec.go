@@ -29,6 +29,20 @@ func BytesCodec() Codec[[]byte] { return bytesCodec{} }
 // StringCodec returns a codec that stores string payloads as their bytes.
 func StringCodec() Codec[string] { return stringCodec{} }
 
+// DefaultCodec returns the codec a backend uses when it is given none:
+// StringCodec for string payloads and BytesCodec for []byte, which pass
+// through as the bytes, and JSONCodec for any other type.
+func DefaultCodec[T any]() Codec[T] {
+	var zero T
+	switch any(zero).(type) {
+	case []byte:
+		return any(BytesCodec()).(Codec[T])
+	case string:
+		return any(StringCodec()).(Codec[T])
+	}
+	return JSONCodec[T]()
+}
+
 type jsonCodec[T any] struct{}
 
 func (jsonCodec[T]) Encode(dst []byte, v T) ([]byte, error) {

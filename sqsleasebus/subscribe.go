@@ -111,7 +111,7 @@ func Subscribe[T any](ctx context.Context, client *sqs.Client, queueURL string, 
 		return nil, backend.Invalid("Subscribe: queue URL %q names no queue", queueURL)
 	}
 	if codec == nil {
-		codec = defaultCodec[T]()
+		codec = queue.DefaultCodec[T]()
 	}
 	s := &Subscription[T]{
 		client: client, url: queueURL, name: name, codec: codec, cfg: cfg,
@@ -287,17 +287,4 @@ func queueName(url string) string {
 	}
 	name := path[strings.LastIndexByte(path, '/')+1:]
 	return name
-}
-
-// defaultCodec returns the codec used when none is given: []byte and
-// string payloads pass through as the body, anything else is JSON.
-func defaultCodec[T any]() queue.Codec[T] {
-	var zero T
-	switch any(zero).(type) {
-	case []byte:
-		return any(queue.BytesCodec()).(queue.Codec[T])
-	case string:
-		return any(queue.StringCodec()).(queue.Codec[T])
-	}
-	return queue.JSONCodec[T]()
 }
