@@ -25,11 +25,17 @@ import (
 // stay 0, as does a count the server does not report. DeadLetterDepth
 // reads the dead-letter queue.
 func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
-	a, err := s.counts(ctx, s.url)
+	st, _, err := s.stats(ctx)
+	return st, err
+}
+
+// stats reads Stats and, in the same request, the attributes of names.
+func (s *Subscription[T]) stats(ctx context.Context, names ...types.QueueAttributeName) (queue.Stats, map[string]string, error) {
+	n, at, err := s.counts(ctx, s.url, names...)
 	if err != nil {
-		return queue.Stats{}, err
+		return queue.Stats{}, nil, err
 	}
-	return queue.Stats{Visible: a[0], InFlight: a[1], Delayed: a[2]}, nil
+	return queue.Stats{Visible: n[0], InFlight: n[1], Delayed: n[2]}, at, nil
 }
 
 // DeadLetterDepth returns how many messages the dead-letter queue holds
@@ -42,7 +48,7 @@ func (s *Subscription[T]) DeadLetterDepth(ctx context.Context) (int, error) {
 	if dlq == "" {
 		return 0, fmt.Errorf("sqsleasebus: dead letters of %s: %w: the queue has no RedrivePolicy", s.name, ErrUnsupported)
 	}
-	a, err := s.counts(ctx, dlq)
+	a, _, err := s.counts(ctx, dlq)
 	if err != nil {
 		return 0, err
 	}
@@ -56,12 +62,13 @@ var countAttrs = []types.QueueAttributeName{
 	types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
 }
 
-// counts reads the queue at url's visible, in-flight and delayed counts.
-func (s *Subscription[T]) counts(ctx context.Context, url string) ([3]int, error) {
+// counts reads the queue at url's visible, in-flight and delayed counts,
+// and the attributes of names with them.
+func (s *Subscription[T]) counts(ctx context.Context, url string, names ...types.QueueAttributeName) ([3]int, map[string]string, error) {
 	var n [3]int
-	out, err := s.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: countAttrs})
+	out, err := s.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: append(names, countAttrs...)})
 	if err != nil {
-		return n, queueError(url, "read counts", err)
+		return n, nil, queueError(url, "read counts", err)
 	}
 	for i, a := range countAttrs {
 		v, ok := out.Attributes[string(a)]
@@ -69,10 +76,10 @@ func (s *Subscription[T]) counts(ctx context.Context, url string) ([3]int, error
 			continue // not reported (goaws has no Delayed): 0
 		}
 		if n[i], err = strconv.Atoi(v); err != nil {
-			return n, fmt.Errorf("sqsleasebus: %s of %s: %q is not a count", a, url, out.Attributes[string(a)])
+			return n, nil, fmt.Errorf("sqsleasebus: %s of %s: %q is not a count", a, url, v)
 		}
 	}
-	return n, nil
+	return n, out.Attributes, nil
 }
 
 // ConsoleTopic is the topic every queue of a ConsoleBackend is shown
@@ -146,17 +153,10 @@ func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string
 
 // info describes s's queue as it is now.
 func (c *consoleBackend[T]) info(ctx context.Context, s *Subscription[T]) (console.SubscriptionInfo, error) {
-	st, err := s.Stats(ctx)
+	st, at, err := s.stats(ctx, types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameDelaySeconds, types.QueueAttributeNameMessageRetentionPeriod)
 	if err != nil {
 		return console.SubscriptionInfo{}, err
 	}
-	out, err := s.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(s.url), AttributeNames: []types.QueueAttributeName{
-		types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameDelaySeconds, types.QueueAttributeNameMessageRetentionPeriod,
-	}})
-	if err != nil {
-		return console.SubscriptionInfo{}, queueError(s.url, "read attributes", err)
-	}
-	at := out.Attributes
 	maxA := "unlimited (no RedrivePolicy)"
 	note := consoleNote
 	if n := s.MaxAttempts(); n > 0 {

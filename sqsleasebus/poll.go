@@ -33,8 +33,7 @@ import (
 // on the server that never reach this Poll: SQS makes them visible again
 // after their visibility timeout, one receive spent.
 func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
-	ds, _, err := s.poll(ctx, n, 0, nil)
-	return ds, err
+	return s.poll(ctx, n, 0, nil)
 }
 
 // PollFor is Poll as a worker pool asks for it (backend.PoolPoller): a
@@ -49,16 +48,11 @@ func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest) 
 		return nil, false, backend.Invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
 	}
 	if req.Hold > s.visibility() && req.Hold <= maxVisibility {
-		ds, err := s.pollParked(ctx, req.Max, seconds(req.Hold), req.Parking)
+		ds, err := s.poll(ctx, req.Max, seconds(req.Hold), req.Parking)
 		return ds, true, err
 	}
-	ds, err := s.pollParked(ctx, req.Max, 0, req.Parking)
+	ds, err := s.poll(ctx, req.Max, 0, req.Parking)
 	return ds, false, err
-}
-
-func (s *Subscription[T]) pollParked(ctx context.Context, n int, vis time.Duration, pk *backend.Parking) ([]queue.Delivery[T], error) {
-	ds, _, err := s.poll(ctx, n, vis, pk)
-	return ds, err
 }
 
 // visibility returns the lease a receive asks for by default.
@@ -71,15 +65,15 @@ func (s *Subscription[T]) visibility() time.Duration {
 	return s.attrs.vis
 }
 
-func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration, pk *backend.Parking) ([]queue.Delivery[T], int, error) {
+func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration, pk *backend.Parking) ([]queue.Delivery[T], error) {
 	if n < 1 {
-		return nil, 0, backend.Invalid("Poll: n = %d, must be >= 1", n)
+		return nil, backend.Invalid("Poll: n = %d, must be >= 1", n)
 	}
 	if s.isClosed() {
-		return nil, 0, fmt.Errorf("sqsleasebus: poll %s: %w", s.name, queue.ErrClosed)
+		return nil, fmt.Errorf("sqsleasebus: poll %s: %w", s.name, queue.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if vis == 0 {
 		vis = s.visibility()
@@ -96,17 +90,17 @@ func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration, pk
 		switch {
 		case err == nil:
 		case s.isClosed():
-			return nil, 0, fmt.Errorf("sqsleasebus: poll %s: %w", s.name, queue.ErrClosed)
+			return nil, fmt.Errorf("sqsleasebus: poll %s: %w", s.name, queue.ErrClosed)
 		case ctx.Err() != nil:
-			return nil, 0, ctx.Err()
+			return nil, ctx.Err()
 		default:
-			return nil, 0, err
+			return nil, err
 		}
 		if len(msgs) == maxBatch && n > maxBatch {
 			msgs = append(msgs, s.fill(n-maxBatch, vis)...)
 		}
 		if ds := s.deliveries(msgs, sent, vis); len(ds) > 0 {
-			return ds, len(msgs), nil
+			return ds, nil
 		}
 	}
 }
