@@ -2,6 +2,7 @@ package sqsleasebus
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -82,12 +83,12 @@ func (s *Subscription[T]) sendAcks(batch []*ackWait) {
 	if err == nil {
 		answered := make([]bool, len(batch))
 		for _, ok := range out.Successful {
-			if i, ok := entryIndex(ok.Id, len(batch)); ok {
+			if i, ok := entryIndex(ok.Id, 0, len(batch)); ok {
 				answered[i] = true
 			}
 		}
 		for _, f := range out.Failed {
-			if i, ok := entryIndex(f.Id, len(batch)); ok {
+			if i, ok := entryIndex(f.Id, 0, len(batch)); ok {
 				answered[i] = true
 				batch[i].err = &smithy.GenericAPIError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}
 			}
@@ -107,11 +108,9 @@ func (s *Subscription[T]) sendAcks(batch []*ackWait) {
 	}
 }
 
-// entryIndex reads a batch entry's Id, the index it was sent with.
-func entryIndex(id *string, n int) (int, bool) {
-	var i int
-	if _, err := fmt.Sscan(aws.ToString(id), &i); err != nil || i < 0 || i >= n {
-		return 0, false
-	}
-	return i, true
+// entryIndex reads a batch entry's Id, the index it was sent with, which
+// must be in [lo, hi): an answer that names another is ignored.
+func entryIndex(id *string, lo, hi int) (int, bool) {
+	i, err := strconv.Atoi(aws.ToString(id))
+	return i, err == nil && i >= lo && i < hi
 }

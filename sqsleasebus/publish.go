@@ -68,7 +68,7 @@ func NewPublisher[T any](client *sqs.Client, queueURL string, codec queue.Codec[
 		return nil, backend.Invalid("NewPublisher: queue URL %q names no queue", queueURL)
 	}
 	if codec == nil {
-		codec = defaultCodec[T]()
+		codec = queue.DefaultCodec[T]()
 	}
 	return &Publisher[T]{client: client, url: queueURL, name: name, fifo: strings.HasSuffix(name, ".fifo"), codec: codec, clk: cfg.clk}, nil
 }
@@ -109,9 +109,9 @@ func (p *Publisher[T]) Publish(ctx context.Context, payload T, opts ...PublishOp
 // limit; fewer when ten would pass its 1 MiB a request), one request
 // after another so that a FIFO group keeps the order given, with the same
 // options for each (WithDedupIDs gives each its dedup ID). It returns the
-// messages as Publish does; an entry SQS refused has the zero Message in
-// its place and its error (naming the entry, matching a *QueueError's
-// cause where it is one) is joined in the error returned. On a FIFO queue
+// messages as Publish does; an entry SQS refused, or left unanswered,
+// has the zero Message in its place, and its error (naming the entry) is
+// joined in the error returned. On a FIFO queue
 // a batch resent with the same dedup IDs is stored once. An empty batch
 // returns nil.
 func (p *Publisher[T]) PublishBatch(ctx context.Context, payloads []T, opts ...PublishOption) ([]queue.Message[T], error) {
@@ -155,14 +155,25 @@ func (p *Publisher[T]) PublishBatch(ctx context.Context, payloads []T, opts ...P
 			}
 			return out, errors.Join(append(errs, fmt.Errorf("payloads %d to %d not sent: %w", lo, len(entries)-1, queueError(p.url, "publish", err)))...)
 		}
+		answered := make([]bool, hi-lo)
 		for _, ok := range res.Successful {
-			i, _ := strconv.Atoi(aws.ToString(ok.Id))
-			out[i].ID = messageID(p.url, aws.ToString(ok.MessageId))
+			if i, in := entryIndex(ok.Id, lo, hi); in {
+				answered[i-lo] = true
+				out[i].ID = messageID(p.url, aws.ToString(ok.MessageId))
+			}
 		}
 		for _, f := range res.Failed {
-			i, _ := strconv.Atoi(aws.ToString(f.Id))
-			out[i] = queue.Message[T]{}
-			errs = append(errs, fmt.Errorf("sqsleasebus: publish to %s, payload %d: %s: %s", p.url, i, aws.ToString(f.Code), aws.ToString(f.Message)))
+			if i, in := entryIndex(f.Id, lo, hi); in {
+				answered[i-lo] = true
+				out[i] = queue.Message[T]{}
+				errs = append(errs, fmt.Errorf("sqsleasebus: publish to %s, payload %d: %s: %s", p.url, i, aws.ToString(f.Code), aws.ToString(f.Message)))
+			}
+		}
+		for k, ok := range answered {
+			if !ok {
+				out[lo+k] = queue.Message[T]{}
+				errs = append(errs, fmt.Errorf("sqsleasebus: publish to %s, payload %d: SendMessageBatch did not answer it", p.url, lo+k))
+			}
 		}
 		lo = hi
 	}
