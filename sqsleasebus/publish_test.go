@@ -39,6 +39,36 @@ func pollAll(t *testing.T, sub *sqsleasebus.Subscription[string], n int) []queue
 	return got
 }
 
+// pollsNothing polls sub until its receive is parked on the server with
+// nothing to take, then cancels it, and returns how many it delivered: 0,
+// or a Poll that did not wait (a message was visible) returns them.
+func pollsNothing(t *testing.T, srv *sqstest.Server, sub *sqsleasebus.Subscription[string]) int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		ds, _ := sub.Poll(ctx, 1)
+		done <- len(ds)
+	}()
+	parked := make(chan error, 1)
+	go func() {
+		pctx, stop := context.WithTimeout(ctx, 30*time.Second) // a hang guard
+		defer stop()
+		parked <- srv.Server.AwaitParked(pctx, sub.Name(), 1)
+	}()
+	select {
+	case n := <-done:
+		return n // it did not wait
+	case err := <-parked:
+		if err != nil {
+			t.Fatalf("the Poll neither returned nor parked: %v", err)
+		}
+	}
+	cancel()
+	return <-done
+}
+
 // A message published to a standard queue reaches a Subscription as sent:
 // payload, headers, the ID Publish returned; a delayed one only once its
 // delay has passed on the clock.
@@ -72,15 +102,7 @@ func TestPublishStandard(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Clock.Add(time.Second) // the delay is rounded up to 2s
-	short, cancel := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	go func() {
-		ds, _ := sub.Poll(short, 1)
-		done <- len(ds)
-	}()
-	srv.AwaitParked(t, "jobs", 1)
-	cancel()
-	if n := <-done; n != 0 {
+	if n := pollsNothing(t, srv, sub); n != 0 {
 		t.Fatal("a message delayed 2s was delivered after 1s")
 	}
 	srv.Clock.Add(time.Second)
@@ -183,15 +205,7 @@ func TestPublishFIFO(t *testing.T) {
 	if want := []string{"a1", "a2", "a3", "b1"}; !slices.Equal(payloads, want) {
 		t.Fatalf("delivered %q, want %q in order, once each", payloads, want)
 	}
-	short, cancel := context.WithCancel(ctx)
-	done := make(chan int, 1)
-	go func() {
-		ds, _ := sub.Poll(short, 1)
-		done <- len(ds)
-	}()
-	srv.AwaitParked(t, "orders.fifo", 1)
-	cancel()
-	if n := <-done; n != 0 {
+	if n := pollsNothing(t, srv, sub); n != 0 {
 		t.Fatal("a duplicate was delivered")
 	}
 }
