@@ -41,7 +41,10 @@
 // test moves time and calls AwaitQuiet; then every slot the move passed
 // has fired, in order, whatever steps the test took (benbjohnson/clock's
 // Mock moves through each timer it passes, so a fire may see a reading
-// inside the step). The scheduler runs unchanged inside testing/synctest
+// inside the step). A test that also runs a worker pool on the fired
+// messages moves to each fire (Status().NextFire) and lets the pool finish
+// before moving on: the mock does not wait for the pool, and a lease can
+// expire under a handler while it moves. The scheduler runs unchanged inside testing/synctest
 // with clock.New(). Cron expressions read wall-clock time in their zone:
 // see Cron for what a daylight-saving change does.
 //

@@ -56,6 +56,7 @@ type config struct {
 // app is the broker, the scheduler and the pool of one process.
 type app struct {
 	b     *broker.Broker[rollup]
+	sub   *broker.Subscription[rollup]
 	sched *schedule.Scheduler
 	pool  *poller.Poller[rollup]
 }
@@ -166,7 +167,7 @@ func setup(b *broker.Broker[rollup], cfg config, sopts []schedule.Option) (*app,
 	if err != nil {
 		return nil, err
 	}
-	return &app{b: b, sched: sched, pool: pool}, nil
+	return &app{b: b, sub: sub, sched: sched, pool: pool}, nil
 }
 
 // run runs the scheduler and the pool until ctx ends, then closes the

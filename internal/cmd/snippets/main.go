@@ -123,6 +123,7 @@ var imports = map[string]string{
 	"sqstest":        "github.com/leasebus/leasebus/sqsserver/sqstest",
 	"sqsserver":      "github.com/leasebus/leasebus/sqsserver",
 	"sqsleasebus":    "github.com/leasebus/leasebus/sqsleasebus",
+	"schedule":       "github.com/leasebus/leasebus/schedule",
 	"nats":           "github.com/nats-io/nats.go",
 	"pubsub":         "gocloud.dev/pubsub",
 	"message":        "github.com/ThreeDotsLabs/watermill/message",
