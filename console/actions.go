@@ -28,9 +28,10 @@ type actionDef[T any] struct {
 // Result is the JSON an action answers with, and what the page it
 // returns to says.
 type Result struct {
-	Action string `json:"action"`
-	Count  int    `json:"count"`           // messages or letters it acted on
-	Error  string `json:"error,omitempty"` // what it could not do (some letters may still have been acted on)
+	Action   string `json:"action"`
+	Count    int    `json:"count"`              // messages or letters it acted on (schedule-trigger: the fires)
+	Schedule string `json:"schedule,omitempty"` // the schedule a schedule-* action was for
+	Error    string `json:"error,omitempty"`    // what it could not do (some letters may still have been acted on)
 }
 
 func (r Result) message() string {
@@ -44,6 +45,12 @@ func (r Result) message() string {
 		fmt.Fprintf(&b, "Redrove %d dead letter%s.", r.Count, plural(r.Count))
 	case "discard":
 		fmt.Fprintf(&b, "Discarded %d dead letter%s.", r.Count, plural(r.Count))
+	case "schedule-pause":
+		fmt.Fprintf(&b, "Paused schedule %s.", r.Schedule)
+	case "schedule-resume":
+		fmt.Fprintf(&b, "Resumed schedule %s: the slots it was paused for are skipped.", r.Schedule)
+	case "schedule-trigger":
+		fmt.Fprintf(&b, "Fired schedule %s now.", r.Schedule)
 	}
 	if r.Error != "" {
 		fmt.Fprintf(&b, " Not done: %s", r.Error)

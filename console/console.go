@@ -45,6 +45,7 @@ import (
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/schedule"
 )
 
 //go:embed assets
@@ -59,6 +60,8 @@ type config struct {
 	prefix   string
 	readOnly bool
 	title    string
+	sched    *schedule.Scheduler // WithSchedules
+	err      error               // an option's refusal
 }
 
 // WithPrefix serves the console under prefix (such as "/admin/queues"):
@@ -118,6 +121,9 @@ func NewFor[T any](be Backend[T], opts ...Option) (*Console[T], error) {
 		}
 		o.apply(&cfg)
 	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
 	if cfg.prefix != "" && (!strings.HasPrefix(cfg.prefix, "/") || strings.HasSuffix(cfg.prefix, "/")) {
 		return nil, backend.Invalid("console: prefix %q must start with / and not end with one", cfg.prefix)
 	}
@@ -143,7 +149,9 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /api/subscription", c.subscriptionJSON)
 	m.HandleFunc("GET /api/dead-letters", c.deadLettersJSON)
 	m.HandleFunc("GET /api/dead-letter", c.deadLetterJSON)
-	for _, a := range actions[T]() {
+	m.HandleFunc("GET /schedules", c.schedulesPage)
+	m.HandleFunc("GET /api/schedules", c.schedulesJSON)
+	for _, a := range append(actions[T](), scheduleActions[T]()...) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))
 		m.HandleFunc("POST /api/actions/"+a.name, c.action(a, true))
 	}
@@ -214,6 +222,9 @@ func notFound(format string, args ...any) error {
 func statusOf(err error) int {
 	if se := (*errStatus)(nil); errors.As(err, &se) {
 		return se.status
+	}
+	if status, ok := scheduleStatus(err); ok {
+		return status
 	}
 	switch {
 	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound):

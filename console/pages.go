@@ -46,7 +46,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		"list": func(s ...string) []string { return s },
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "error"} {
+	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -61,6 +61,7 @@ type page struct {
 	Title    string
 	ReadOnly bool
 	Can      can    // what the backend does beyond the Backend interface
+	Sched    bool   // the console shows schedules (WithSchedules)
 	Done     string // what the last action did
 	Back     string // this page's path and query, for the forms' back field
 	Data     any
@@ -68,7 +69,7 @@ type page struct {
 
 func (c *Console[T]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	var buf bytes.Buffer
-	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
+	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Sched: c.cfg.sched != nil, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
 	if err := c.pages[name].Execute(&buf, p); err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
 		return
