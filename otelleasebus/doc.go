@@ -47,6 +47,13 @@
 //	leasebus.subscription.redriven            Counter {message}        dead letters put back by Redrive
 //	leasebus.subscription.rejected            Counter {message}        publishes a full subscription refused
 //
+// # Schedule metrics
+//
+// ObserveSchedules reports a schedule.Scheduler's schedules the same way:
+// slots fired and skipped (by cause), fires by hand, failures, whether
+// paused, and the Unix times of the next and the last fire, each with
+// leasebus.schedule.name.
+//
 // # Publishing
 //
 // A Publisher wraps a broker's Publish and PublishBatch in a span
