@@ -60,6 +60,10 @@ func (fs *FileStore) Load(name string) (time.Time, bool, error) {
 	return t, ok, nil
 }
 
+// Slots returns the last slot saved for every schedule the file has, as
+// `leasebus inspect -schedules` shows them.
+func (fs *FileStore) Slots() (map[string]time.Time, error) { return fs.read() }
+
 // Save implements Store.
 func (fs *FileStore) Save(name string, last time.Time) error {
 	fs.mu.Lock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/schedule"
 )
 
 type order struct {
@@ -314,4 +315,23 @@ func TestInspectShowsLimits(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "webhooks deliver paces its deliveries: at most 10 per 1s, at most 2 per 1s a key, 2 of a key at once, keys take turns\n")
 	assert.NotContains(t, out, "audit paces")
+}
+
+func TestInspectShowsSchedules(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Open(filepath.Join(dir, "queue"), queue.JSONCodec[order]())
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+	storePath := filepath.Join(dir, "schedules.json")
+	code, _, errOut := leasebus("inspect", "-schedules", storePath, filepath.Join(dir, "queue"))
+	assert.Equal(t, 1, code, "a store file that does not exist")
+	assert.Contains(t, errOut, "schedules.json")
+
+	st, err := schedule.NewFileStore(storePath)
+	require.NoError(t, err)
+	require.NoError(t, st.Save("nightly", time.Date(2026, 12, 5, 2, 0, 0, 0, time.UTC)))
+	require.NoError(t, st.Save("hourly", time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)))
+	code, out, errOut := leasebus("inspect", "-schedules", storePath, filepath.Join(dir, "queue"))
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, `SCHEDULE +LAST SLOT\s+hourly +2026-12-05T09:00:00Z\s+nightly +2026-12-05T02:00:00Z`, out)
 }

@@ -5,6 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/schedule"
 )
 
 // openCopy opens a copy of dir: payloads as the owner's codec wrote them.
@@ -24,6 +28,7 @@ func openCopy(dir string) (*broker.Broker[[]byte], error) {
 
 func inspect(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	schedules := fs.String("schedules", "", "also show the last slot of each schedule in this schedule.FileStore file")
 	pos, err := parse(fs, args, "DIR")
 	if err != nil {
 		return err
@@ -70,10 +75,42 @@ func inspect(args []string, out io.Writer) error {
 			fmt.Fprintf(out, "%s %s paces its deliveries: %s\n", s.Topic(), s.Name(), l)
 		}
 	}
+	if *schedules != "" {
+		if err := inspectSchedules(*schedules, out); err != nil {
+			return err
+		}
+	}
 	if len(letters) > 0 {
 		fmt.Fprintf(out, "\n'leasebus dead-letters %s' shows them.\n", pos[0])
 	}
 	return nil
+}
+
+// inspectSchedules prints the last slot of each schedule of a FileStore:
+// what a restarted scheduler carries on after. (A schedule's spec is in
+// its program: the console and otelleasebus show the next fire.)
+func inspectSchedules(path string, out io.Writer) error {
+	if _, err := os.Stat(path); err != nil {
+		return err
+	}
+	st, err := schedule.NewFileStore(path)
+	if err != nil {
+		return err
+	}
+	slots, err := st.Slots()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nschedules in %s (the last slot each handled: a restart carries on after it):\n", path)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tLAST SLOT\t")
+	for _, name := range slices.Sorted(maps.Keys(slots)) {
+		fmt.Fprintf(tw, "%s\t%s\t\n", name, slots[name].Format(time.RFC3339))
+	}
+	if len(slots) == 0 {
+		fmt.Fprintln(tw, "(none yet)\t\t")
+	}
+	return tw.Flush()
 }
 
 // limits says a subscription's flow control, "" for none.
