@@ -26,7 +26,7 @@
 // # Missed slots
 //
 // A slot that passes while Run runs fires, late if the clock moved past
-// several at once. Slots that passed while no Run was running for the
+// several at once (up to the catch-up limit, WithCatchUpLimit). Slots that passed while no Run was running for the
 // schedule (the process was down, with a Store to say where it was; Run
 // was stopped; the schedule was added later than its Store's last slot)
 // follow the schedule's policy (WithMissed): fire the latest once (the

@@ -136,8 +136,14 @@ func WithMissed(m Missed) AddOption {
 	}}
 }
 
-// WithCatchUpLimit bounds how many passed slots MissedEach fires at once
-// (default DefaultCatchUpLimit); n >= 1.
+// WithCatchUpLimit bounds how many passed slots fire at once (default
+// DefaultCatchUpLimit), n >= 1: of the slots missed while no Run ran,
+// those MissedEach fires; of the slots that passed while Run ran (a clock
+// that jumped), all, whatever the policy. The older ones are skipped and
+// counted in Status.SkippedMissed. A test that moves a mock clock past
+// more slots than this in one move, while Run runs, may see fewer fires
+// than slots: the mock moves through each timer, so how many are pending
+// at one reading depends on when Run's goroutine runs.
 func WithCatchUpLimit(n int) AddOption {
 	return AddOption{func(c *entryConfig) {
 		if n < 1 {
