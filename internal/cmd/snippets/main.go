@@ -124,6 +124,8 @@ var imports = map[string]string{
 	"sqsserver":      "github.com/leasebus/leasebus/sqsserver",
 	"sqsleasebus":    "github.com/leasebus/leasebus/sqsleasebus",
 	"schedule":       "github.com/leasebus/leasebus/schedule",
+	"outbox":         "github.com/leasebus/leasebus/outbox",
+	"sql":            "database/sql",
 	"nats":           "github.com/nats-io/nats.go",
 	"pubsub":         "gocloud.dev/pubsub",
 	"message":        "github.com/ThreeDotsLabs/watermill/message",

@@ -1,0 +1,140 @@
+package outbox
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/leasebus/leasebus/backend"
+)
+
+// Dialect is the SQL a database speaks: SQLite or PostgreSQL.
+type Dialect uint8
+
+const (
+	// SQLite, through any database/sql driver (the tests use the pure-Go
+	// modernc.org/sqlite). SQLite runs one write transaction at a time,
+	// so the relay and the enqueues take turns; give the connection a
+	// busy timeout (modernc: "?_pragma=busy_timeout(5000)") so that a
+	// writer waits for its turn rather than failing with SQLITE_BUSY.
+	SQLite Dialect = iota + 1
+	// Postgres, through any database/sql driver (the tests use pgx's
+	// stdlib driver, "pgx").
+	Postgres
+)
+
+// String returns the dialect's name.
+func (d Dialect) String() string {
+	switch d {
+	case SQLite:
+		return "sqlite"
+	case Postgres:
+		return "postgres"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// tableName is what a table name may be: it is written into SQL.
+var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
+
+// sqlText is one dialect's statements over one set of table names.
+type sqlText struct {
+	schema     []string
+	insert     string
+	relayLock  string // lets one relay batch run at a time ("" when the dialect needs none)
+	selectRows string
+	deleteRows func(n int) string
+	inboxMark  string
+	inboxPrune string
+	channel    string // the LISTEN/NOTIFY channel
+}
+
+func newSQL(d Dialect, prefix string) (*sqlText, error) {
+	if !tableName.MatchString(prefix) {
+		return nil, invalid("table prefix %q: want [a-z_][a-z0-9_]*, at most 51 characters", prefix)
+	}
+	outbox, inbox := prefix, prefix+"_inbox"
+	ph := func(i int) string { return "?" }
+	if d == Postgres {
+		ph = func(i int) string { return "$" + strconv.Itoa(i) }
+	}
+	phs := func(from, n int) string {
+		p := make([]string, n)
+		for i := range p {
+			p[i] = ph(from + i)
+		}
+		return strings.Join(p, ", ")
+	}
+	s := &sqlText{channel: prefix}
+	switch d {
+	case SQLite:
+		s.schema = []string{
+			`CREATE TABLE IF NOT EXISTS ` + outbox + ` (
+	id          INTEGER PRIMARY KEY,
+	uid         TEXT    NOT NULL,
+	topic       TEXT    NOT NULL,
+	payload     BLOB    NOT NULL,
+	msg_key     TEXT    NOT NULL DEFAULT '',
+	priority    INTEGER NOT NULL DEFAULT 0,
+	headers     TEXT    NOT NULL DEFAULT '',
+	delay_ns    INTEGER NOT NULL DEFAULT 0,
+	dedup_id    TEXT    NOT NULL DEFAULT '',
+	enqueued_at INTEGER NOT NULL
+)`,
+			`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+	message_id   TEXT    PRIMARY KEY,
+	processed_at INTEGER NOT NULL
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
+		}
+	case Postgres:
+		s.schema = []string{
+			`CREATE TABLE IF NOT EXISTS ` + outbox + ` (
+	id          BIGSERIAL PRIMARY KEY,
+	uid         TEXT     NOT NULL,
+	topic       TEXT     NOT NULL,
+	payload     BYTEA    NOT NULL,
+	msg_key     TEXT     NOT NULL DEFAULT '',
+	priority    SMALLINT NOT NULL DEFAULT 0,
+	headers     TEXT     NOT NULL DEFAULT '',
+	delay_ns    BIGINT   NOT NULL DEFAULT 0,
+	dedup_id    TEXT     NOT NULL DEFAULT '',
+	enqueued_at BIGINT   NOT NULL
+)`,
+			`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+	message_id   TEXT   PRIMARY KEY,
+	processed_at BIGINT NOT NULL
+)`,
+			`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
+		}
+		// Enqueues of one key take turns, so that their rows' IDs are in
+		// commit order; one relay batch runs at a time, so that a key's
+		// rows are published in ID order. Both locks end with their
+		// transaction.
+		s.relayLock = `SELECT pg_advisory_xact_lock(hashtext(` + ph(1) + `))`
+	default:
+		return nil, invalid("dialect %v: want SQLite or Postgres", d)
+	}
+	cols := `(uid, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at)`
+	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 9) + `)`
+	if d == Postgres {
+		// One round trip: the key's lock (taken in the FROM clause, so
+		// before the row's ID is drawn), the insert, and the NOTIFY that
+		// Postgres sends at commit. $10 is the lock's name ("" for no
+		// key: no lock), $11 the channel.
+		s.insert = `WITH ins AS (INSERT INTO ` + outbox + ` ` + cols + `
+	SELECT ` + phs(1, 9) + ` FROM (SELECT CASE WHEN ` + ph(10) + ` = '' THEN NULL ELSE pg_advisory_xact_lock(hashtext(` + ph(10) + `)) END) AS key_lock
+	RETURNING 1)
+SELECT pg_notify(` + ph(11) + `, '') FROM ins`
+	}
+	s.selectRows = `SELECT id, uid, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + outbox + ` ORDER BY id LIMIT ` + ph(1)
+	s.deleteRows = func(n int) string { return `DELETE FROM ` + outbox + ` WHERE id IN (` + phs(1, n) + `)` }
+	s.inboxMark = `INSERT INTO ` + inbox + ` (message_id, processed_at) VALUES (` + phs(1, 2) + `) ON CONFLICT (message_id) DO NOTHING`
+	s.inboxPrune = `DELETE FROM ` + inbox + ` WHERE processed_at < ` + ph(1)
+	return s, nil
+}
+
+func invalid(format string, args ...any) error {
+	return backend.Invalid("outbox: %s", fmt.Sprintf(format, args...))
+}

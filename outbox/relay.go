@@ -1,0 +1,264 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Publisher publishes one message of the outbox to a backend, with
+// m.DedupID as its dedup ID: a publish that repeats one made before (the
+// relay crashed before it deleted the row) must be dropped by the backend,
+// which is what makes the relay's at-least-once exactly once in the
+// queue. ToBroker is one for a broker.
+type Publisher[T any] interface {
+	Publish(ctx context.Context, m Message[T]) error
+}
+
+// PublisherFunc is a func as a Publisher.
+type PublisherFunc[T any] func(ctx context.Context, m Message[T]) error
+
+// Publish calls f.
+func (f PublisherFunc[T]) Publish(ctx context.Context, m Message[T]) error { return f(ctx, m) }
+
+// RelayOption configures a Relay.
+type RelayOption struct{ apply func(*relayConfig) }
+
+type relayConfig struct {
+	batch int
+	poll  time.Duration
+	retry queue.RetryPolicy
+	err   error
+}
+
+// WithBatch sets how many rows a relay reads, publishes and deletes in
+// one transaction (default 100); n >= 1.
+func WithBatch(n int) RelayOption {
+	return RelayOption{func(c *relayConfig) {
+		if n < 1 {
+			c.err = invalid("WithBatch(%d): must be >= 1", n)
+		}
+		c.batch = n
+	}}
+}
+
+// WithPollInterval sets how often a relay looks for committed rows when
+// nothing woke it (default 1s): the longest a message waits after a
+// commit no Wake followed (another process's, or a Postgres relay whose
+// LISTEN connection is down). d > 0.
+func WithPollInterval(d time.Duration) RelayOption {
+	return RelayOption{func(c *relayConfig) {
+		if d <= 0 {
+			c.err = invalid("WithPollInterval(%v): must be > 0", d)
+		}
+		c.poll = d
+	}}
+}
+
+// WithRetry sets the backoff after a batch failed (a publish refused, the
+// database down): the zero policy (the default) waits 1s doubling to 1m.
+func WithRetry(p queue.RetryPolicy) RelayOption {
+	return RelayOption{func(c *relayConfig) {
+		if err := p.Validate(); err != nil {
+			c.err = err
+		} else if p.NoBackoff {
+			c.err = invalid("WithRetry: NoBackoff would retry a failing batch in a busy loop")
+		}
+		c.retry = p
+	}}
+}
+
+// Relay publishes the outbox's committed rows, oldest first, and deletes
+// each one published, in batches: each batch is one transaction that
+// reads its rows, publishes them in order, and deletes those published.
+// A crash anywhere in it leaves the rows to the next batch, which
+// publishes them again with the same dedup IDs. Run one relay per outbox
+// (more are safe: on Postgres their batches take turns; on SQLite the
+// database does).
+type Relay[T any] struct {
+	o   *Outbox[T]
+	pub Publisher[T]
+	cfg relayConfig
+
+	mu        sync.Mutex // guards the stats below
+	published uint64
+	batches   uint64
+	failures  uint64
+	lastErr   error
+}
+
+// RelayStats is what a Relay did.
+type RelayStats struct {
+	Published uint64 // rows published and deleted
+	Batches   uint64 // batches that committed
+	Failures  uint64 // batches that failed (and were retried)
+	LastError error  // the latest failure, or nil
+}
+
+// NewRelay returns a relay of o's rows to pub.
+func (o *Outbox[T]) NewRelay(pub Publisher[T], opts ...RelayOption) (*Relay[T], error) {
+	if pub == nil {
+		return nil, invalid("NewRelay: nil Publisher")
+	}
+	cfg := relayConfig{batch: 100, poll: time.Second}
+	for _, opt := range opts {
+		if opt.apply == nil {
+			return nil, invalid("NewRelay: the zero RelayOption")
+		}
+		opt.apply(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	return &Relay[T]{o: o, pub: pub, cfg: cfg}, nil
+}
+
+// Stats returns what the relay did so far.
+func (r *Relay[T]) Stats() RelayStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return RelayStats{Published: r.published, Batches: r.batches, Failures: r.failures, LastError: r.lastErr}
+}
+
+// RunOnce publishes every row committed when it is called (and any that
+// commit meanwhile), batch after batch, and returns how many it published.
+// It stops at the first batch that fails, returning its error (the rows
+// it published before are deleted).
+func (r *Relay[T]) RunOnce(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		n, more, err := r.batch(ctx)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+// Run relays until ctx ends, then returns nil: it runs batches while rows
+// are there, then waits for a Wake (an InTx commit, or a Postgres NOTIFY
+// when Listen runs), or for the poll interval, on the outbox's clock. A
+// failed batch is counted and tried again after the retry policy's
+// backoff.
+func (r *Relay[T]) Run(ctx context.Context) error {
+	failures := 0
+	for ctx.Err() == nil {
+		_, err := r.RunOnce(ctx)
+		wait := r.cfg.poll
+		if err != nil && ctx.Err() == nil {
+			failures++
+			wait = r.cfg.retry.Delay(failures)
+		} else {
+			failures = 0
+		}
+		t := backend.After(r.o.clk, wait)
+		select {
+		case <-t.C:
+		case <-r.o.wake:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// batch relays one batch: it reads up to the batch size of rows in one
+// transaction, publishes them in order, and deletes those published
+// before it commits. more reports a full batch (there may be more).
+func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
+	defer func() {
+		r.mu.Lock()
+		r.published += uint64(n)
+		if err != nil {
+			r.failures++
+			r.lastErr = err
+		} else if n > 0 {
+			r.batches++
+		}
+		r.mu.Unlock()
+	}()
+	tx, err := r.o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("outbox: relay: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, rollback(tx))
+		}
+	}()
+	if r.o.sql.relayLock != "" {
+		if _, err := tx.ExecContext(ctx, r.o.sql.relayLock, r.o.sql.channel+":relay"); err != nil {
+			return 0, false, fmt.Errorf("outbox: relay: %w", err)
+		}
+	}
+	msgs, err := r.read(ctx, tx)
+	if err != nil {
+		return 0, false, err
+	}
+	if len(msgs) == 0 {
+		return 0, false, rollback(tx)
+	}
+	ids := make([]any, 0, len(msgs))
+	var perr error
+	for _, m := range msgs {
+		if perr = r.pub.Publish(ctx, m); perr != nil {
+			perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", m.ID, m.Topic, perr)
+			break
+		}
+		ids = append(ids, m.ID)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.ExecContext(ctx, r.o.sql.deleteRows(len(ids)), ids...); err != nil {
+			return 0, false, fmt.Errorf("outbox: relay: delete: %w", err)
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, false, fmt.Errorf("outbox: relay: commit: %w", err)
+		}
+	} else if err := rollback(tx); err != nil {
+		return 0, false, errors.Join(perr, err)
+	}
+	return len(ids), perr == nil && len(msgs) == r.cfg.batch, perr
+}
+
+// read reads the batch's rows, oldest first.
+func (r *Relay[T]) read(ctx context.Context, tx *sql.Tx) ([]Message[T], error) {
+	rows, err := tx.QueryContext(ctx, r.o.sql.selectRows, r.cfg.batch)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: relay: read: %w", err)
+	}
+	defer rows.Close()
+	var msgs []Message[T]
+	for rows.Next() {
+		var (
+			m                 Message[T]
+			uid, headers      string
+			body              []byte
+			prio              int64
+			delay, enqueuedAt int64
+		)
+		if err := rows.Scan(&m.ID, &uid, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
+			return nil, fmt.Errorf("outbox: relay: read: %w", err)
+		}
+		if m.Payload, err = r.o.codec.Decode(body); err != nil {
+			return nil, fmt.Errorf("outbox: relay: row %d: decode: %w", m.ID, err)
+		}
+		if headers != "" {
+			if err := json.Unmarshal([]byte(headers), &m.Headers); err != nil {
+				return nil, fmt.Errorf("outbox: relay: row %d: headers: %w", m.ID, err)
+			}
+		}
+		m.Priority, m.Delay, m.EnqueuedAt = queue.Priority(prio), time.Duration(delay), time.Unix(0, enqueuedAt)
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: relay: read: %w", err)
+	}
+	return msgs, nil
+}
