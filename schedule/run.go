@@ -2,9 +2,11 @@ package schedule
 
 import (
 	"context"
+	"runtime/debug"
 	"time"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/poller"
 )
 
 // Run fires the schedules until ctx ends, then returns nil (after the job
@@ -194,7 +196,7 @@ func (s *Scheduler) execute(ctx context.Context, e *entry, fires []time.Time) {
 				continue
 			}
 		}
-		if err := e.job(ctx, Fire{Schedule: e.name, Slot: slot, DedupID: dedupID(e.name, slot)}); err != nil {
+		if err := call(ctx, e.job, Fire{Schedule: e.name, Slot: slot, DedupID: dedupID(e.name, slot)}); err != nil {
 			s.retryLater(e, err)
 			return
 		}
@@ -251,4 +253,16 @@ func laterOf(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// call runs job, turning a panic into its error (a *poller.PanicError
+// with the stack), so that one schedule's bug fails its fires, which are
+// retried and counted, and does not end Run or the process.
+func call(ctx context.Context, job Job, f Fire) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &poller.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return job(ctx, f)
 }

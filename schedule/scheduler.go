@@ -57,7 +57,8 @@ type Fire struct {
 // goroutine (Trigger's caller for a trigger), with no lock of the
 // scheduler held, one job at a time per Run; a Job shared by several
 // schedules, or Triggered while Run fires it, must be safe for concurrent
-// use. An error leaves the slot to be retried (WithRetry).
+// use. An error leaves the slot to be retried (WithRetry); so does a
+// panic, which the scheduler recovers as a *poller.PanicError.
 type Job func(ctx context.Context, f Fire) error
 
 // Status is what a schedule has done and will do, as Scheduler.Status
@@ -286,7 +287,7 @@ func (s *Scheduler) Trigger(ctx context.Context, name string) (Fire, error) {
 		return Fire{}, err
 	}
 	f := Fire{Schedule: name, Slot: s.clk.Now(), DedupID: "sched:" + name + ":trigger:" + uuid.NewString(), Triggered: true}
-	err = e.job(ctx, f)
+	err = call(ctx, e.job, f)
 	s.mu.Lock()
 	if err != nil {
 		s.failedLocked(e, err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/schedule"
 )
@@ -324,5 +325,39 @@ func TestJitter(t *testing.T) {
 	}
 	if st := s2.Status()[0]; !st.NextFire.Equal(next["b"]) {
 		t.Fatalf("b fires at %v in one scheduler, %v in another", next["b"], st.NextFire)
+	}
+}
+
+// TestAPanickingJobIsAFailure: a job's panic fails its fire (retried) and
+// does not end Run; a Trigger's returns it.
+func TestAPanickingJobIsAFailure(t *testing.T) {
+	s, mock := newScheduler(t)
+	panics := 1
+	rec := &recorder{clk: mock, fail: func(schedule.Fire) error {
+		if panics > 0 {
+			panics--
+			panic("nil map")
+		}
+		return nil
+	}}
+	if err := s.Add("job", schedule.Every(time.Hour), rec.job); err != nil {
+		t.Fatal(err)
+	}
+	run(t, s)
+	advance(t, s, mock, time.Hour)
+	st := status(t, s, "job")
+	if st.Failures != 1 || !strings.Contains(st.LastError, "nil map") || st.Fired != 0 {
+		t.Fatalf("after the panic: %+v", st)
+	}
+	advance(t, s, mock, time.Second) // the retry
+	if st := status(t, s, "job"); st.Fired != 1 {
+		t.Fatalf("after the retry: %+v", st)
+	}
+	rec.mu.Lock()
+	panics = 1
+	rec.mu.Unlock()
+	var pe *poller.PanicError
+	if _, err := s.Trigger(context.Background(), "job"); !errors.As(err, &pe) || pe.Value != "nil map" || len(pe.Stack) == 0 {
+		t.Fatalf("Trigger of a panicking job: %v", err)
 	}
 }
