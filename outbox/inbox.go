@@ -33,6 +33,7 @@ func (o *Outbox[T]) Handler(h TxHandler[T]) poller.Handler[T] {
 		if err != nil {
 			return fmt.Errorf("outbox: inbox: begin: %w", err)
 		}
+		defer rollbackOnPanic(tx)
 		res, err := tx.ExecContext(ctx, o.sql.inboxMark, d.ID.String(), o.clk.Now().UnixNano())
 		if err != nil {
 			return joinRollback(fmt.Errorf("outbox: inbox: %w", err), tx)

@@ -218,6 +218,7 @@ func (o *Outbox[T]) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", err)
 	}
+	defer rollbackOnPanic(tx)
 	if err := fn(tx); err != nil {
 		return errors.Join(err, rollback(tx))
 	}
@@ -226,6 +227,16 @@ func (o *Outbox[T]) InTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	}
 	o.Wake()
 	return nil
+}
+
+// rollbackOnPanic, deferred, rolls tx back if the caller's code panics,
+// and goes on panicking: the connection goes back to the pool without an
+// open transaction (and, on Postgres, its locks).
+func rollbackOnPanic(tx *sql.Tx) {
+	if v := recover(); v != nil {
+		_ = tx.Rollback()
+		panic(v)
+	}
 }
 
 func rollback(tx *sql.Tx) error {

@@ -292,3 +292,47 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestAPanicRollsBack: a panic in the caller's code inside InTx or
+// Handler rolls the transaction back before it goes on: nothing is
+// enqueued, and the connection is free for the next transaction.
+func TestAPanicRollsBack(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx := context.Background()
+		o := open(t, d)
+		d.db.SetMaxOpenConns(1) // a transaction left open would hold the one connection
+		func() {
+			defer func() {
+				if v := recover(); v != "boom" {
+					t.Fatalf("recovered %v", v)
+				}
+			}()
+			_ = o.InTx(ctx, func(tx *sql.Tx) error {
+				if _, err := o.Enqueue(ctx, tx, "orders", "never"); err != nil {
+					return err
+				}
+				panic("boom")
+			})
+		}()
+		b, _ := brokertest.New[string](t)
+		sub := brokertest.Subscribe(t, b, "orders", "billing")
+		relay, err := o.NewRelay(outbox.ToBroker(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx2, cancel := context.WithTimeout(ctx, hangGuard)
+		defer cancel()
+		if n, err := relay.RunOnce(ctx2); err != nil || n != 0 {
+			t.Fatalf("RunOnce after the panic: %d, %v; want nothing enqueued", n, err)
+		}
+		brokertest.Publish(t, b, "orders", "x")
+		h := o.Handler(func(context.Context, *sql.Tx, queue.Delivery[string]) error { panic("boom") })
+		func() {
+			defer func() { _ = recover() }()
+			_ = h(ctx2, sub.TryPoll(1)[0])
+		}()
+		if err := o.InTx(ctx2, func(tx *sql.Tx) error { return nil }); err != nil {
+			t.Fatalf("a transaction after the handler's panic: %v", err)
+		}
+	})
+}

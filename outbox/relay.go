@@ -188,6 +188,7 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 	if err != nil {
 		return 0, false, fmt.Errorf("outbox: relay: begin: %w", err)
 	}
+	defer rollbackOnPanic(tx)
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, rollback(tx))
