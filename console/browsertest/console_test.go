@@ -292,6 +292,22 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 	awaitText(t, ctx, css("#done"), "Purged "+depth+" messages.")
 	awaitText(t, ctx, css("#depth"), "0")
 
+	// The schedules: the daily report's next slot, then a fire by hand,
+	// which publishes one report now.
+	do(t, ctx, "schedules",
+		chromedp.Click(xpath(`//nav/a[. = "Schedules"]`)),
+		chromedp.WaitVisible(css("#schedules")))
+	row := css(`tr[data-schedule="daily-sales-report"]`)
+	if next := textOf(t, ctx, row+` [data-f="next"]`); !regexp.MustCompile(`^\d{4}-\d{2}-\d{2} 06:00:00\.000$`).MatchString(next) {
+		t.Errorf("the report's next slot: %q, want 06:00 UTC", next)
+	}
+	do(t, ctx, "fire the report now",
+		chromedp.Click(row+` button.trigger`),
+		chromedp.WaitVisible(css("#done")))
+	awaitText(t, ctx, css("#done"), "Fired schedule daily-sales-report now.")
+	awaitText(t, ctx, row+` [data-f="fired"]`, "0 + 1")
+	shot(t, ctx, "schedules.png")
+
 	// What the pages showed is what the console's JSON says.
 	resp, err := http.Get(d.url + "/api/overview")
 	if err != nil {
@@ -308,5 +324,8 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 	}
 	if b, s := got["billing"], got["shipping"]; b.Acked != 11 || b.DeadLettersHeld != 0 || s.Paused || s.Depth != 0 || o.DeadLetters.Discarded != 1 {
 		t.Errorf("api/overview: billing %+v, shipping %+v, store %+v", b, s, o.DeadLetters)
+	}
+	if r := got["reporting"]; r.Depth != 1 {
+		t.Errorf("api/overview: reporting %+v, want the report fired by hand", r)
 	}
 }

@@ -4,7 +4,8 @@
 // charges cards on billing; two orders die there, one whose card is
 // declined and one whose card has expired. Shipping has a stuck packer
 // holding two leases, orders waiting behind them by customer, and orders
-// scheduled for later. A new order arrives every few seconds.
+// scheduled for later. A new order arrives every few seconds. A schedule
+// publishes the daily sales report at 06:00 UTC (its page has Fire now).
 //
 //	go run ./examples/console -addr 127.0.0.1:8080
 //
@@ -29,6 +30,7 @@ import (
 	"github.com/leasebus/leasebus/internal/httpserve"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
+	"github.com/leasebus/leasebus/schedule"
 )
 
 // order is what the shop publishes.
@@ -72,7 +74,7 @@ func run(ctx context.Context, addr string, every time.Duration, readOnly bool, o
 	if readOnly {
 		opts = append(opts, console.WithReadOnly())
 	}
-	c, err := console.New(shop.b, opts...)
+	c, err := console.New(shop.b, append(opts, console.WithSchedules(shop.sched))...)
 	if err != nil {
 		return err
 	}
@@ -97,6 +99,7 @@ func run(ctx context.Context, addr string, every time.Duration, readOnly bool, o
 // shop is the broker and the goroutines that work on it.
 type shop struct {
 	b      *broker.Broker[order]
+	sched  *schedule.Scheduler // the daily sales report
 	cancel context.CancelFunc
 	done   chan struct{}
 	// events receives what billing's pool does with each delivery, while
@@ -137,11 +140,24 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 		b.Close()
 		return nil, err
 	}
+	if s.sched, err = schedule.New(); err == nil {
+		err = s.sched.Add("daily-sales-report", schedule.Cron("0 6 * * *"),
+			schedule.Publish(b, "reports", func(f schedule.Fire) order {
+				return order{Customer: "sales report for " + f.Slot.AddDate(0, 0, -1).Format(time.DateOnly)}
+			}))
+	}
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
 	ctx, s.cancel = context.WithCancel(ctx)
 	go func() {
 		defer close(s.done)
 		go s.arrive(ctx, every)
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = s.sched.Run(ctx) })
 		_ = pool.Run(ctx) // until the shop closes
+		wg.Wait()
 	}()
 	return s, nil
 }
@@ -160,6 +176,12 @@ func (s *shop) fill() error {
 	}
 	retry := queue.RetryPolicy{Initial: 200 * time.Millisecond, Max: time.Second}
 	if _, err := b.Subscribe("orders", "billing", broker.WithMaxAttempts(3), broker.WithRetry(retry)); err != nil {
+		return err
+	}
+	if err := b.CreateTopic("reports"); err != nil {
+		return err
+	}
+	if _, err := b.Subscribe("reports", "reporting"); err != nil {
 		return err
 	}
 	shipping, err := b.Subscribe("orders", "shipping", broker.WithVisibilityTimeout(10*time.Minute))
