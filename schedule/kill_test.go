@@ -1,24 +1,22 @@
 package schedule_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/schedule"
 )
@@ -126,12 +124,14 @@ func TestTwoSchedulersKilledPublishEachSlotOnce(t *testing.T) {
 	first := time.Date(2026, 12, 5, 9, 0, 30, 0, time.UTC)
 	at := first
 	printed := map[string]int{} // publishes each child reported, over all runs
+	var finalEnd time.Time      // where the last run, which is not killed, stops its clock
 	for i := 0; i <= rounds; i++ {
 		replica := string(rune('a' + i%2))
-		var end time.Time
+		var end time.Time // the last run's: it stops there
 		kill := 5 + r.IntN(80)
 		if i == rounds {
 			end, kill = at.Add(30*time.Minute), 0
+			finalEnd = end
 		}
 		lines, killed := killSchedulerRun(t, dir, filepath.Join(tmp, replica+".json"), at, end, r.Uint64(), kill)
 		if killed != (kill != 0) {
@@ -186,8 +186,8 @@ func TestTwoSchedulersKilledPublishEachSlotOnce(t *testing.T) {
 		}
 		want = want.Add(killInterval)
 	}
-	if lastSlot := want.Add(-killInterval); lastSlot.Add(killInterval).Before(at.Add(-killMaxGap)) {
-		t.Fatalf("the last slot published is %v; the last run went to %v", lastSlot, at)
+	if lastSlot, wantLast := want.Add(-killInterval), finalEnd.Truncate(killInterval); !lastSlot.Equal(wantLast) {
+		t.Fatalf("the last slot published is %v; the last run went to %v, so its last slot is %v", lastSlot, finalEnd, wantLast)
 	}
 	again := 0
 	for _, n := range printed {
@@ -204,35 +204,10 @@ func killSchedulerRun(t *testing.T, dir, store string, start, end time.Time, see
 	if !end.IsZero() {
 		endSec = end.Unix()
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTwoSchedulersKilledPublishEachSlotOnce$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%s,%d,%d,%d", killEnv, dir, store, start.Unix(), endSec, seed))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	var after func(string, int) bool
+	if kill != 0 {
+		after = func(_ string, n int) bool { return n == kill }
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() // if a check below fails first
-	var lines []string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if kill != 0 && len(lines) == kill {
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	err = cmd.Wait()
-	if err == nil {
-		return lines, false
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child: %v; stderr: %s", err, stderr.String())
-	}
-	return lines, true
+	return testkit.KillRun(t, "TestTwoSchedulersKilledPublishEachSlotOnce",
+		[]string{fmt.Sprintf("%s=%s,%s,%d,%d,%d", killEnv, dir, store, start.Unix(), endSec, seed)}, after)
 }

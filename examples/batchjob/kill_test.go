@@ -1,22 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/testkit"
 )
 
 // The kill-and-rerun test runs this batch job (this test binary again, as
@@ -154,38 +152,8 @@ func TestBatchJobKillAndRerun(t *testing.T) {
 // line it printed and whether it was killed.
 func killRun(t *testing.T, dir string, at time.Time, kill func(string, int) bool) ([]string, bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBatchJobKillAndRerun$")
-	cmd.Env = append(os.Environ(), killDirEnv+"="+dir, killClockEnv+"="+strconv.FormatInt(at.Unix(), 10))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill() // if a check below fails first
-	var lines []string
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if kill != nil && kill(sc.Text(), len(lines)) {
-			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			kill = nil
-		}
-	}
-	err = cmd.Wait()
-	if err == nil {
-		return lines, false
-	}
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child: %v; stderr: %s", err, stderr.String())
-	}
-	return lines, true
+	return testkit.KillRun(t, "TestBatchJobKillAndRerun",
+		[]string{killDirEnv + "=" + dir, killClockEnv + "=" + strconv.FormatInt(at.Unix(), 10)}, kill)
 }
 
 // require fails the test now unless ok.
