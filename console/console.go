@@ -223,11 +223,8 @@ func statusOf(err error) int {
 	if se := (*errStatus)(nil); errors.As(err, &se) {
 		return se.status
 	}
-	if status, ok := scheduleStatus(err); ok {
-		return status
-	}
 	switch {
-	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound):
+	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound), errors.Is(err, schedule.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, queue.ErrInvalidArgument):
 		return http.StatusBadRequest

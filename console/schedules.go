@@ -1,7 +1,6 @@
 package console
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -136,13 +135,4 @@ func scheduleActions[T any]() []actionDef[T] {
 			return Result{Schedule: name, Count: 1}, nil
 		}},
 	}
-}
-
-// scheduleStatus maps a schedule's errors to their HTTP status.
-func scheduleStatus(err error) (int, bool) {
-	switch {
-	case errors.Is(err, schedule.ErrNotFound):
-		return http.StatusNotFound, true
-	}
-	return 0, false
 }

@@ -67,68 +67,51 @@ func newSQL(d Dialect, prefix string) (*sqlText, error) {
 		return strings.Join(p, ", ")
 	}
 	s := &sqlText{channel: prefix}
+	// The two schemas differ in their column types alone.
+	var id, blob, small, big string
 	switch d {
 	case SQLite:
-		s.schema = []string{
-			`CREATE TABLE IF NOT EXISTS ` + outbox + ` (
-	id          INTEGER PRIMARY KEY,
-	uid         TEXT    NOT NULL,
-	topic       TEXT    NOT NULL,
-	payload     BLOB    NOT NULL,
-	msg_key     TEXT    NOT NULL DEFAULT '',
-	priority    INTEGER NOT NULL DEFAULT 0,
-	headers     TEXT    NOT NULL DEFAULT '',
-	delay_ns    INTEGER NOT NULL DEFAULT 0,
-	dedup_id    TEXT    NOT NULL DEFAULT '',
-	enqueued_at INTEGER NOT NULL
-)`,
-			`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
-	message_id   TEXT    PRIMARY KEY,
-	processed_at INTEGER NOT NULL
-)`,
-			`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
-		}
+		id, blob, small, big = "INTEGER", "BLOB", "INTEGER", "INTEGER"
 	case Postgres:
-		s.schema = []string{
-			`CREATE TABLE IF NOT EXISTS ` + outbox + ` (
-	id          BIGSERIAL PRIMARY KEY,
-	uid         TEXT     NOT NULL,
-	topic       TEXT     NOT NULL,
-	payload     BYTEA    NOT NULL,
-	msg_key     TEXT     NOT NULL DEFAULT '',
-	priority    SMALLINT NOT NULL DEFAULT 0,
-	headers     TEXT     NOT NULL DEFAULT '',
-	delay_ns    BIGINT   NOT NULL DEFAULT 0,
-	dedup_id    TEXT     NOT NULL DEFAULT '',
-	enqueued_at BIGINT   NOT NULL
-)`,
-			`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
-	message_id   TEXT   PRIMARY KEY,
-	processed_at BIGINT NOT NULL
-)`,
-			`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
-		}
-		// Enqueues of one key take turns, so that their rows' IDs are in
-		// commit order; one relay batch runs at a time, so that a key's
-		// rows are published in ID order. Both locks end with their
-		// transaction.
+		id, blob, small, big = "BIGSERIAL", "BYTEA", "SMALLINT", "BIGINT"
+		// One relay batch runs at a time, so that a key's rows are
+		// published in ID order (its enqueues take turns too: see
+		// insert). The lock ends with the batch's transaction.
 		s.relayLock = `SELECT pg_advisory_xact_lock(hashtext(` + ph(1) + `))`
 	default:
 		return nil, invalid("dialect %v: want SQLite or Postgres", d)
 	}
-	cols := `(uid, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at)`
-	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 9) + `)`
+	s.schema = []string{
+		`CREATE TABLE IF NOT EXISTS ` + outbox + ` (
+	id          ` + id + ` PRIMARY KEY,
+	topic       TEXT NOT NULL,
+	payload     ` + blob + ` NOT NULL,
+	msg_key     TEXT NOT NULL DEFAULT '',
+	priority    ` + small + ` NOT NULL DEFAULT 0,
+	headers     TEXT NOT NULL DEFAULT '',
+	delay_ns    ` + big + ` NOT NULL DEFAULT 0,
+	dedup_id    TEXT NOT NULL DEFAULT '',
+	enqueued_at ` + big + ` NOT NULL
+)`,
+		`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+	message_id   TEXT PRIMARY KEY,
+	processed_at ` + big + ` NOT NULL
+)`,
+		`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
+	}
+	cols := `(topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at)`
+	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 8) + `)`
 	if d == Postgres {
 		// One round trip: the key's lock (taken in the FROM clause, so
 		// before the row's ID is drawn), the insert, and the NOTIFY that
-		// Postgres sends at commit. $10 is the lock's name ("" for no
-		// key: no lock), $11 the channel.
+		// Postgres sends at commit. $9 is the lock's name ("" for no
+		// key: no lock), $10 the channel.
 		s.insert = `WITH ins AS (INSERT INTO ` + outbox + ` ` + cols + `
-	SELECT ` + phs(1, 9) + ` FROM (SELECT CASE WHEN ` + ph(10) + ` = '' THEN NULL ELSE pg_advisory_xact_lock(hashtext(` + ph(10) + `)) END) AS key_lock
+	SELECT ` + phs(1, 8) + ` FROM (SELECT CASE WHEN ` + ph(9) + ` = '' THEN NULL ELSE pg_advisory_xact_lock(hashtext(` + ph(9) + `)) END) AS key_lock
 	RETURNING 1)
-SELECT pg_notify(` + ph(11) + `, '') FROM ins`
+SELECT pg_notify(` + ph(10) + `, '') FROM ins`
 	}
-	s.selectRows = `SELECT id, uid, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + outbox + ` ORDER BY id LIMIT ` + ph(1)
+	s.selectRows = `SELECT id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + outbox + ` ORDER BY id LIMIT ` + ph(1)
 	s.deleteRows = func(n int) string { return `DELETE FROM ` + outbox + ` WHERE id IN (` + phs(1, n) + `)` }
 	s.inboxMark = `INSERT INTO ` + inbox + ` (message_id, processed_at) VALUES (` + phs(1, 2) + `) ON CONFLICT (message_id) DO NOTHING`
 	s.inboxPrune = `DELETE FROM ` + inbox + ` WHERE processed_at < ` + ph(1)

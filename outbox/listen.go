@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Listen wakes the relays of this Outbox at every commit of an Enqueue
@@ -36,7 +37,7 @@ func (o *Outbox[T]) Listen(ctx context.Context) error {
 		}
 		failures++
 		o.Wake()
-		t := backend.After(o.clk, o.listenRetry.Delay(failures))
+		t := backend.After(o.clk, queue.RetryPolicy{}.Delay(failures)) // 1s doubling to 1m
 		select {
 		case <-t.C:
 		case <-ctx.Done():

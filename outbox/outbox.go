@@ -26,8 +26,6 @@ type Outbox[T any] struct {
 	clk     clock.Clock
 	sql     *sqlText
 	wake    chan struct{} // Wake's signal to the relays of this Outbox; buffered 1
-
-	listenRetry queue.RetryPolicy // Listen's backoff: the zero policy
 }
 
 // Option configures an Outbox (New).
@@ -191,11 +189,10 @@ func (o *Outbox[T]) Enqueue(ctx context.Context, tx *sql.Tx, topic string, paylo
 		}
 		headers = string(b)
 	}
-	uid := uuid.NewString()
 	if m.DedupID == "" {
-		m.DedupID = "outbox:" + uid
+		m.DedupID = "outbox:" + uuid.NewString()
 	}
-	args := []any{uid, topic, body, m.Key, int64(m.Priority), headers, int64(m.Delay), m.DedupID, o.clk.Now().UnixNano()}
+	args := []any{topic, body, m.Key, int64(m.Priority), headers, int64(m.Delay), m.DedupID, o.clk.Now().UnixNano()}
 	if o.dialect == Postgres {
 		lock := ""
 		if m.Key != "" {

@@ -239,12 +239,12 @@ func (r *Relay[T]) read(ctx context.Context, tx *sql.Tx) ([]Message[T], error) {
 	for rows.Next() {
 		var (
 			m                 Message[T]
-			uid, headers      string
+			headers           string
 			body              []byte
 			prio              int64
 			delay, enqueuedAt int64
 		)
-		if err := rows.Scan(&m.ID, &uid, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
+		if err := rows.Scan(&m.ID, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
 			return nil, fmt.Errorf("outbox: relay: read: %w", err)
 		}
 		if m.Payload, err = r.o.codec.Decode(body); err != nil {

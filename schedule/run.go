@@ -240,7 +240,7 @@ func (s *Scheduler) retryLater(e *entry, err error) {
 	defer s.mu.Unlock()
 	s.failedLocked(e, err)
 	e.failures++
-	e.retryAt = s.clk.Now().Add(s.cfg.retry.Delay(e.failures))
+	e.retryAt = s.clk.Now().Add(s.retry.Delay(e.failures))
 }
 
 func (s *Scheduler) failedLocked(e *entry, err error) {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Errors returned by a Scheduler (wrapped with the schedule's name; match
@@ -94,8 +95,8 @@ type Status struct {
 // while it runs. All methods are safe for concurrent use.
 type Scheduler struct {
 	clk   clock.Clock
-	store Store
-	cfg   config
+	store Store             // nil: none
+	retry queue.RetryPolicy // a failed fire's backoff
 
 	kick chan struct{}    // wakes Run after a change; buffered 1
 	pk   *backend.Parking // marked while Run waits with nothing due
@@ -140,7 +141,7 @@ func New(opts ...Option) (*Scheduler, error) {
 	s := &Scheduler{
 		clk:     cfg.clk,
 		store:   cfg.store,
-		cfg:     cfg,
+		retry:   cfg.retry,
 		kick:    make(chan struct{}, 1),
 		qch:     make(chan struct{}),
 		entries: make(map[string]*entry),
