@@ -44,6 +44,7 @@ import (
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/schedule"
 )
@@ -61,6 +62,7 @@ type config struct {
 	readOnly bool
 	title    string
 	sched    *schedule.Scheduler // WithSchedules
+	workers  *poller.Registry    // WithWorkers
 	err      error               // an option's refusal
 }
 
@@ -151,6 +153,8 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /api/dead-letter", c.deadLetterJSON)
 	m.HandleFunc("GET /schedules", c.schedulesPage)
 	m.HandleFunc("GET /api/schedules", c.schedulesJSON)
+	m.HandleFunc("GET /workers", c.workersPage)
+	m.HandleFunc("GET /api/workers", c.workersJSON)
 	for _, a := range append(actions[T](), scheduleActions[T]()...) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))
 		m.HandleFunc("POST /api/actions/"+a.name, c.action(a, true))

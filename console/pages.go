@@ -46,7 +46,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		"list": func(s ...string) []string { return s },
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "error"} {
+	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "workers", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -62,6 +62,7 @@ type page struct {
 	ReadOnly bool
 	Can      can    // what the backend does beyond the Backend interface
 	Sched    bool   // the console shows schedules (WithSchedules)
+	Workers  bool   // the console shows pools (WithWorkers)
 	Done     string // what the last action did
 	Back     string // this page's path and query, for the forms' back field
 	Data     any
@@ -69,7 +70,7 @@ type page struct {
 
 func (c *Console[T]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	var buf bytes.Buffer
-	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Sched: c.cfg.sched != nil, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
+	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Sched: c.cfg.sched != nil, Workers: c.cfg.workers != nil, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
 	if err := c.pages[name].Execute(&buf, p); err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
 		return

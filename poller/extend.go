@@ -20,10 +20,12 @@ type item[T any] struct {
 	held   bool          // leased for the whole allowance (see the package doc): never extended; extendAt is its deadline
 
 	// guarded by run.mu
-	tracked  bool      // held: not yet settled or released
-	deadline time.Time // the lease's deadline as last set
-	extendAt time.Time // when to extend next; zero: never again
-	index    int       // in run.due; -1 when not there
+	tracked    bool      // held: not yet settled or released
+	deadline   time.Time // the lease's deadline as last set
+	extendAt   time.Time // when to extend next; zero: never again
+	index      int       // in run.due; -1 when not there
+	started    time.Time // when its handler started (a pool WithRegistry)
+	extensions int       // leases extended
 }
 
 // newItem returns the item of d, received at now, with its extension
@@ -214,6 +216,7 @@ func (r *run[T]) extend(it *item[T]) {
 	tracked = it.tracked
 	if err == nil && tracked {
 		it.deadline = to
+		it.extensions++
 		it.extendAt = to.Add(-it.margin)
 		r.scheduleLocked(it)
 	}

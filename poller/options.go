@@ -41,6 +41,8 @@ type config struct {
 	logger         *slog.Logger
 	observers      []any      // each a func(Event[T]), checked against T in New
 	rate           queue.Rate // WithRate; zero: none
+	registry       *Registry  // WithRegistry; nil: none
+	name           string     // WithRegistry's
 	err            error
 }
 

@@ -332,6 +332,11 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 		r.rest.timeouts = make(map[*timeoutCtx]struct{})
 	}
 	r.motion.w.Store(uint64(p.cfg.workers) + 1) // each worker and the poll loop start busy
+	if p.cfg.registry != nil {
+		r.began = p.cfg.clock.Now()
+		r.handling = map[*item[T]]struct{}{}
+		defer p.cfg.registry.join(r.status)()
+	}
 	p.runMu.Lock()
 	p.cur = r
 	if p.started != nil {

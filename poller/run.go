@@ -89,9 +89,11 @@ type run[T any] struct {
 	rest   rest          // what else AwaitQuiet reads
 	ended  chan struct{} // closed when the run has ended
 
-	mu    sync.Mutex // guards everything below, and the guarded fields of every item
-	due   dueHeap[T]
-	armed time.Time // the time extendLoop waits for; zero when it waits for no time
+	mu       sync.Mutex // guards everything below, and the guarded fields of every item
+	due      dueHeap[T]
+	began    time.Time             // when the run started (for a Registry)
+	handling map[*item[T]]struct{} // the items whose handler runs (a pool WithRegistry); nil otherwise
+	armed    time.Time             // the time extendLoop waits for; zero when it waits for no time
 }
 
 // poll makes one Poll of up to n, through PollFor where the source takes
@@ -273,9 +275,15 @@ func (r *run[T]) process(it *item[T]) {
 		})
 	}
 	p.running.Add(1)
+	if r.handling != nil {
+		r.starting(it)
+	}
 	r.move(-idleOne - queuedOne) // at rest while the handler runs (see AwaitQuiet)
 	err, returned := errGoexit, false
 	defer func() {
+		if r.handling != nil {
+			r.stopped(it)
+		}
 		r.move(busyOne) // and, if the handler ended this goroutine, its replacement's (below)
 		p.running.Add(-1)
 		if timeout != nil {
