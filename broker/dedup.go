@@ -1,8 +1,10 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -161,4 +163,43 @@ func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []idSlot[T] {
 		return true
 	})
 	return live
+}
+
+// DedupRecord is a dedup ID a topic remembers: the message its first
+// publish made, and when (see WithDedupID).
+type DedupRecord struct {
+	Topic          string
+	DedupID        string
+	MessageID      uuid.UUID
+	FirstPublished time.Time
+}
+
+// LookupDedupID returns what each topic remembers of dedupID inside its
+// window (WithDedupWindow), by topic: the ID of the message its first
+// publish made, which a subscription may still hold (see
+// Subscription.Peek's PeekQuery.ID) or may have settled. It costs one
+// index lookup per topic. An ID none remembers gives none; so does a
+// closed broker.
+func (b *Broker[T]) LookupDedupID(dedupID string) []DedupRecord {
+	if dedupID == "" {
+		return nil
+	}
+	now := b.clock.Now()
+	b.mu.RLock()
+	topics := make([]*topicEntry[T], 0, len(b.topics))
+	for _, t := range b.topics {
+		topics = append(topics, t)
+	}
+	b.mu.RUnlock()
+	var out []DedupRecord
+	for _, t := range topics {
+		t.dedup.mu.Lock()
+		s, ok := t.dedup.ids.get(dedupID)
+		t.dedup.mu.Unlock()
+		if ok && now.Before(time.Unix(0, s.at).Add(b.dedupWindow)) {
+			out = append(out, DedupRecord{Topic: t.name, DedupID: dedupID, MessageID: s.msg, FirstPublished: time.Unix(0, s.at).UTC()})
+		}
+	}
+	slices.SortFunc(out, func(x, y DedupRecord) int { return cmp.Compare(x.Topic, y.Topic) })
+	return out
 }

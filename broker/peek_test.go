@@ -176,3 +176,53 @@ func TestAllSubscriptionsListsPatternsToo(t *testing.T) {
 	require.NoError(t, b.Close())
 	assert.Empty(t, b.AllSubscriptions())
 }
+
+func TestPeekByIDAndKey(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	s := brokertest.Subscribe(t, b, "t", "s")
+	msgs := brokertest.Publish(t, b, "t", "a", "b")
+	k1, err := b.Publish(ctx, "t", "k1", broker.WithKey("k"))
+	require.NoError(t, err)
+	k2, err := b.Publish(ctx, "t", "k2", broker.WithKey("k")) // held back behind k1
+	require.NoError(t, err)
+
+	hs, err := s.Peek(queue.PeekQuery{ID: msgs[1].ID, Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.Equal(t, "b", hs[0].Payload)
+
+	hs, err = s.Peek(queue.PeekQuery{Key: "k", Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, hs, 2)
+	assert.Equal(t, []any{k1.ID, queue.StateVisible, k2.ID, queue.StateHeldBack}, []any{hs[0].ID, hs[0].State, hs[1].ID, hs[1].State})
+
+	hs, err = s.Peek(queue.PeekQuery{Key: "k", State: queue.StateVisible, Limit: 5})
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "the filters add up")
+	hs, err = s.Peek(queue.PeekQuery{ID: msgs[0].ID, Key: "k", Limit: 5})
+	require.NoError(t, err)
+	assert.Empty(t, hs, "a message without the key")
+}
+
+func TestLookupDedupIDInsideItsWindow(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithDedupWindow(time.Minute))
+	brokertest.Subscribe(t, b, "a", "s")
+	brokertest.Subscribe(t, b, "b", "s")
+	ma, err := b.Publish(ctx, "a", "x", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+	mock.Add(30 * time.Second)
+	mb, err := b.Publish(ctx, "b", "y", broker.WithDedupID("order-1"))
+	require.NoError(t, err)
+
+	got := b.LookupDedupID("order-1")
+	require.Len(t, got, 2)
+	assert.Equal(t, broker.DedupRecord{Topic: "a", DedupID: "order-1", MessageID: ma.ID, FirstPublished: brokertest.Epoch}, got[0])
+	assert.Equal(t, mb.ID, got[1].MessageID)
+	assert.Empty(t, b.LookupDedupID("order-2"))
+	assert.Empty(t, b.LookupDedupID(""))
+
+	mock.Add(30 * time.Second) // a's window has passed, b's not
+	got = b.LookupDedupID("order-1")
+	require.Len(t, got, 1)
+	assert.Equal(t, "b", got[0].Topic)
+}

@@ -154,6 +154,10 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /schedules", c.schedulesPage)
 	m.HandleFunc("GET /api/schedules", c.schedulesJSON)
 	m.HandleFunc("GET /workers", c.workersPage)
+	m.HandleFunc("GET /search", c.searchPage)
+	m.HandleFunc("GET /api/search", c.searchJSON)
+	m.HandleFunc("GET /message", c.messagePage)
+	m.HandleFunc("GET /api/message", c.messageJSON)
 	m.HandleFunc("GET /api/workers", c.workersJSON)
 	for _, a := range append(actions[T](), scheduleActions[T]()...) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))

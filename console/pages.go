@@ -46,7 +46,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		"list": func(s ...string) []string { return s },
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "workers", "error"} {
+	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "workers", "search", "message", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err

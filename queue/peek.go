@@ -3,6 +3,8 @@ package queue
 import (
 	"fmt"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // State says where a message a subscription holds is waiting.
@@ -50,11 +52,15 @@ const MaxPeek = 1000
 // PeekQuery says which held messages a Peek returns: those in State (0:
 // in any), with Seq above After (0: from the first), at most Limit of
 // them (1 to MaxPeek), in Seq order. To page through a queue, pass the
-// last Seq of one page as the next page's After.
+// last Seq of one page as the next page's After. ID and Key narrow it to
+// one message, or to the messages of one ordering key: the way to find a
+// message a support ticket names.
 type PeekQuery struct {
 	State State
 	After uint64
 	Limit int
+	ID    uuid.UUID // only the message with this ID; the zero UUID: any
+	Key   string    // only messages with this ordering key; "": any
 }
 
 // Validate reports a Limit out of 1..MaxPeek or an unknown State, as an

@@ -145,6 +145,15 @@ func TestReadingWhileTheOwnerRuns(t *testing.T) {
 	assert.NotContains(t, out, "(more")
 	assert.Equal(t, 4, strings.Count(out, "\n"), "a header and 3 messages:\n%s", out)
 
+	// One message by ID: the dead one, which shipping still holds.
+	code, out, errOut = leasebus("peek", "-id", r.dead.ID.String(), r.dir, "orders", "shipping")
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, 2, strings.Count(out, "\n"), "a header and the message:\n%s", out)
+	assert.Contains(t, out, `{"order":1002,"card":"0000"}`)
+	code, _, errOut = leasebus("peek", "-id", "order-2", r.dir, "orders", "shipping")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "not a message ID")
+
 	code, out, errOut = leasebus("dead-letters", "-error", "declined", r.dir)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, r.dead.ID.String()+"/billing")

@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
@@ -151,9 +153,17 @@ func peek(args []string, out io.Writer) error {
 	limit := fs.Int("limit", 50, "at most this many (1 to 1000)")
 	after := fs.Uint64("after", 0, "only messages after this seq (the last seq of the page before)")
 	asJSON := fs.Bool("json", false, "print JSON lines, as export does")
+	id := fs.String("id", "", "only the message with this ID")
+	key := fs.String("key", "", "only messages with this ordering key")
 	pos, err := parse(fs, args, "DIR", "TOPIC", "SUBSCRIPTION")
 	if err != nil {
 		return err
+	}
+	var msgID uuid.UUID
+	if *id != "" {
+		if msgID, err = uuid.Parse(*id); err != nil {
+			return fmt.Errorf("%w: -id %q is not a message ID", errUsage, *id)
+		}
 	}
 	st, ok := queue.ParseState(*state)
 	if !ok {
@@ -168,7 +178,7 @@ func peek(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	q := queue.PeekQuery{State: st, After: *after, Limit: *limit}
+	q := queue.PeekQuery{State: st, After: *after, Limit: *limit, ID: msgID, Key: *key}
 	if q.Limit > 0 && q.Limit < queue.MaxPeek {
 		q.Limit++ // one more says whether there is a next page
 	}

@@ -4,6 +4,8 @@ import (
 	"container/heap"
 	"slices"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -38,7 +40,7 @@ func (q *Queue[T]) Peek(pq queue.PeekQuery) ([]queue.Held[T], error) {
 			if e.is(keyLimited) {
 				st = queue.StateVisible // only its key's token is due later
 			}
-			if pq.State != 0 && st != pq.State {
+			if pq.State != 0 && st != pq.State || pq.ID != (uuid.UUID{}) && e.msg.ID != pq.ID || pq.Key != "" && e.msg.Key != pq.Key {
 				continue
 			}
 			if len(best) == pq.Limit && e.place >= best[0].Seq {
