@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"maps"
@@ -26,7 +27,7 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	// One envelope per message, shared by its subscriptions: a map only
 	// when there is more than one subscription to share with.
 	if len(rs.subs) > 1 {
-		r.msgs = map[uuid.UUID]*queue.Message[T]{}
+		r.msgs = map[uuid.UUID]decoded[T]{}
 	}
 	// The messages that dedup IDs name: a restored ID holds its message
 	// (weakly) while a subscription holds it again.
@@ -52,11 +53,19 @@ type restorer[T any] struct {
 	st      *store[T]
 	rs      *replay
 	copied  bool                            // a copy's: leases stay in flight (core.Entry.StillLeased)
-	msgs    map[uuid.UUID]*queue.Message[T] // decoded envelopes, shared by subscriptions (fan-out only)
+	msgs    map[uuid.UUID]decoded[T]        // decoded envelopes, shared by subscriptions (fan-out only)
 	named   map[uuid.UUID]*queue.Message[T] // the messages dedup IDs name, as decoded for a queue (nil: none)
 	letters []letter[T]                     // recovered dead letters, to order by seq
 	fresh   []restored[T]                   // queues with dead letters the restore itself made
 	live    int64                           // about what a snapshot would take
+}
+
+// decoded is a message decoded from env: the subscriptions whose envelope
+// of its ID is the same bytes share it (one whose payload an operator
+// edited has its own).
+type decoded[T any] struct {
+	m   *queue.Message[T]
+	env []byte
 }
 
 type restored[T any] struct {
@@ -65,8 +74,8 @@ type restored[T any] struct {
 }
 
 func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
-	if m := r.msgs[uuid.UUID(env[:16])]; m != nil {
-		return m, nil
+	if d, ok := r.msgs[uuid.UUID(env[:16])]; ok && bytes.Equal(d.env, env) {
+		return d.m, nil
 	}
 	m, err := unenvelope(env, r.st.codec)
 	if err != nil {
@@ -74,7 +83,7 @@ func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
 			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
 	}
 	if r.msgs != nil {
-		r.msgs[m.ID] = m
+		r.msgs[m.ID] = decoded[T]{m, env}
 	}
 	if p, ok := r.named[m.ID]; ok && p == nil {
 		r.named[m.ID] = m

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/lease"
@@ -162,6 +164,41 @@ func (s *Subscription[T]) Stats() queue.Stats { return s.q.Stats() }
 // queue.ErrInvalidArgument; after close, queue.ErrClosed.
 func (s *Subscription[T]) Peek(q queue.PeekQuery) ([]queue.Held[T], error) {
 	return s.q.Peek(q)
+}
+
+// DeleteMessages drops the messages with the IDs given that the
+// subscription holds, wherever each waits (visible, delayed, held back
+// behind its key, in flight: its consumer's Ack then returns
+// queue.ErrLeaseNotFound), counting each as Stats.Dropped, and returns how
+// many; the next message of an ordering key gets its turn. Only this
+// subscription's copies go. An ID it does not hold is an error matching
+// queue.ErrMessageNotFound (the others are dropped all the same). A
+// durable broker records it. It finds them with one pass over the queue,
+// in chunks, as Peek does. After close, queue.ErrClosed.
+func (s *Subscription[T]) DeleteMessages(ids ...uuid.UUID) (int, error) {
+	return s.q.DeleteMessages(ids...)
+}
+
+// MakeVisible makes the delayed messages with the IDs given (waiting out
+// a publish delay or a retry's backoff) visible now, each in its place, as
+// SQS's ChangeMessageVisibility to 0, and returns how many. One visible
+// already is left as it is; one in flight or held back behind its key is
+// an error matching queue.ErrInvalidArgument, and an ID the subscription
+// does not hold one matching queue.ErrMessageNotFound (the others are made
+// visible all the same). A durable broker records it. After close,
+// queue.ErrClosed.
+func (s *Subscription[T]) MakeVisible(ids ...uuid.UUID) (int, error) {
+	return s.q.MakeVisible(ids...)
+}
+
+// EditPayload replaces the payload of the message with ID id that the
+// subscription holds: it keeps its ID, place, attempts, key, headers and
+// state, and its next delivery carries the new payload (a consumer that
+// holds it in flight keeps the old one). Only this subscription's copy
+// changes. A durable broker records it. A message the subscription does
+// not hold is queue.ErrMessageNotFound; after close, queue.ErrClosed.
+func (s *Subscription[T]) EditPayload(id uuid.UUID, payload T) error {
+	return s.q.EditPayload(id, payload)
 }
 
 // Pause stops deliveries until Resume: Polls wait and TryPoll finds

@@ -22,6 +22,9 @@ var (
 
 	// ErrClosed: the queue (or its subscription, topic or broker) is closed.
 	ErrClosed = errors.New("queue: closed")
+	// ErrMessageNotFound: the subscription holds no message with the ID
+	// given (it was settled, dead-lettered or dropped, or never held).
+	ErrMessageNotFound = errors.New("queue: message not found")
 
 	// ErrQueueFull: the subscription holds MaxQueue messages and its
 	// overflow policy refused a new one (OverflowReject, or OverflowBlock

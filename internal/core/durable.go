@@ -211,15 +211,7 @@ func (q *Queue[T]) Freeze() (es []Entry[T], paused bool, thaw func()) {
 		if e.msg == nil {
 			continue
 		}
-		r := Entry[T]{
-			Message: e.msg, Place: e.place, Attempts: int(e.attempt), InFlight: e.state == stateLeased,
-			LastError: q.lastErrLocked(e),
-		}
-		if e.state != stateLeased && !e.is(keyLimited) { // a leased entry's at is its deadline; a key-limited one is visible
-			r.VisibleAt = q.timeOf(e.at)
-		}
-		r.ExpiresAt, r.TTL = q.expiresLocked(e)
-		es = append(es, r)
+		es = append(es, q.entryLocked(e))
 	}
 	return es, q.paused, thaw
 }
