@@ -45,6 +45,12 @@ func (r Result) message() string {
 		fmt.Fprintf(&b, "Redrove %d dead letter%s.", r.Count, plural(r.Count))
 	case "discard":
 		fmt.Fprintf(&b, "Discarded %d dead letter%s.", r.Count, plural(r.Count))
+	case "message-delete":
+		fmt.Fprintf(&b, "Deleted %d message%s.", r.Count, plural(r.Count))
+	case "message-visible":
+		fmt.Fprintf(&b, "Made %d message%s visible.", r.Count, plural(r.Count))
+	case "message-edit":
+		b.WriteString("Edited the payload: the next delivery carries it.")
 	case "schedule-pause":
 		fmt.Fprintf(&b, "Paused schedule %s.", r.Schedule)
 	case "schedule-resume":

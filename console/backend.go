@@ -20,7 +20,8 @@ import (
 // A Backend may do more, and the console offers what it does: a backend
 // that also implements Peeker shows the messages a subscription holds;
 // Pauser pauses and resumes delivery; Purger purges; Discarder discards
-// dead letters; Editor redrives a dead letter with an edited payload.
+// dead letters; Editor redrives a dead letter with an edited payload;
+// MessageActor (with Peeker) deletes, makes visible or edits held messages.
 // The pages leave out what the backend cannot do and say so, and its
 // actions answer 501 Not Implemented.
 type Backend[T any] interface {
@@ -84,7 +85,7 @@ type Editor[T any] interface {
 
 // can is what a console's backend does beyond the Backend interface.
 type can struct {
-	Peek, Pause, Purge, Discard, Edit bool
+	Peek, Pause, Purge, Discard, Edit, Act bool
 }
 
 func capabilities[T any](be Backend[T]) can {
@@ -93,7 +94,8 @@ func capabilities[T any](be Backend[T]) can {
 	_, purge := be.(Purger)
 	_, discard := be.(Discarder[T])
 	_, edit := be.(Editor[T])
-	return can{Peek: peek, Pause: pause, Purge: purge, Discard: discard, Edit: edit}
+	_, act := be.(MessageActor[T])
+	return can{Peek: peek, Pause: pause, Purge: purge, Discard: discard, Edit: edit, Act: act && peek}
 }
 
 // unsupported is the error of an action the backend cannot do.

@@ -5,7 +5,11 @@
 // rates; a subscription's page with its options and a peek at what it
 // holds; and the dead letters, filtered, seen whole, redriven (as they were
 // or with an edited payload) or discarded, one, a selection or all that
-// match. A subscription can be paused, resumed and purged.
+// match. A subscription can be paused, resumed and purged; a message it
+// holds can be found (Search, by message ID, dedup ID or key), seen whole,
+// deleted, made visible now or edited. With Record running, the overview
+// and each subscription's page chart their history; with WithWorkers, a
+// Workers page shows the pools and what each handler works on.
 //
 // Pages are rendered on the server from templates and assets embedded in
 // the binary: there is no build step and nothing to fetch. The same data is
@@ -29,7 +33,8 @@
 // escaped, never as markup.
 //
 // Looking costs the broker nothing while no one looks: every figure is
-// read when a page or the JSON is requested.
+// read when a page or the JSON is requested, but for the history, which
+// Record reads once a step (a Stats per subscription).
 package console
 
 import (
@@ -40,7 +45,9 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
@@ -63,7 +70,9 @@ type config struct {
 	title    string
 	sched    *schedule.Scheduler // WithSchedules
 	workers  *poller.Registry    // WithWorkers
-	err      error               // an option's refusal
+	step     time.Duration       // WithHistory
+	points   int
+	err      error // an option's refusal
 }
 
 // WithPrefix serves the console under prefix (such as "/admin/queues"):
@@ -88,7 +97,8 @@ func WithTitle(title string) Option {
 
 // Console is the console's http.Handler over one broker (New) or another
 // backend (NewFor). It is safe for concurrent use and holds nothing but
-// its backend, its options and its parsed templates.
+// its backend, its options, its parsed templates and the history Record
+// keeps.
 type Console[T any] struct {
 	be    Backend[T]
 	can   can // what be does beyond Backend
@@ -96,6 +106,7 @@ type Console[T any] struct {
 	pages map[string]*template.Template
 	mux   *http.ServeMux
 	csrf  *http.CrossOriginProtection
+	hist  history // what Record keeps
 }
 
 // New returns a console over b. A nil broker, a zero Option or a prefix
@@ -116,7 +127,7 @@ func NewFor[T any](be Backend[T], opts ...Option) (*Console[T], error) {
 	if be == nil {
 		return nil, backend.Invalid("console: nil backend")
 	}
-	cfg := config{title: "leasebus"}
+	cfg := config{title: "leasebus", step: defaultHistoryStep, points: defaultHistoryPoints}
 	for i, o := range opts {
 		if o.apply == nil {
 			return nil, backend.Invalid("console: option %d is the zero Option", i)
@@ -154,12 +165,13 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /schedules", c.schedulesPage)
 	m.HandleFunc("GET /api/schedules", c.schedulesJSON)
 	m.HandleFunc("GET /workers", c.workersPage)
+	m.HandleFunc("GET /api/history", c.historyJSON)
 	m.HandleFunc("GET /search", c.searchPage)
 	m.HandleFunc("GET /api/search", c.searchJSON)
 	m.HandleFunc("GET /message", c.messagePage)
 	m.HandleFunc("GET /api/message", c.messageJSON)
 	m.HandleFunc("GET /api/workers", c.workersJSON)
-	for _, a := range append(actions[T](), scheduleActions[T]()...) {
+	for _, a := range slices.Concat(actions[T](), messageActions[T](), scheduleActions[T]()) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))
 		m.HandleFunc("POST /api/actions/"+a.name, c.action(a, true))
 	}
@@ -232,7 +244,8 @@ func statusOf(err error) int {
 		return se.status
 	}
 	switch {
-	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound), errors.Is(err, schedule.ErrNotFound):
+	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound), errors.Is(err, schedule.ErrNotFound),
+		errors.Is(err, queue.ErrMessageNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, queue.ErrInvalidArgument):
 		return http.StatusBadRequest

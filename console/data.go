@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"html/template"
 	"iter"
 	"slices"
 	"strings"
@@ -16,6 +17,8 @@ import (
 // Overview is the JSON of api/overview: every subscription and the
 // dead-letter store.
 type Overview struct {
+	Recording     bool              `json:"-"`    // Record runs: the rows have charts
+	Span          string            `json:"-"`    // what the charts span
 	Time          time.Time         `json:"time"` // the broker clock's now
 	Subscriptions []SubscriptionRow `json:"subscriptions"`
 	DeadLetters   StoreCounts       `json:"deadLetters"`
@@ -43,6 +46,8 @@ type SubscriptionRow struct {
 	DeadLetteredBy   map[string]uint64 `json:"deadLetteredBy"` // by reason, since the broker started
 	DeadLettersHeld  int               `json:"deadLettersHeld"`
 	Note             string            `json:"note,omitempty"` // what the backend does not know of it (SubscriptionInfo.Note)
+	Flow             template.HTML     `json:"-"`              // the history's chart of published and acked per step (Record)
+	DepthChart       template.HTML     `json:"-"`              // and of the depth
 }
 
 // StoreCounts describes the broker's dead-letter store.
@@ -61,6 +66,9 @@ type SubscriptionView struct {
 	State    string          `json:"state"` // the page's filter: "any" or a queue.State's word
 	Messages []HeldView      `json:"messages"`
 	Next     uint64          `json:"next,omitempty"` // the after= of the next page; 0 on the last
+	// Flow and Depth are the history's charts (Record), empty without.
+	Flow, Depth template.HTML `json:"-"`
+	Span        string        `json:"-"` // what they span
 }
 
 // Setting is one option of a subscription, named as its With function.
@@ -219,8 +227,14 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 		return Overview{}, err
 	}
 	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
+	o.Recording, o.Span = c.recording(), ago(time.Duration(c.cfg.points)*c.cfg.step)
 	for _, s := range subs {
-		o.Subscriptions = append(o.Subscriptions, row(s, held.of(s)))
+		r := row(s, held.of(s))
+		if hs := c.series(s.Topic, s.Name); hs != nil {
+			r.Flow = chart(120, 26, hs.lines("published", "acked", "dead")...)
+			r.DepthChart = chart(120, 26, hs.lines("depth")...)
+		}
+		o.Subscriptions = append(o.Subscriptions, r)
 	}
 	return o, nil
 }

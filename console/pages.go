@@ -150,6 +150,11 @@ func (c *Console[T]) subscriptionView(r *http.Request) (SubscriptionView, error)
 		return SubscriptionView{}, err
 	}
 	v := SubscriptionView{Row: row(s, countHeld(letters).of(s)), Options: s.Options, State: state.String(), Messages: []HeldView{}}
+	if hs := c.series(s.Topic, s.Name); hs != nil {
+		v.Flow = chart(560, 110, hs.lines("published", "acked", "retried", "dead")...)
+		v.Depth = chart(560, 110, hs.lines("depth")...)
+		v.Span = ago(time.Duration(len(hs.Points)) * c.cfg.step)
+	}
 	pk, ok := c.be.(Peeker[T])
 	if !ok {
 		return v, nil // the page says the backend cannot peek; the JSON's messages are empty

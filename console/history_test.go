@@ -1,0 +1,110 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/broker/brokertest"
+	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// eventually waits until cond holds, yielding between checks; the
+// deadline is a hang guard, never a timing assertion.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not reached: %s", what)
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitHistory waits until the history of orders/billing has its point of
+// the time at, and returns it.
+func waitHistory(t *testing.T, url string, at time.Time) console.HistorySeries {
+	t.Helper()
+	var v console.HistoryView
+	eventually(t, "the history's point at "+at.String(), func() bool {
+		require.Equal(t, http.StatusOK, getJSON(t, url+"/api/history?topic=orders&name=billing", &v))
+		return len(v.Series) == 1 && len(v.Series[0].Points) > 0 && v.Series[0].Points[len(v.Series[0].Points)-1].At.Equal(at)
+	})
+	return v.Series[0]
+}
+
+func TestRecordKeepsAFixedHistory(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "orders", "billing")
+	c, err := console.New(b, console.WithHistory(time.Minute, 4))
+	require.NoError(t, err)
+	url := newServer(t, c)
+
+	_, page := get(t, url+"/")
+	assert.Contains(t, page, "No history is kept")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Record(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	first := waitHistory(t, url, brokertest.Epoch)
+	require.Len(t, first.Points, 1)
+	assert.Equal(t, console.HistoryPoint{At: brokertest.Epoch}, first.Points[0], "the first point counts nothing")
+	assert.Error(t, c.Record(ctx), "a second Record")
+
+	// Each minute: what was published, acked, retried, dead-lettered, and the depth.
+	for minute := 1; minute <= 5; minute++ {
+		brokertest.Publish(t, b, "orders", strings.Repeat("x", minute))
+		brokertest.Publish(t, b, "orders", "y")
+		ds := sub.TryPoll(1)
+		require.Len(t, ds, 1)
+		require.NoError(t, sub.Ack(ds[0].LeaseID))
+		mock.Add(time.Minute)
+		hs := waitHistory(t, url, brokertest.Epoch.Add(time.Duration(minute)*time.Minute))
+		assert.Len(t, hs.Points, min(minute+1, 4))
+	}
+	hs := waitHistory(t, url, brokertest.Epoch.Add(5*time.Minute))
+	assert.Equal(t, brokertest.Epoch.Add(2*time.Minute), hs.Points[0].At, "the oldest points go")
+	last := hs.Points[3]
+	assert.Equal(t, brokertest.Epoch.Add(5*time.Minute), last.At)
+	assert.Equal(t, uint64(2), last.Published)
+	assert.Equal(t, uint64(1), last.Acked)
+	assert.Equal(t, int64(5), last.Depth)
+
+	_, page = get(t, url+"/")
+	assert.Contains(t, page, `<svg class="chart"`)
+	assert.Contains(t, page, `<polyline class="published"`)
+	assert.Equal(t, 1, strings.Count(page, `<polyline class="depth"`), "one subscription, one depth line")
+	_, page = get(t, url+"/subscription?topic=orders&name=billing")
+	assert.Contains(t, page, `id="history"`)
+
+	// A subscription that goes loses its history.
+	require.NoError(t, b.Unsubscribe("orders", "billing"))
+	mock.Add(time.Minute)
+	eventually(t, "the history of a subscription that is gone goes", func() bool {
+		var v console.HistoryView
+		getJSON(t, url+"/api/history", &v)
+		return len(v.Series) == 0
+	})
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled)
+	done <- nil
+	var v console.HistoryView
+	getJSON(t, url+"/api/history", &v)
+	assert.False(t, v.Recording)
+}
+
+func TestWithHistoryRefusesBadArguments(t *testing.T) {
+	b, _ := brokertest.New[string](t)
+	for _, o := range []console.Option{console.WithHistory(time.Millisecond, 10), console.WithHistory(time.Minute, 1), console.WithHistory(time.Minute, 1_000_000)} {
+		_, err := console.New(b, o)
+		assert.ErrorIs(t, err, queue.ErrInvalidArgument)
+	}
+}
