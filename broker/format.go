@@ -39,6 +39,7 @@ const (
 	recPutRef               // recPut whose envelope is that of a put before it in its group: the message ID instead (version 3)
 	recDedupID              // topic, dedup ID, message ID, first publish: what a remembered ID keeps (version 3)
 	recPause                // sub, paused (1) or resumed (0) (version 4)
+	recHistory              // sub, id, count, then each attempt: attempt, outcome, at, held, error: a dead letter's history (version 6)
 )
 
 // The journal's format: written first in every journal and snapshot, and
@@ -46,7 +47,7 @@ const (
 // version's, or not leasebus's) fails to open instead of being misread.
 const (
 	formatMagic   = "leasebus"
-	formatVersion = 5 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; 4 recPause; 5 a recSub's flow control; Open reads 1 to 4 too
+	formatVersion = 6 // 2 added recDedupRef; 3 recDiscard, recGroup, recPutRef and recDedupID; 4 recPause; 5 a recSub's flow control; 6 recHistory; Open reads 1 to 5 too
 )
 
 // Flags of a recPut.
@@ -342,4 +343,35 @@ func unenvelope[T any](data []byte, codec queue.Codec[T]) (*queue.Message[T], er
 	}
 	m.Payload = p
 	return m, nil
+}
+
+// history encodes a dead letter's attempts (recHistory's body after its
+// key).
+func (e *enc) history(h []queue.Attempt) {
+	e.uint(uint64(len(h)))
+	for _, a := range h {
+		e.uint(uint64(a.Attempt))
+		e.byte(byte(a.Outcome))
+		e.time(a.At)
+		e.dur(a.Held)
+		e.str(a.Error)
+	}
+}
+
+// history decodes what enc.history wrote.
+func (d *dec) history() []queue.Attempt {
+	n := d.uint()
+	if n > uint64(len(d.b))/4 { // each attempt takes at least 4 bytes
+		d.fail()
+		return nil
+	}
+	h := make([]queue.Attempt, 0, n)
+	for range n {
+		a := queue.Attempt{Attempt: int(d.uint()), Outcome: queue.AttemptOutcome(d.byte()), At: d.time(), Held: d.dur(), Error: d.str()}
+		if d.err != nil {
+			return nil
+		}
+		h = append(h, a)
+	}
+	return h
 }

@@ -158,6 +158,11 @@ func (r *subRec[T]) DeadLettered(dl core.Letter[T]) {
 	r.st.nlimbo++
 	r.st.limbo[dlKey{r.id, dl.Message.ID}] = limboLetter[T]{seq: r.st.nlimbo, sub: r.id, topic: r.topic, dl: dl}
 	r.st.j.Append(e.b)
+	if len(dl.History) > 0 {
+		e = r.e.start(recHistory).key(r.id, dl.Message.ID)
+		e.history(dl.History)
+		r.st.j.Append(e.b)
+	}
 	r.st.mu.Unlock()
 }
 

@@ -55,6 +55,7 @@ type rmsg struct {
 	reason    queue.Reason
 	deadAt    time.Time
 	deadSeq   uint64 // dead-letter order
+	hist      []queue.Attempt
 }
 
 // putOverhead is about what a put record takes besides its envelope and
@@ -117,6 +118,12 @@ func (rs *replay) keyed(typ byte, body []byte, d *dec) {
 		rs.dead(sub, id, d)
 	case recForget:
 		rs.remove(sub, id, true)
+	case recHistory:
+		if h := d.history(); d.err == nil {
+			if m := rs.msg(sub, id); m != nil {
+				m.hist = h
+			}
+		}
 	}
 }
 
@@ -200,7 +207,7 @@ func (rs *replay) applyOne(body []byte, inGroup bool) error {
 		err = rs.put(d, nil)
 	case recDeliver:
 		rs.deliver(d)
-	case recRetry, recRelease, recRemove, recDead, recForget:
+	case recRetry, recRelease, recRemove, recDead, recForget, recHistory:
 		rs.keyed(typ, body, d)
 	case recPurge:
 		rs.purge(d)

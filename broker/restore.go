@@ -181,7 +181,7 @@ func (r *restorer[T]) entries(rsub *rsub) ([]core.Entry[T], []uint64, error) {
 		es = append(es, core.Entry[T]{
 			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
 			VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
-			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt,
+			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt, History: rm.hist,
 		})
 		if rm.dead {
 			seqs = append(seqs, rm.deadSeq)

@@ -119,6 +119,11 @@ func (sn *snapshot[T]) writeMessages(emit func([]byte)) error {
 		if err := sn.put(emit, d.sub, en); err != nil {
 			return err
 		}
+		if len(d.dl.History) > 0 {
+			e := sn.e.start(recHistory).key(d.sub, m.ID)
+			e.history(d.dl.History)
+			emit(e.b)
+		}
 	}
 	for i, s := range sn.subs {
 		for _, en := range sn.held[i] {

@@ -91,6 +91,7 @@ type HeldView struct {
 	At        *time.Time        `json:"at,omitempty"` // delayed: visible at; in flight: the lease's deadline
 	LastError string            `json:"lastError,omitempty"`
 	Payload   Payload           `json:"payload"`
+	History   []AttemptView     `json:"history,omitempty"` // its attempts not acked, oldest first
 }
 
 // DeadLetterView is one dead letter as the console shows it. Its Ref
@@ -115,6 +116,24 @@ type DeadLetterView struct {
 	LastError         string            `json:"lastError"`
 	At                time.Time         `json:"at"`
 	Payload           Payload           `json:"payload"`
+	History           []AttemptView     `json:"history"` // its attempts not acked, oldest first (queue.DeadLetter.History)
+}
+
+// AttemptView is one attempt that did not end in an ack (queue.Attempt).
+type AttemptView struct {
+	Attempt     int       `json:"attempt"`
+	Outcome     string    `json:"outcome"` // failed, nacked, rejected, expired or released
+	At          time.Time `json:"at"`      // when it ended
+	HeldSeconds float64   `json:"heldSeconds"`
+	Error       string    `json:"error,omitempty"`
+}
+
+func attemptViews(h []queue.Attempt) []AttemptView {
+	out := make([]AttemptView, len(h))
+	for i, a := range h {
+		out[i] = AttemptView{Attempt: a.Attempt, Outcome: a.Outcome.String(), At: a.At.UTC(), HeldSeconds: a.Held.Seconds(), Error: a.Error}
+	}
+	return out
 }
 
 // DeadLetterList is the JSON of api/dead-letters: one page of the dead
@@ -344,7 +363,7 @@ func NewDeadLetterView[T any](dl queue.DeadLetter[T]) DeadLetterView {
 		Ref: refOf(dl).String(), ID: m.ID, Subscription: dl.Subscription, SubscriptionTopic: dl.Topic, Topic: m.Topic, Key: m.Key,
 		Priority: m.Priority.String(), Headers: headerMap(m.Headers), Published: m.PublishedAt,
 		Reason: dl.Reason.String(), Attempts: dl.Attempts, LastError: dl.LastError, At: dl.At,
-		Payload: ShowPayload(m.Payload),
+		Payload: ShowPayload(m.Payload), History: attemptViews(dl.History),
 	}
 }
 
@@ -355,6 +374,9 @@ func NewHeldView[T any](h queue.Held[T]) HeldView {
 		Seq: h.Seq, ID: h.ID, Topic: h.Topic, Key: h.Key, Priority: h.Priority.String(),
 		Headers: headerMap(h.Headers), Published: h.PublishedAt, State: h.State.String(),
 		Attempts: h.Attempts, LastError: h.LastError, Payload: ShowPayload(h.Payload),
+	}
+	if len(h.History) > 0 {
+		v.History = attemptViews(h.History)
 	}
 	if !h.At.IsZero() {
 		at := h.At

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"runtime"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
@@ -107,4 +109,32 @@ func TestWithHistoryRefusesBadArguments(t *testing.T) {
 		_, err := console.New(b, o)
 		assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 	}
+}
+
+func TestDeadLetterShowsEachAttempt(t *testing.T) {
+	b, mock := brokertest.New[string](t, broker.WithSubscriptionDefaults(broker.WithMaxAttempts(3), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
+	sub := brokertest.Subscribe(t, b, "orders", "billing")
+	m := brokertest.Publish(t, b, "orders", "doomed")[0]
+	for i, cause := range []string{"card declined", "gateway timeout", "card <b>declined</b> again"} {
+		ds := sub.TryPoll(1)
+		require.Len(t, ds, 1)
+		mock.Add(time.Duration(i+1) * time.Second)
+		require.NoError(t, sub.Fail(ds[0].LeaseID, errors.New(cause)))
+	}
+	url := newServer(t, mustConsole(t, b))
+	var v console.DeadLetterView
+	require.Equal(t, http.StatusOK, getJSON(t, url+"/api/dead-letter?ref="+m.ID.String()+"/billing", &v))
+	require.Len(t, v.History, 3)
+	assert.Equal(t, console.AttemptView{Attempt: 2, Outcome: "failed", At: brokertest.Epoch.Add(3 * time.Second), HeldSeconds: 2, Error: "gateway timeout"}, v.History[1])
+	_, page := get(t, url+"/dead-letter?ref="+m.ID.String()+"/billing")
+	assert.Contains(t, page, `id="attempts"`)
+	assert.Equal(t, 3, strings.Count(page, `<span class="outcome failed">`))
+	assert.Contains(t, page, "card &lt;b&gt;declined&lt;/b&gt; again", "an error is text")
+}
+
+func mustConsole(t *testing.T, b *broker.Broker[string], opts ...console.Option) *console.Console[string] {
+	t.Helper()
+	c, err := console.New(b, opts...)
+	require.NoError(t, err)
+	return c
 }

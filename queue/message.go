@@ -71,6 +71,11 @@ type DeadLetter[T any] struct {
 	// KeyContinued is true for a message with an ordering key when later
 	// messages of that key were waiting behind it: they went on without it.
 	KeyContinued bool
+	// History is its latest attempts that did not end in an ack, oldest
+	// first, at most MaxHistory of them; nil for a letter that had none
+	// (overflow, a TTL before any delivery) or whose backend keeps none.
+	// It is read-only: copies of a letter share it.
+	History []Attempt
 }
 
 // Stats is a snapshot of one subscription's queue. Visible, Delayed and

@@ -94,4 +94,7 @@ type Held[T any] struct {
 	// LastError is the error its last failed attempt reported ("" for
 	// none), as a dead letter of it would keep.
 	LastError string
+	// History is its latest attempts that did not end in an ack (see
+	// DeadLetter.History).
+	History []Attempt
 }

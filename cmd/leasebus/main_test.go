@@ -160,6 +160,7 @@ func TestReadingWhileTheOwnerRuns(t *testing.T) {
 	assert.Contains(t, out, `"card": "0000"`, "JSON shown as JSON")
 	assert.Contains(t, out, `"card declined\x1b[31m"`, "control characters quoted, never sent to the terminal")
 	assert.NotContains(t, out, "\x1b")
+	assert.Regexp(t, `attempt 1 +failed at \S+, held \S+: "card declined\\x1b\[31m"`, out, "each attempt, from the journal")
 
 	code, out, errOut = leasebus("export", r.dir)
 	require.Equal(t, 0, code, errOut)

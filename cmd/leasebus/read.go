@@ -323,6 +323,13 @@ func deadLetters(args []string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "%s/%s\n  subscription  %s on %s (published to %s)\n  reason        %s after %d attempts, %s\n  last error    %s\n",
 			v.ID, v.Subscription, v.Subscription, v.SubscriptionTopic, v.Topic, v.Reason, v.Attempts, v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
+		for _, a := range v.History {
+			fmt.Fprintf(out, "  attempt %-5d %s at %s, held %v", a.Attempt, a.Outcome, a.At.Format(time.RFC3339Nano), time.Duration(a.HeldSeconds*float64(time.Second)))
+			if a.Error != "" {
+				fmt.Fprintf(out, ": %s", oneLine(a.Error))
+			}
+			fmt.Fprintln(out)
+		}
 		if v.Key != "" {
 			fmt.Fprintf(out, "  key           %s\n", oneLine(v.Key))
 		}

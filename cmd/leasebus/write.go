@@ -217,6 +217,8 @@ func serveConsole(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
 	var h http.Handler
 	if *write {
 		b, err := openLocked(pos[0])
@@ -224,9 +226,12 @@ func serveConsole(args []string, out io.Writer) error {
 			return err
 		}
 		defer b.Close()
-		if h, err = console.New(b, console.WithTitle("leasebus · "+pos[0])); err != nil {
+		c, err := console.New(b, console.WithTitle("leasebus · "+pos[0]))
+		if err != nil {
 			return err
 		}
+		go c.Record(ctx) // the history while it serves (a copy, opened at each page, has none)
+		h = c
 	} else {
 		c := &copies{dir: pos[0]}
 		if _, err := openCopy(pos[0]); err != nil {
@@ -239,8 +244,6 @@ func serveConsole(args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "console: http://%s/\n", ln.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
 	srv := httpserve.New(h)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

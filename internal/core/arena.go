@@ -183,6 +183,7 @@ func (q *Queue[T]) newEntryLocked(m *queue.Message[T]) *entry[T] {
 	e.msg = m
 	e.place = q.nextSeq
 	e.at = noTick
+	e.leased = noTick
 	e.slot = slot
 	e.gen = gen
 	e.prio = uint8(m.Priority + 1)
@@ -247,6 +248,9 @@ func (q *Queue[T]) admitLocked(now time.Time, kq *keyQueue[T]) {
 // generation, so e's leases become unknown.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
 	q.setErrKindLocked(e, errNone)
+	if e.is(hasHistory) {
+		delete(q.hist, e.slot)
+	}
 	*e = entry[T]{slot: e.slot, gen: e.gen, place: uint64(q.freeHead)}
 	q.freeHead = e.slot + 1
 	q.nheld--

@@ -13,6 +13,9 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason queue.Rea
 	q.countDeadLocked(reason)
 	_, ttl := q.expiresLocked(e)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
+	if e.is(hasHistory) {
+		n.hist = q.hist[e.slot] // the entry lets go of it (recycleLocked)
+	}
 	if key := e.key(); key != "" {
 		if kq := q.keys[key]; kq != nil {
 			n.continued = kq.hasAfter(e.place)
@@ -55,6 +58,7 @@ type deadNote[T any] struct {
 	at        time.Time
 	place     uint64
 	ttl       time.Duration
+	hist      []queue.Attempt
 }
 
 // letter returns the dead letter n stands for. It reads no state that
@@ -69,6 +73,7 @@ func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
 			LastError:    n.lastErr,
 			At:           n.at,
 			KeyContinued: n.continued,
+			History:      n.hist,
 		},
 		origin: q.scope,
 		Place:  n.place,
@@ -90,14 +95,37 @@ const maxErrText = 4 << 10
 
 // clipText cuts s to at most maxErrText bytes, at a rune boundary, marking
 // the cut with an ellipsis.
-func clipText(s string) string {
-	if len(s) <= maxErrText {
+func clipText(s string) string { return clipTo(s, maxErrText) }
+
+// clipTo cuts s to at most n bytes, as clipText does.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
 	const mark = "…"
-	cut := maxErrText - len(mark)
+	cut := n - len(mark)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// noteLocked adds to e's history the attempt that ended at end with
+// outcome (and, for a failure, its error text). Only an entry with an
+// attempt that was not acked has a history: a message that is acked at
+// its first delivery costs nothing.
+func (q *Queue[T]) noteLocked(end time.Time, e *entry[T], outcome queue.AttemptOutcome, text string) {
+	a := queue.Attempt{Attempt: int(e.attempt), Outcome: outcome, At: end, Error: clipTo(text, queue.MaxHistoryError)}
+	if e.leased != noTick {
+		a.Held = end.Sub(q.timeOf(e.leased))
+	}
+	if q.hist == nil {
+		q.hist = make(map[uint32][]queue.Attempt)
+	}
+	h := q.hist[e.slot]
+	if len(h) == queue.MaxHistory {
+		h = append(h[:0:0], h[1:]...) // a new array: a dead letter may hold the old one
+	}
+	q.hist[e.slot] = append(h, a)
+	e.flags |= hasHistory
 }

@@ -74,6 +74,9 @@ type Entry[T any] struct {
 	Dead   bool
 	Reason queue.Reason
 	DeadAt time.Time
+	// History is a dead letter's attempts (DeadLetter.History); a live
+	// message's are not kept across a restart.
+	History []queue.Attempt
 }
 
 // WithNote hands v to the queue's Recorder with the offered message, so
@@ -188,7 +191,7 @@ func DeadLetterOf[T any](sub string, e Entry[T]) Letter[T] {
 	return Letter[T]{
 		DeadLetter: queue.DeadLetter[T]{
 			Subscription: sub, Message: *e.Message, Reason: e.Reason, Attempts: e.Attempts,
-			LastError: e.LastError, At: e.DeadAt,
+			LastError: e.LastError, At: e.DeadAt, History: e.History,
 		},
 		Place: e.Place, TTL: e.TTL,
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasebus/leasebus/queue"
@@ -227,6 +228,13 @@ func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
 	}
 	if ttl > 0 {
 		q.setTTLLocked(e, q.tickOf(now).after(ttl), ttl)
+	}
+	if len(dl.History) > 0 { // its attempts so far go on with it
+		if q.hist == nil {
+			q.hist = make(map[uint32][]queue.Attempt)
+		}
+		q.hist[e.slot] = slices.Clone(dl.History)
+		e.flags |= hasHistory
 	}
 	q.stats.Redriven++
 	if q.rec != nil {

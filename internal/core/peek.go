@@ -104,6 +104,9 @@ func (q *Queue[T]) heldLocked(e *entry[T], st queue.State) queue.Held[T] {
 		Attempts:  int(e.attempt),
 		LastError: q.lastErrLocked(e),
 	}
+	if e.is(hasHistory) {
+		h.History = slices.Clone(q.hist[e.slot])
+	}
 	if st != queue.StateVisible && e.at != noTick && e.at != farTick {
 		h.At = q.timeOf(e.at)
 	}

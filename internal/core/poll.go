@@ -327,6 +327,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 	start := len(dst)
 	deadline := now.Add(vis)
 	at := q.tickOf(deadline)
+	began := at - tick(vis)                  // the tick of now, without converting it again
 	maxAttempts := max(q.cfg.MaxAttempts, 0) // UnlimitedAttempts is 0 in a Delivery
 	keyRated := !q.cfg.KeyRateLimit.IsZero()
 	for leased := 0; leased < k; {
@@ -346,6 +347,7 @@ func (q *Queue[T]) leaseLocked(now time.Time, dst []queue.Delivery[T], n int, vi
 		e.flags |= leaseOpen
 		e.state = stateLeased
 		e.at = at
+		e.leased = began
 		q.inflight.Push(e)
 		q.dueAt(at)
 		q.stats.Delivered++

@@ -45,14 +45,15 @@ type Queue[T any] struct {
 
 	mu           sync.Mutex // guards everything below
 	closed       bool
-	paused       bool              // Pause: nothing is leased until Resume
-	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
-	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
-	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
-	slots        uint32            // slots in the arena
-	freeHead     uint32            // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
-	nheld        int               // entries held
-	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
+	paused       bool                       // Pause: nothing is leased until Resume
+	arena        [][]entry[T]               // every entry, held or free, by slot, in chunks (pointers stay valid)
+	ttls         [][]ttlInfo                // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
+	errs         map[uint32]string          // by slot: the LastError of entries whose text is not the queue's own (errCustom)
+	hist         map[uint32][]queue.Attempt // by slot: the attempts not acked of entries that had some (flag hasHistory)
+	slots        uint32                     // slots in the arena
+	freeHead     uint32                     // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
+	nheld        int                        // entries held
+	maxGen       uint32                     // the highest generation handed out: a new chunk starts above it
 	ready        ready[T]
 	delayed      entryHeap[T] // by (visibleAt, place)
 	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
@@ -119,6 +120,7 @@ func (q *Queue[T]) resetLocked() {
 		q.freeHead = slot
 	}
 	q.errs = nil
+	q.hist = nil
 	q.nheld = 0
 	q.ready.reset(q.cfg.FairKeys)
 	q.delayed = newEntryHeap(byVisibleAt[T])

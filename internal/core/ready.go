@@ -32,6 +32,7 @@ type entry[T any] struct {
 	place    uint64            // publish sequence in this queue: FIFO order within a priority
 	at       tick              // delayed or held back: when it turns visible (noTick: at once); leased: the lease's deadline
 	stamp    uint64            // when leased: lease order (equal deadlines expire in it); when ready with FairKeys: its turn
+	leased   tick              // when leased: when the lease began (an attempt's Held); noTick when not known
 	slot     uint32            // where it lives in the arena
 	gen      uint32            // which use of the slot: with slot, the seq of its lease IDs
 	delivery uint32            // deliveries so far (the delivery number of the last lease)
@@ -52,6 +53,7 @@ const (
 	inFresh                           // it is in its lane's fresh run (not the other one)
 	keyed                             // its message has an ordering key (known without reading the envelope)
 	keyLimited                        // in the delayed heap only until its key's token is due: visible
+	hasHistory                        // it has attempts in q.hist
 )
 
 func (e *entry[T]) is(f entryFlags) bool { return e.flags&f != 0 }

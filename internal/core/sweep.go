@@ -111,6 +111,7 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 	for range q.chunk {
 		if e := q.inflight.PopExpired(t); e != nil {
 			q.setErrKindLocked(e, errExpired)
+			q.noteLocked(q.timeOf(e.at), e, queue.AttemptExpired, "")
 			if q.exhausted(e) {
 				q.deadLetterLocked(now, e, queue.ReasonMaxAttempts)
 			} else {
