@@ -3,10 +3,13 @@ package console_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // A million messages held by one subscription (and a second, empty
@@ -101,3 +104,58 @@ func BenchmarkDeadLettersFiltered1M(b *testing.B) {
 	benchLetters(b, "/dead-letters?reason=overflow&subscription=billing")
 }
 func BenchmarkOverviewOverLetters1M(b *testing.B) { benchLetters(b, "/api/overview") }
+
+// lastID returns the ID of the last message billing holds: a search or an
+// action that finds it has read the whole queue.
+func lastID(b *testing.B, br *broker.Broker[[]byte]) string {
+	s, err := br.Subscription("orders", "billing")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs, err := s.Peek(queue.PeekQuery{After: 999_999, Limit: 1})
+	if err != nil || len(hs) != 1 {
+		b.Fatalf("the last message: %v %v", hs, err)
+	}
+	return hs[0].ID.String()
+}
+
+// Finding one message among a million: by its ID (one pass over each
+// subscription, none indexed), its page, and an action on it.
+func BenchmarkSearchByID1M(b *testing.B) {
+	br := millionBroker(b)
+	benchOn(b, br, "/api/search?q="+lastID(b, br))
+}
+
+func BenchmarkSearchByKey1M(b *testing.B) { benchPage(b, "/api/search?q=cust-404") }
+
+func BenchmarkMessagePage1M(b *testing.B) {
+	br := millionBroker(b)
+	benchOn(b, br, "/message?topic=orders&name=billing&id="+lastID(b, br))
+}
+
+func BenchmarkSearchLetters1M(b *testing.B) {
+	br := millionLetters(b)
+	benchOn(b, br, "/api/search?q="+br.DeadLetters()[999_990].Message.ID.String())
+}
+
+// An action on the last of a million held messages: make it visible (it
+// is: the action finds it and changes nothing).
+func BenchmarkMakeVisibleAction1M(b *testing.B) {
+	br := millionBroker(b)
+	c, err := console.New(br)
+	if err != nil {
+		b.Fatal(err)
+	}
+	form := url.Values{"topic": {"orders"}, "name": {"billing"}, "id": {lastID(b, br)}}.Encode()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/api/actions/message-visible", strings.NewReader(form))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatalf("%d: %s", rec.Code, rec.Body)
+		}
+	}
+}

@@ -232,8 +232,9 @@ func chart(w, h int, series ...chartLine) template.HTML {
 		b.WriteString(`</svg>`)
 		return template.HTML(b.String())
 	}
+	label := strconv.FormatFloat(top, 'f', -1, 64)
 	if top == 0 {
-		top = 1
+		top = 1 // every line flat at the bottom
 	}
 	for _, s := range series {
 		fmt.Fprintf(&b, `<polyline class="%s" fill="none" points="`, s.class)
@@ -244,7 +245,7 @@ func chart(w, h int, series ...chartLine) template.HTML {
 		}
 		b.WriteString(`"/>`)
 	}
-	fmt.Fprintf(&b, `<text x="%d" y="10" class="max">%s</text></svg>`, w-2, strconv.FormatFloat(top, 'f', -1, 64))
+	fmt.Fprintf(&b, `<text x="%d" y="10" class="max">%s</text></svg>`, w-2, label)
 	return template.HTML(b.String())
 }
 

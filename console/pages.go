@@ -30,6 +30,7 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		},
 		"prefix": func() string { return prefix },
 		"ago":    func(secs float64) string { return ago(time.Duration(secs * float64(time.Second))) },
+		"took":   func(secs float64) string { return took(time.Duration(secs * float64(time.Second))) },
 		"when": func(t time.Time) string {
 			if t.IsZero() {
 				return "–"

@@ -210,3 +210,17 @@ func ago(d time.Duration) string {
 	}
 	return d.Round(time.Minute).String()
 }
+
+// took formats how long something took, to a precision that suits it:
+// "850µs", "12.3ms", "2.4s", "1m30s".
+func took(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(100 * time.Microsecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}

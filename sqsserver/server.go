@@ -147,6 +147,12 @@ func (s *Server) mountConsole() error {
 		return fmt.Errorf("sqsserver: WithConsole: %w", err)
 	}
 	s.console = c
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		<-s.stopped // Close
+		stop()
+	}()
+	go c.Record(ctx) // the console's history, until Close
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +29,9 @@ type demo struct {
 }
 
 // startDemo builds and starts examples/console on a free port, with no
-// orders arriving by themselves, and returns once it serves.
-func startDemo(t *testing.T) *demo {
+// orders arriving by themselves (unless flags say otherwise: the last
+// -every wins), and returns once it serves.
+func startDemo(t *testing.T, flags ...string) *demo {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "console-demo")
 	build := exec.Command("go", "build", "-o", bin, "./examples/console")
@@ -37,7 +39,7 @@ func startDemo(t *testing.T) *demo {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the demo: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-every", "0")
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0", "-every", "0", "-history", "1s"}, flags...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -327,5 +329,141 @@ func TestAPersonFixesADeadLetterInTheConsole(t *testing.T) {
 	}
 	if r := got["reporting"]; r.Depth != 1 {
 		t.Errorf("api/overview: reporting %+v, want the report fired by hand", r)
+	}
+}
+
+// apiGet decodes the console's JSON at path into v.
+func apiGet(t *testing.T, url string, v any) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// An on-call engineer's round: why a letter died (each attempt), which
+// handler is stuck, how billing did over time, then a message a ticket
+// names: found by its ID, its payload edited, made visible, and another
+// deleted.
+func TestOnCallFindsActsAndLooksBack(t *testing.T) {
+	ctx := browser(t)
+	d := startDemo(t, "-every", "150ms") // orders arrive: the charts have something to show
+	d.await(t, "order 1004 dead-lettered: card declined")
+
+	// Each attempt of the declined card's letter.
+	do(t, ctx, "the declined card's letter",
+		chromedp.Navigate(d.url+"/dead-letters?error=declined"),
+		chromedp.Click(css(`a.letter`)),
+		chromedp.WaitVisible(css("#attempts")))
+	attempts := textOf(t, ctx, css("#attempts tbody"))
+	if n := strings.Count(attempts, "card declined"); n != 3 {
+		t.Errorf("attempts: %q, want three with card declined", attempts)
+	}
+	if n := strings.Count(attempts, "failed"); n != 3 {
+		t.Errorf("attempts: %q, want three failed", attempts)
+	}
+	shot(t, ctx, "dead-letter-attempts.png")
+
+	// The workers: the label printer's one worker is busy on the label.
+	do(t, ctx, "workers",
+		chromedp.Click(xpath(`//nav/a[. = "Workers"]`)),
+		chromedp.WaitVisible(css(`section[data-pool="label-printer"]`)))
+	awaitText(t, ctx, css(`section[data-pool="label-printer"] [data-f="busy"]`), "1 / 1")
+	stuck := textOf(t, ctx, css(`section[data-pool="label-printer"] tbody tr`))
+	if !strings.Contains(stuck, "labels") {
+		t.Errorf("the printer's handler: %q, want its label's message", stuck)
+	}
+	shot(t, ctx, "workers.png")
+
+	// The history: billing's chart has points (a point a second here).
+	for {
+		var h console.HistoryView
+		apiGet(t, d.url+"/api/history?topic=orders&name=billing", &h)
+		if len(h.Series) == 1 && len(h.Series[0].Points) >= 6 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("billing's history never had six points")
+		}
+		runtime.Gosched()
+	}
+	do(t, ctx, "billing's page", chromedp.Navigate(d.url+"/subscription?topic=orders&name=billing"), chromedp.WaitVisible(css("#history")))
+	points, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelector("#history polyline.published").getAttribute("points").trim().split(" ").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if points < 6 {
+		t.Errorf("billing's chart has %d points, want at least 6", points)
+	}
+	shot(t, ctx, "history.png")
+
+	// A ticket names order 2001, scheduled for later: find it by its ID.
+	var sub console.SubscriptionView
+	apiGet(t, d.url+"/api/subscription?topic=orders&name=shipping&state=delayed", &sub)
+	if len(sub.Messages) != 3 {
+		t.Fatalf("shipping's delayed orders: %+v", sub.Messages)
+	}
+	first, second := sub.Messages[0].ID.String(), sub.Messages[1].ID.String()
+	do(t, ctx, "search for it",
+		chromedp.SetValue(css("#search-q"), first),
+		chromedp.Submit(css("#search-q")),
+		chromedp.WaitVisible(css("#found-held")))
+	found := textOf(t, ctx, css("#found-held tbody"))
+	for _, want := range []string{"orders / shipping", "orders / billing", "delayed"} {
+		if !strings.Contains(found, want) {
+			t.Errorf("search for %s: %q, want %q", first, found, want)
+		}
+	}
+	shot(t, ctx, "search.png")
+
+	// Its page: edit the amount, then make it visible now.
+	do(t, ctx, "open shipping's copy",
+		chromedp.Click(xpath(`//tr[td[contains(., "orders / shipping")]]//a`)),
+		chromedp.WaitVisible(css("#edit")))
+	payload, err := chromedp.Run(ctx, chromedp.Value(css("#edit")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(payload, `"amount": 99`) {
+		t.Fatalf("order 2001's payload: %q", payload)
+	}
+	do(t, ctx, "edit its amount",
+		chromedp.SetValue(css("#edit"), strings.Replace(payload, `"amount": 99`, `"amount": 89`, 1)),
+		chromedp.Click(css("#save-payload")),
+		chromedp.WaitVisible(css("#done")))
+	awaitText(t, ctx, css("#done"), "Edited the payload: the next delivery carries it.")
+	shot(t, ctx, "message.png")
+	do(t, ctx, "make it visible", chromedp.Click(css("#make-visible")), chromedp.WaitVisible(css("#done")))
+	awaitText(t, ctx, css("#done"), "Made 1 message visible.")
+	awaitText(t, ctx, css("#state"), "visible")
+	var m console.MessageView
+	if status := apiGet(t, d.url+"/api/message?topic=orders&name=shipping&id="+first, &m); status != http.StatusOK {
+		t.Fatalf("api/message: %d", status)
+	}
+	if m.Message.State != "visible" || !strings.Contains(m.Message.Payload.Text, `"amount": 89`) {
+		t.Errorf("the broker holds %+v, want it visible with amount 89", m.Message)
+	}
+	var billing console.MessageView
+	apiGet(t, d.url+"/api/message?topic=orders&name=billing&id="+first, &billing)
+	if !strings.Contains(billing.Message.Payload.Text, `"amount": 99`) {
+		t.Errorf("billing's copy changed: %+v", billing.Message)
+	}
+
+	// Delete the next one from its page.
+	do(t, ctx, "delete order 2002",
+		chromedp.Navigate(d.url+"/message?topic=orders&name=shipping&id="+second),
+		chromedp.Click(css("#delete-confirm")),
+		chromedp.Click(css("#delete")),
+		chromedp.WaitVisible(css("#done")))
+	awaitText(t, ctx, css("#done"), "Deleted 1 message.")
+	if status := apiGet(t, d.url+"/api/message?topic=orders&name=shipping&id="+second, &m); status != http.StatusNotFound {
+		t.Errorf("api/message of the deleted one: %d, want 404", status)
 	}
 }

@@ -6,6 +6,8 @@
 // holding two leases, orders waiting behind them by customer, and orders
 // scheduled for later. A new order arrives every few seconds. A schedule
 // publishes the daily sales report at 06:00 UTC (its page has Fire now).
+// The label printer's pool is stuck on its first label (the Workers page
+// shows it), and the console records each subscription's history.
 //
 //	go run ./examples/console -addr 127.0.0.1:8080
 //
@@ -54,17 +56,18 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "address to serve the console on (port 0: any free port)")
 	every := flag.Duration("every", 3*time.Second, "how often a new order arrives (0: never)")
 	readOnly := flag.Bool("read-only", false, "serve the console without its actions")
+	step := flag.Duration("history", time.Minute, "how often the console records a point of history (the charts keep 180)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *addr, *every, *readOnly, os.Stdout); err != nil {
+	if err := run(ctx, *addr, *every, *step, *readOnly, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "console:", err)
 		os.Exit(1)
 	}
 }
 
 // run serves the console on addr until ctx ends.
-func run(ctx context.Context, addr string, every time.Duration, readOnly bool, out io.Writer) error {
+func run(ctx context.Context, addr string, every, step time.Duration, readOnly bool, out io.Writer) error {
 	shop, err := open(ctx, every, out)
 	if err != nil {
 		return err
@@ -74,10 +77,12 @@ func run(ctx context.Context, addr string, every time.Duration, readOnly bool, o
 	if readOnly {
 		opts = append(opts, console.WithReadOnly())
 	}
-	c, err := console.New(shop.b, append(opts, console.WithSchedules(shop.sched))...)
+	opts = append(opts, console.WithSchedules(shop.sched), console.WithWorkers(shop.workers), console.WithHistory(step, 180))
+	c, err := console.New(shop.b, opts...)
 	if err != nil {
 		return err
 	}
+	go c.Record(ctx)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -98,10 +103,12 @@ func run(ctx context.Context, addr string, every time.Duration, readOnly bool, o
 
 // shop is the broker and the goroutines that work on it.
 type shop struct {
-	b      *broker.Broker[order]
-	sched  *schedule.Scheduler // the daily sales report
-	cancel context.CancelFunc
-	done   chan struct{}
+	b       *broker.Broker[order]
+	sched   *schedule.Scheduler // the daily sales report
+	workers *poller.Registry    // the pools, for the Workers page
+	cancel  context.CancelFunc
+	done    chan struct{}
+	jam     chan struct{} // closed when the shop closes: the label printer\'s handler returns
 	// events receives what billing's pool does with each delivery, while
 	// there is room (tests wait on it).
 	events chan poller.Event[order]
@@ -114,7 +121,7 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 	if err != nil {
 		return nil, err
 	}
-	s := &shop{b: b, done: make(chan struct{}), events: make(chan poller.Event[order], 256)}
+	s := &shop{b: b, done: make(chan struct{}), jam: make(chan struct{}), events: make(chan poller.Event[order], 256), workers: poller.NewRegistry()}
 	if err := s.fill(); err != nil {
 		b.Close()
 		return nil, err
@@ -125,7 +132,7 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 		return nil, err
 	}
 	var logMu sync.Mutex
-	pool, err := poller.New(billing, charge, poller.WithWorkers(2), poller.WithObserver(func(e poller.Event[order]) {
+	pool, err := poller.New(billing, charge, poller.WithWorkers(2), poller.WithRegistry(s.workers, "billing"), poller.WithObserver(func(e poller.Event[order]) {
 		if line := logLine(e); line != "" {
 			logMu.Lock()
 			fmt.Fprintln(log, line)
@@ -136,6 +143,21 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 		default:
 		}
 	}))
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	printer, err := b.Subscription("labels", "printer")
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	// The label printer jams on its first label: its handler waits until
+	// the shop closes, its lease extended all the while.
+	labels, err := poller.New(printer, func(context.Context, queue.Delivery[order]) error {
+		<-s.jam
+		return errors.New("the printer was switched off")
+	}, poller.WithRegistry(s.workers, "label-printer"))
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -156,6 +178,7 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 		go s.arrive(ctx, every)
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = s.sched.Run(ctx) })
+		wg.Go(func() { _ = labels.Run(ctx) })
 		_ = pool.Run(ctx) // until the shop closes
 		wg.Wait()
 	}()
@@ -163,6 +186,7 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 }
 
 func (s *shop) close() {
+	close(s.jam)
 	s.cancel()
 	<-s.done
 	s.b.Close()
@@ -182,6 +206,12 @@ func (s *shop) fill() error {
 		return err
 	}
 	if _, err := b.Subscribe("reports", "reporting"); err != nil {
+		return err
+	}
+	if err := b.CreateTopic("labels"); err != nil {
+		return err
+	}
+	if _, err := b.Subscribe("labels", "printer"); err != nil {
 		return err
 	}
 	shipping, err := b.Subscribe("orders", "shipping", broker.WithVisibilityTimeout(10*time.Minute))
@@ -209,6 +239,9 @@ func (s *shop) fill() error {
 		if _, err := b.Publish(ctx, "orders", o, broker.WithDelay(time.Duration(1+i)*time.Hour)); err != nil {
 			return err
 		}
+	}
+	if _, err := b.Publish(ctx, "labels", order{Order: 1001, Customer: "cust-1"}); err != nil {
+		return err
 	}
 	// The stuck packer: two leases it never settles, so their customers'
 	// later orders wait behind them.

@@ -214,10 +214,18 @@ func serveConsole(addr string, b *broker.Broker[webhook], progress io.Writer) (s
 		defer close(served)
 		_ = srv.Serve(ln) // ErrServerClosed, once stop closes it
 	}()
+	ctx, stopRecord := context.WithCancel(context.Background())
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		_ = c.Record(ctx) // the history, until stop
+	}()
 	fmt.Fprintf(progress, "console: http://%s/\n", ln.Addr())
 	return func() {
 		_ = srv.Close()
 		<-served
+		stopRecord()
+		<-recorded
 	}, nil
 }
 

@@ -77,6 +77,7 @@ func serveConsole(ctx context.Context, bus *natsleasebus.Bus, addr string, out i
 	if err != nil {
 		return err
 	}
+	go c.Record(ctx) // the history while it serves
 	srv := httpServer(c)
 	url := "http://" + ln.Addr().String() + "/"
 	fmt.Fprintln(out, "console at", url, "(Ctrl-C to stop)")
