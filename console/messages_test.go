@@ -94,6 +94,17 @@ func TestDeleteAllMatchingActsOnAPage(t *testing.T) {
 	assert.Equal(t, 1, st.Delayed, "another state is left alone")
 	_, page := get(t, srv.URL+"/subscription?topic=orders&name=shipping")
 	assert.Contains(t, page, `id="delete-selected"`)
+	_, page = get(t, srv.URL+"/subscription?topic=orders&name=shipping&state=delayed")
+	assert.Contains(t, page, `id="visible-all"`)
+
+	status, body, _ = post(t, srv.URL+"/api/actions/message-visible", url.Values{
+		"topic": {"orders"}, "name": {"shipping"}, "all": {"yes"}, "state": {"delayed"}})
+	require.Equal(t, http.StatusOK, status, body)
+	assert.Contains(t, body, `"count": 1`)
+	assert.Equal(t, 1, s.shipping.Stats().Visible)
+	status, body, _ = post(t, srv.URL+"/api/actions/message-visible", url.Values{
+		"topic": {"orders"}, "name": {"shipping"}, "all": {"yes"}, "state": {"delayed"}})
+	assert.Equal(t, http.StatusNotFound, status, "none left to match: %s", body)
 }
 
 func TestHeldMessageActionsRefusedReadOnly(t *testing.T) {
