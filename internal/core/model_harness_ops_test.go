@@ -9,6 +9,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -350,5 +352,32 @@ func (h *harness) bad(o op, now time.Time) {
 	for _, c := range calls {
 		h.logf("%v: %s", o, c.name)
 		h.sameErr(c.name, c.err, c.want)
+	}
+}
+
+// manage deletes a held message, or makes it visible, by its ID; one time
+// in eight the ID is one the queue does not hold.
+func (h *harness) manage(o op, now time.Time) {
+	var id uuid.UUID
+	if n := len(h.m.held); n > 0 && o.A%8 != 7 {
+		id = h.m.held[int(o.A)%n].msg.ID
+	} else {
+		id = payloadID(1<<30 + int(o.A)) // never offered
+	}
+	var n, wn int
+	var err, werr error
+	if o.B%2 == 0 {
+		h.logf("%v: DeleteMessages(%v)", o, id)
+		n, err = h.q.DeleteMessages(id)
+		wn, werr = h.m.deleteMessage(now, id)
+		h.sameErr("DeleteMessages", err, werr)
+	} else {
+		h.logf("%v: MakeVisible(%v)", o, id)
+		n, err = h.q.MakeVisible(id)
+		wn, werr = h.m.makeVisible(now, id)
+		h.sameErr("MakeVisible", err, werr)
+	}
+	if n != wn {
+		h.fail("%v: acted on %d, want %d", o, n, wn)
 	}
 }

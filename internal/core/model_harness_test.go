@@ -124,6 +124,7 @@ func errMask(err error) string {
 	}{
 		{"NotFound", queue.ErrLeaseNotFound}, {"Expired", queue.ErrLeaseExpired}, {"Closed", queue.ErrClosed},
 		{"Full", queue.ErrQueueFull}, {"Invalid", queue.ErrInvalidArgument}, {"Canceled", context.Canceled},
+		{"NoMessage", queue.ErrMessageNotFound},
 	} {
 		if errors.Is(err, s.err) {
 			names = append(names, s.name)
@@ -313,6 +314,8 @@ func (h *harness) step(o op) {
 		}
 	case opForeign:
 		h.foreign(o, now)
+	case opManage:
+		h.manage(o, now)
 	case opBad:
 		h.bad(o, now)
 	case opClose:

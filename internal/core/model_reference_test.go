@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -564,4 +566,47 @@ func (m *model) nextEvents(now time.Time) []time.Time {
 	ts = slices.DeleteFunc(ts, func(t time.Time) bool { return !t.After(now) })
 	slices.SortFunc(ts, time.Time.Compare)
 	return ts
+}
+
+// find returns the held entry of message id, or nil.
+func (m *model) find(id uuid.UUID) *mEntry {
+	for _, e := range m.held {
+		if e.msg.ID == id {
+			return e
+		}
+	}
+	return nil
+}
+
+func (m *model) deleteMessage(now time.Time, id uuid.UUID) (int, error) {
+	if m.closed {
+		return 0, queue.ErrClosed
+	}
+	m.settle(now)
+	e := m.find(id)
+	if e == nil {
+		return 0, queue.ErrMessageNotFound
+	}
+	m.stats.Dropped++
+	m.finish(now, e)
+	return 1, nil
+}
+
+func (m *model) makeVisible(now time.Time, id uuid.UUID) (int, error) {
+	if m.closed {
+		return 0, queue.ErrClosed
+	}
+	m.settle(now)
+	e := m.find(id)
+	switch {
+	case e == nil:
+		return 0, queue.ErrMessageNotFound
+	case e.state == mReady:
+		return 0, nil
+	case e.state != mDelayed:
+		return 0, queue.ErrInvalidArgument
+	}
+	e.visibleAt = time.Time{}
+	e.state = mReady
+	return 1, nil
 }

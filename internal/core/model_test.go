@@ -56,9 +56,10 @@ const (
 	opForeign                // Ack/Nack/Extend/Release/Fail/Reject of an ID never issued here
 	opBad                    // invalid arguments: each must fail and change nothing
 	opClose                  // Close (one time in 16; else nothing)
+	opManage                 // DeleteMessages or MakeVisible of a held message, or of an ID not held
 )
 
-var opNames = [...]string{"nop", "offer", "poll", "ack", "ackBatch", "nack", "fail", "reject", "release", "extend", "advance", "setBack", "redrive", "purge", "foreign", "bad", "close"}
+var opNames = [...]string{"nop", "offer", "poll", "ack", "ackBatch", "nack", "fail", "reject", "release", "extend", "advance", "setBack", "redrive", "purge", "foreign", "bad", "close", "manage"}
 
 func (k opKind) String() string {
 	if int(k) < len(opNames) {
@@ -87,6 +88,7 @@ var opTable = []opKind{
 	opBad, opBad,
 	opPurge,
 	opClose,
+	opManage, opManage,
 }
 
 // op is one operation: a kind and three parameter bytes whose meaning
@@ -320,6 +322,7 @@ var requiredCoverage = []string{
 	"dead letter:max-attempts", "dead letter:expired", "dead letter:overflow", "dead letter:rejected", "dead letter:key continued",
 	"delivery:first", "delivery:redelivery", "delivery:after release", "delivery:after redrive",
 	"state:held back", "state:delayed", "state:dropped",
+	"DeleteMessages:nil", "DeleteMessages:NoMessage", "MakeVisible:nil", "MakeVisible:Invalid", "MakeVisible:NoMessage",
 }
 
 var opGen = rapid.Custom(func(t *rapid.T) op {
