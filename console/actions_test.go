@@ -195,6 +195,12 @@ func TestMountedUnderAPrefix(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, status)
 	assert.True(t, strings.HasPrefix(h.Get("Location"), "/ops/queues/?"), "never sent off the console: %s", h.Get("Location"))
 
+	// The message page's forms go back under the prefix, once.
+	_, body = get(t, srv+"/ops/queues/message?topic=orders&name=shipping&id="+s.dead.ID.String())
+	assert.Contains(t, body, `action="/ops/queues/actions/message-delete"`)
+	assert.Contains(t, body, `name="back" value="/subscription?name=shipping&amp;topic=orders"`)
+	assert.Contains(t, body, `action="/ops/queues/search"`)
+
 	// A handler given a path outside its prefix says so.
 	rec := httptest.NewRecorder()
 	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ops/queuesX/", nil))

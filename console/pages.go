@@ -15,19 +15,23 @@ import (
 const pageSize = 50
 
 func parsePages(prefix string) (map[string]*template.Template, error) {
+	// here is a path and query under the console's root: a form's back
+	// field (the prefix is added when the action redirects).
+	here := func(path string, kv ...string) string {
+		q := url.Values{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] != "" {
+				q.Set(kv[i], kv[i+1])
+			}
+		}
+		if len(q) == 0 {
+			return path
+		}
+		return path + "?" + q.Encode()
+	}
 	funcs := template.FuncMap{
-		"url": func(path string, kv ...string) string {
-			q := url.Values{}
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i+1] != "" {
-					q.Set(kv[i], kv[i+1])
-				}
-			}
-			if len(q) == 0 {
-				return prefix + path
-			}
-			return prefix + path + "?" + q.Encode()
-		},
+		"url":  func(path string, kv ...string) string { return prefix + here(path, kv...) },
+		"here": here,
 		"prefix": func() string { return prefix },
 		"ago":    func(secs float64) string { return ago(time.Duration(secs * float64(time.Second))) },
 		"took":   func(secs float64) string { return took(time.Duration(secs * float64(time.Second))) },
