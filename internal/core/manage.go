@@ -22,17 +22,8 @@ import (
 // a Recorder records it. After Close, ErrClosed.
 func (q *Queue[T]) DeleteMessages(ids ...uuid.UUID) (int, error) {
 	return q.manage(ids, func(now time.Time, e *entry[T]) (bool, error) {
-		if e.state == stateLeased {
-			q.inflight.Remove(e)
-		} else {
-			q.unplaceLocked(e)
-		}
 		q.stats.Dropped++
-		if q.rec != nil {
-			q.dirty = true
-			q.rec.Removed(e.msg, nil)
-		}
-		q.finishLocked(now, e)
+		q.removeLocked(now, e, nil)
 		return true, nil
 	})
 }

@@ -154,12 +154,18 @@ func (q *Queue[T]) Current(id lease.ID) error {
 // ackEntryLocked acks e, whose lease was found current; note goes to the
 // Recorder's Removed.
 func (q *Queue[T]) ackEntryLocked(now time.Time, e *entry[T], note any) {
+	q.stats.Acked++
+	q.removeLocked(now, e, note)
+}
+
+// removeLocked takes e out of wherever it is (in flight, expired, waiting,
+// held back), records its removal and lets go of it; the caller counts it.
+func (q *Queue[T]) removeLocked(now time.Time, e *entry[T], note any) {
 	if e.state == stateLeased {
 		q.inflight.Remove(e)
 	} else { // expired, waiting, not yet delivered again
 		q.unplaceLocked(e)
 	}
-	q.stats.Acked++
 	if q.rec != nil {
 		q.dirty = true
 		q.rec.Removed(e.msg, note)
