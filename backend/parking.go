@@ -77,6 +77,12 @@ type PollRequest struct {
 	Hold time.Duration
 	// Parking, if not nil, is marked while the Poll is parked.
 	Parking *Parking
+	// Buf, if not nil, is a *[]queue.Delivery[T] (T the source's) whose
+	// array the Poll may write its deliveries into, up to its capacity,
+	// and return a slice of, instead of allocating one: a pool that copies
+	// each delivery out before its next Poll asks for no allocation per
+	// Poll. A source may ignore it.
+	Buf any
 }
 
 // PoolPoller is implemented by a source that takes what a worker pool

@@ -63,3 +63,70 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// drainFixture is a subscription holding n messages published before the
+// timer starts, and its broker.
+func drainFixture(b *testing.B, n int) (*broker.Broker[int], *broker.Subscription[int]) {
+	br, err := broker.New[int](broker.WithSubscriptionDefaults(broker.WithMaxQueue(n + 1)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { br.Close() })
+	if err := br.CreateTopic("jobs"); err != nil {
+		b.Fatal(err)
+	}
+	sub, err := br.Subscribe("jobs", "workers")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range n {
+		if _, err := br.Publish(context.Background(), "jobs", i); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return br, sub
+}
+
+// BenchmarkPoolUntilIdle is the pool's cost per message as a batch job
+// pays it: RunUntilIdle over messages published before the timer, a
+// handler that returns at once, no observer. BenchmarkHandLoop is the same
+// drain written by hand, the way the README does: Poll(ctx, 10), Ack each.
+func BenchmarkPoolUntilIdle(b *testing.B) {
+	for _, workers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			_, sub := drainFixture(b, b.N)
+			p, err := poller.New(sub, func(context.Context, queue.Delivery[int]) error { return nil }, poller.WithWorkers(workers))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			if err := p.RunUntilIdle(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if got := p.Stats().Acked; got != uint64(b.N) {
+				b.Fatalf("acked %d of %d", got, b.N)
+			}
+		})
+	}
+}
+
+func BenchmarkHandLoop(b *testing.B) {
+	_, sub := drainFixture(b, b.N)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for acked := 0; acked < b.N; {
+		ds, err := sub.Poll(ctx, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := sub.Ack(d.LeaseID); err != nil {
+				b.Fatal(err)
+			}
+		}
+		acked += len(ds)
+	}
+}

@@ -10,16 +10,20 @@ import (
 )
 
 // item is one lease the poller holds, from Poll until it is settled or
-// released. The fields above mu's line never change after newItem; the
-// others are guarded by run.mu.
+// released. Items are reused (Poller.items): every field is written under
+// run.mu when an item is taken (take), and gen tells a use from the next,
+// so that a goroutine that kept a pointer from an earlier use (extendLoop)
+// reads it under run.mu and checks gen before it acts. The goroutine an
+// item was handed to (a worker, or the poll loop's release) owns it until
+// it recycles it, and reads d without the lock meanwhile.
 type item[T any] struct {
 	d      queue.Delivery[T]
 	length time.Duration // the lease's original length: each extension's
 	margin time.Duration // how long before the deadline to extend
 	limit  time.Time     // no extension past it
 	held   bool          // leased for the whole allowance (see the package doc): never extended; extendAt is its deadline
+	gen    uint64        // which use of the item
 
-	// guarded by run.mu
 	tracked    bool      // held: not yet settled or released
 	deadline   time.Time // the lease's deadline as last set
 	extendAt   time.Time // when to extend next; zero: never again
@@ -28,45 +32,49 @@ type item[T any] struct {
 	extensions int       // leases extended
 }
 
-// newItem returns the item of d, received at now, with its extension
-// schedule.
-func (r *run[T]) newItem(d queue.Delivery[T], now time.Time, held bool) *item[T] {
-	it := &item[T]{d: d, deadline: d.Deadline, index: -1}
+// take returns the item of d, received at now, with its extension
+// schedule, tracked: in the due heap if it is to be extended.
+func (r *run[T]) take(d queue.Delivery[T], now time.Time, held bool) *item[T] {
+	it, _ := r.p.items.Get().(*item[T])
+	if it == nil {
+		it = new(item[T])
+	}
+	fresh := item[T]{d: d, deadline: d.Deadline, index: -1, tracked: true}
 	cfg := &r.p.cfg
 	length := d.Deadline.Sub(now)
 	switch {
 	case cfg.maxExtension == NoExtension || length <= 0:
-		return it // no extension: off, or a deadline unknown or past
+		// no extension: off, or a deadline unknown or past
 	case held:
 		// Held to the limit by the Poll: the one thing left to do is to
 		// say so when the limit comes.
-		it.held, it.extendAt = true, d.Deadline
-		return it
+		fresh.held, fresh.extendAt = true, d.Deadline
+	default:
+		margin := cfg.margin
+		if margin == 0 {
+			margin = max(length/5, min(length/2, time.Second))
+		}
+		if margin >= length {
+			margin = length / 2
+		}
+		fresh.length, fresh.margin, fresh.limit = length, margin, now.Add(cfg.maxExtension)
+		fresh.extendAt = d.Deadline.Add(-margin)
 	}
-	margin := cfg.margin
-	if margin == 0 {
-		margin = max(length/5, min(length/2, time.Second))
-	}
-	if margin >= length {
-		margin = length / 2
-	}
-	it.length, it.margin, it.limit = length, margin, now.Add(cfg.maxExtension)
-	it.extendAt = d.Deadline.Add(-margin)
+	r.p.inFlight.Add(1)
+	r.mu.Lock()
+	fresh.gen = it.gen + 1
+	*it = fresh
+	r.scheduleLocked(it)
+	r.mu.Unlock()
 	return it
 }
+
+// recycle puts it back for a later take, once its last use is over.
+func (r *run[T]) recycle(it *item[T]) { r.p.items.Put(it) }
 
 // next is when its next extension is due (for a held lease, its deadline,
 // when the observer hears that it lapses); zero: none.
 func (it *item[T]) next() time.Time { return it.extendAt }
-
-// track starts holding it.
-func (r *run[T]) track(it *item[T]) {
-	r.p.inFlight.Add(1)
-	r.mu.Lock()
-	it.tracked = true
-	r.scheduleLocked(it)
-	r.mu.Unlock()
-}
 
 // untrack stops holding it: no more extensions. It returns the lease's
 // deadline as last set.
@@ -174,61 +182,67 @@ func (r *run[T]) extendLoop(stop <-chan struct{}) {
 // runDue extends the leases due for it.
 func (r *run[T]) runDue() {
 	now := r.p.cfg.clock.Now()
-	var extend []*item[T]
+	type due struct {
+		it  *item[T]
+		gen uint64
+	}
+	var extend []due
 	r.mu.Lock()
 	for r.due.Len() > 0 && !r.due[0].next().After(now) {
 		it := r.due[0]
-		extend = append(extend, it)
+		extend = append(extend, due{it, it.gen})
 		it.extendAt = time.Time{}
 		r.scheduleLocked(it)
 	}
 	r.mu.Unlock()
-	for _, it := range extend {
-		r.extend(it)
+	for _, e := range extend {
+		r.extend(e.it, e.gen)
 	}
 }
 
-// extend extends its lease by its length, up to its limit, or stops
-// extending it if the limit is reached.
-func (r *run[T]) extend(it *item[T]) {
+// extend extends its lease (use gen of it) by its length, up to its limit,
+// or stops extending it if the limit is reached. It reads it under the
+// lock: once settled, the item may be in use for another lease.
+func (r *run[T]) extend(it *item[T], gen uint64) {
 	p := r.p
 	now := p.cfg.clock.Now()
 	r.mu.Lock()
-	tracked, deadline := it.tracked, it.deadline
+	if it.gen != gen || !it.tracked {
+		r.mu.Unlock()
+		return
+	}
+	d, deadline, held, length, limit, margin := it.d, it.deadline, it.held, it.length, it.limit, it.margin
 	r.mu.Unlock()
-	if !tracked {
+	if held {
+		r.emit(OutcomeExtensionStopped, d, deadline, ErrExtensionLimit, nil)
 		return
 	}
-	if it.held {
-		r.emit(OutcomeExtensionStopped, it, deadline, ErrExtensionLimit, nil)
-		return
-	}
-	to := now.Add(it.length)
-	if to.After(it.limit) {
-		to = it.limit
+	to := now.Add(length)
+	if to.After(limit) {
+		to = limit
 	}
 	if !to.After(deadline) || !to.After(now) {
-		r.emit(OutcomeExtensionStopped, it, deadline, ErrExtensionLimit, nil)
+		r.emit(OutcomeExtensionStopped, d, deadline, ErrExtensionLimit, nil)
 		return
 	}
-	err := p.src.Extend(it.d.LeaseID, to.Sub(now))
+	err := p.src.Extend(d.LeaseID, to.Sub(now))
 	r.mu.Lock()
-	tracked = it.tracked
+	tracked := it.gen == gen && it.tracked
 	if err == nil && tracked {
 		it.deadline = to
 		it.extensions++
-		it.extendAt = to.Add(-it.margin)
+		it.extendAt = to.Add(-margin)
 		r.scheduleLocked(it)
 	}
 	r.mu.Unlock()
 	switch {
 	case err == nil:
 		p.extended.Add(1)
-		r.emit(OutcomeExtended, it, to, nil, nil)
+		r.emit(OutcomeExtended, d, to, nil, nil)
 	case tracked:
 		p.errs.Add(1)
-		p.logf(slog.LevelWarn, "poller: extending lease failed", "lease", it.d.LeaseID, "message", it.d.ID, "err", err)
-		r.emit(OutcomeExtensionStopped, it, deadline, nil, err)
+		p.logf(slog.LevelWarn, "poller: extending lease failed", "lease", d.LeaseID, "message", d.ID, "err", err)
+		r.emit(OutcomeExtensionStopped, d, deadline, nil, err)
 	}
 	// An Extend that failed because the lease was settled meanwhile
 	// changed nothing, and nobody needs to hear of it.

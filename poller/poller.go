@@ -85,6 +85,7 @@ type Poller[T any] struct {
 	polled, acked, retried, deadLettered atomic.Uint64
 	extended, released, panics, errs     atomic.Uint64
 	inFlight, running                    atomic.Int64
+	items                                sync.Pool // of *item[T], for reuse (see item)
 }
 
 // New returns a Poller that runs h on the deliveries of src. Options set
@@ -320,7 +321,8 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 	if pp, ok := p.src.(backend.PoolPoller[T]); ok { // its Polls say when they park, and can hold
 		r.pp = pp
 		r.rest.parking = backend.NewParking(r.change)
-		r.req = backend.PollRequest{Parking: r.rest.parking}
+		r.buf = make([]queue.Delivery[T], 0, p.cfg.batch)
+		r.req = backend.PollRequest{Parking: r.rest.parking, Buf: &r.buf}
 		if p.cfg.maxExtension != NoExtension { // lease for the whole allowance (see the package doc)
 			r.req.Hold = p.cfg.maxExtension
 		}

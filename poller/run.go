@@ -73,6 +73,7 @@ type run[T any] struct {
 	stopPolling    context.CancelFunc      // ends ctx
 	shut           atomic.Bool             // Shutdown stopped the run: no drain timeout
 	pp             backend.PoolPoller[T]   // the source, if it takes a pool's requests; nil otherwise
+	buf            []queue.Delivery[T]     // the Polls' buffer (req.Buf): each Poll's deliveries, copied into items before the next
 	req            backend.PollRequest     // what the pool asks of each Poll of pp (Max set per Poll)
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
@@ -152,9 +153,7 @@ func (r *run[T]) pollLoop() error {
 			p.polled.Add(uint64(len(ds)))
 			now := p.cfg.clock.Now()
 			for _, d := range ds {
-				it := r.newItem(d, now, held)
-				r.track(it)
-				r.work <- it // never blocks: it holds a slot
+				r.work <- r.take(d, now, held) // never blocks: it holds a slot
 			}
 			// Let the workers just handed these start them before the
 			// room for the next Poll is counted: a handler that returns at
@@ -335,9 +334,9 @@ func (r *run[T]) finish(it *item[T], herr error) {
 	var (
 		out  Outcome
 		serr error
-		dir  directive
 	)
-	isDir := herr != nil && errors.As(herr, &dir)
+	dir := directiveOf(herr)
+	isDir := dir != nil
 	_, giveUp := dir.(*giveUpError)
 	slow, slowed := dir.(*slowDownError)
 	if slowed {
@@ -394,10 +393,11 @@ func (r *run[T]) finish(it *item[T], herr error) {
 			p.released.Add(1)
 		}
 	}
-	r.emit(out, it, deadline, herr, serr)
+	r.emit(out, it.d, deadline, herr, serr)
 	if !leaves {
 		<-r.slots
 	}
+	r.recycle(it)
 }
 
 // lastAttempt reports whether d is its message's last allowed attempt, so
@@ -412,12 +412,13 @@ func (r *run[T]) release(it *item[T]) {
 	deadline := r.untrack(it)
 	if !r.closed.Load() {
 		if serr := r.releaseID(it.d); serr != nil {
-			r.emit(OutcomeSettleFailed, it, deadline, nil, serr)
+			r.emit(OutcomeSettleFailed, it.d, deadline, nil, serr)
 		} else {
-			r.emit(OutcomeReleased, it, deadline, nil, nil)
+			r.emit(OutcomeReleased, it.d, deadline, nil, nil)
 		}
 	}
 	<-r.slots
+	r.recycle(it)
 }
 
 // releaseID releases d's lease, counting the result.
@@ -433,11 +434,10 @@ func (r *run[T]) releaseID(d queue.Delivery[T]) error {
 }
 
 // emit hands an event to the observer, if there is one.
-func (r *run[T]) emit(out Outcome, it *item[T], deadline time.Time, err, serr error) {
+func (r *run[T]) emit(out Outcome, d queue.Delivery[T], deadline time.Time, err, serr error) {
 	if r.p.observe == nil {
 		return
 	}
-	d := it.d
 	d.Deadline = deadline
 	r.p.observe(Event[T]{Outcome: out, Delivery: d, Err: err, SourceErr: serr})
 }
@@ -460,4 +460,18 @@ func (c *timeoutCtx) Err() error {
 		return context.DeadlineExceeded
 	}
 	return err
+}
+
+// directiveOf returns the directive (RetryAfter, GiveUp, SlowDown) err
+// carries, or nil. A function of its own: errors.As takes the variable's
+// address, which would put it on the heap in every finish, a success's too.
+func directiveOf(err error) directive {
+	if err == nil {
+		return nil
+	}
+	var dir directive
+	if errors.As(err, &dir) {
+		return dir
+	}
+	return nil
 }

@@ -20,7 +20,11 @@ func (q *Queue[T]) PollFor(ctx context.Context, req backend.PollRequest) ([]queu
 		return nil, false, invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
 	}
 	h := &hint{hold: req.Hold, pk: req.Parking}
-	ds, err := q.poll(ctx, nil, req.Max, true, 0, h)
+	var dst []queue.Delivery[T]
+	if buf, ok := req.Buf.(*[]queue.Delivery[T]); ok && buf != nil {
+		dst = (*buf)[:0] // the pool's: leaseLocked grows it only past its capacity
+	}
+	ds, err := q.poll(ctx, dst, req.Max, true, 0, h)
 	return ds, h.held && len(ds) > 0, err
 }
 
