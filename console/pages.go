@@ -30,8 +30,8 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		return path + "?" + q.Encode()
 	}
 	funcs := template.FuncMap{
-		"url":  func(path string, kv ...string) string { return prefix + here(path, kv...) },
-		"here": here,
+		"url":    func(path string, kv ...string) string { return prefix + here(path, kv...) },
+		"here":   here,
 		"prefix": func() string { return prefix },
 		"ago":    func(secs float64) string { return ago(time.Duration(secs * float64(time.Second))) },
 		"took":   func(secs float64) string { return took(time.Duration(secs * float64(time.Second))) },
