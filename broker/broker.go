@@ -96,9 +96,10 @@ type topicEntry[T any] struct {
 	ids   idPool // the IDs of the messages published to it
 }
 
-// newTopicEntry returns the entry of a new topic.
-func newTopicEntry[T any](name string) *topicEntry[T] {
+// newTopicEntry returns the entry of a new topic of b.
+func (b *Broker[T]) newTopicEntry(name string) *topicEntry[T] {
 	t := &topicEntry[T]{name: name}
+	t.dedup.clock, t.dedup.window = b.clock, b.dedupWindow
 	t.ids.init()
 	return t
 }
@@ -181,6 +182,9 @@ func (b *Broker[T]) Close() error {
 	b.closed = true
 	b.published.Store(nil)
 	subs := b.allLocked()
+	for _, t := range b.topics {
+		t.dedup.stop()
+	}
 	b.topics = map[string]*topicEntry[T]{}
 	b.patterns = map[string][]*Subscription[T]{}
 	b.trie = trie[T]{}

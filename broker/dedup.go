@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/queue"
@@ -35,6 +36,13 @@ type dedup[T any] struct {
 	// settled is closed (and dropped) when a pending ID is confirmed or
 	// forgotten; nil while no publish waits for one.
 	settled chan struct{}
+
+	// The janitor forgets expired IDs when no publish comes to: a timer
+	// on the broker's clock, armed while IDs are held.
+	clock   clock.Clock
+	window  time.Duration
+	janitor *clock.Timer
+	stopped bool // the topic is gone or the broker closed: no janitor
 }
 
 // dedupEntry is a pending ID: the publish that reserved it holds it until
@@ -111,8 +119,43 @@ func (d *dedup[T]) confirmLocked(e *dedupEntry[T]) {
 	if d.pending[e.id] == e {
 		delete(d.pending, e.id)
 		d.ids.put(e.id, e.msg, e.at.UnixNano(), e.orig)
+		d.armLocked()
 	}
 	d.wakeLocked()
+}
+
+// armLocked arms the janitor, if IDs are held and it is not armed: it
+// runs a window from now, so an ID is forgotten at most a window after
+// its own window passed, publishes or none.
+func (d *dedup[T]) armLocked() {
+	if d.janitor != nil || d.stopped || d.clock == nil || d.ids.len() == 0 {
+		return
+	}
+	d.janitor = d.clock.AfterFunc(d.window, d.sweep)
+}
+
+// sweep is the janitor: it forgets the IDs whose window has passed and
+// arms itself again while IDs remain.
+func (d *dedup[T]) sweep() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.janitor = nil
+	if d.stopped {
+		return
+	}
+	d.expireLocked(d.clock.Now(), d.window)
+	d.armLocked()
+}
+
+// stop disarms the janitor for good: the topic is gone.
+func (d *dedup[T]) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stopped = true
+	if d.janitor != nil {
+		d.janitor.Stop()
+		d.janitor = nil
+	}
 }
 
 // forget drops e, whose publish stored its message nowhere, and wakes the
@@ -150,6 +193,7 @@ func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time, orig *queue.Messa
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.ids.put(id, msg, at.UnixNano(), orig)
+	d.armLocked()
 }
 
 // liveLocked returns the confirmed IDs still remembered at now, oldest

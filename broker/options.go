@@ -116,7 +116,9 @@ func WithDeadLetterLimit(n int) Option {
 
 // WithDedupWindow sets how long a publish dedup ID (WithDedupID) is
 // remembered, from its first publish (default five
-// minutes, SQS FIFO's window). d must be > 0.
+// minutes, SQS FIFO's window). d must be > 0. An expired ID's memory is
+// given back by the next dedup publish to its topic, or at most a window
+// later by a timer on the broker's clock.
 func WithDedupWindow(d time.Duration) Option {
 	return Option{func(cfg *config) {
 		if d <= 0 {

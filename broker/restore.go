@@ -95,7 +95,7 @@ func (r *restorer[T]) topics() {
 	b := r.b
 	b.mu.Lock()
 	for name := range r.rs.topics {
-		t := newTopicEntry[T](name)
+		t := b.newTopicEntry(name)
 		b.topics[name] = t
 		b.rebuildLocked(t)
 	}

@@ -30,7 +30,7 @@ func (b *Broker[T]) CreateTopic(name string) error {
 		b.mu.Unlock()
 		return nil
 	}
-	t := newTopicEntry[T](name)
+	t := b.newTopicEntry(name)
 	b.topics[name] = t
 	b.rebuildLocked(t)
 	b.topicCreatedLocked()
@@ -51,6 +51,7 @@ func (b *Broker[T]) DeleteTopic(name string) error {
 		return err
 	}
 	delete(b.topics, name)
+	t.dedup.stop()
 	b.publishTopicsLocked()
 	b.dur.deletedTopic(name)
 	subs := t.exact
