@@ -20,7 +20,14 @@ type replay struct {
 	subs    map[uint32]*rsub
 	deadSeq uint64
 	dedup   map[string][]rdedup  // by topic, oldest first
-	envs    map[uuid.UUID][]byte // every message's envelope seen in a put, for recDedupRef and recPutRef
+	// envs holds the envelopes of puts that a later record may name by
+	// the message's ID: every put's in a journal of format 2 (its
+	// recDedupRef), the puts of the group being replayed in a later one
+	// (recPutRef names a put of its own group, and is the only record that
+	// does): keeping every put's made each one a map insert.
+	envs     map[uuid.UUID][]byte
+	version  uint64 // the format of the segment being replayed
+	grouping bool   // a group's records are being replayed
 	// early holds the records about a message of a live subscription that
 	// came before its put: a consumer's, made between the offer and the
 	// append of the publish's group (see group). A put applies them.
@@ -74,6 +81,13 @@ func newReplay() *replay {
 // group replays a group's records in order: all of them, since the frame
 // that holds them is whole.
 func (rs *replay) group(d *dec) error {
+	rs.grouping = true
+	defer func() {
+		rs.grouping = false
+		if rs.version >= 3 {
+			clear(rs.envs) // no later record names these puts
+		}
+	}()
 	n := d.uint()
 	if n > uint64(len(d.b)) { // each record takes at least a byte
 		d.fail()
@@ -228,6 +242,7 @@ func (rs *replay) applyOne(body []byte, inGroup bool) error {
 // code reads.
 func (rs *replay) format(d *dec) error {
 	magic, version := d.str(), d.uint()
+	rs.version = version
 	if d.err == nil && (magic != formatMagic || version < 1 || version > formatVersion) {
 		return fmt.Errorf("journal format %q version %d, this is %q version %d", magic, version, formatMagic, formatVersion)
 	}
@@ -333,7 +348,9 @@ func (rs *replay) put(d *dec, env []byte) error {
 		return nil
 	}
 	id := uuid.UUID(m.env[:16])
-	rs.envs[id] = m.env // for a recDedupRef or recPutRef after it
+	if rs.grouping || rs.version < 3 {
+		rs.envs[id] = m.env // for a recPutRef after it in its group, or a format 2 recDedupRef
+	}
 	if s := rs.subs[sub]; s != nil && (!s.gone || m.dead) {
 		if m.dead {
 			rs.deadSeq++
