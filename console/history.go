@@ -3,6 +3,7 @@ package console
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -72,6 +73,9 @@ type history struct {
 	subs    map[[2]string]*ring // by topic and name
 }
 
+// ErrRecording is Record's answer while another Record of the console runs.
+var ErrRecording = errors.New("console: Record is running already")
+
 // clocked is a backend that says which clock it reads (the broker does):
 // Record samples on it, so that a test's mock clock drives the history.
 type clocked interface{ Clock() clock.Clock }
@@ -83,16 +87,20 @@ func (bb brokerBackend[T]) Clock() clock.Clock { return bb.b.Clock() }
 // points of them in memory for the charts on the overview and each
 // subscription's page, and for api/history. It returns ctx's error. A
 // console whose Record is not running shows no charts. Run it once: a
-// second Record while one runs returns an error at once.
+// second Record while one runs returns ErrRecording at once; a nil ctx is
+// an error matching queue.ErrInvalidArgument.
 //
 // It costs the broker one Stats per subscription per step, nothing in
 // between. A durable broker's history is not kept across a restart.
 func (c *Console[T]) Record(ctx context.Context) error {
+	if ctx == nil {
+		return backend.Invalid("console: Record: nil context")
+	}
 	h := &c.hist
 	h.mu.Lock()
 	if h.running {
 		h.mu.Unlock()
-		return fmt.Errorf("console: Record is running already")
+		return ErrRecording
 	}
 	h.running = true
 	h.mu.Unlock()

@@ -59,7 +59,9 @@ func TestRecordKeepsAFixedHistory(t *testing.T) {
 	first := waitHistory(t, url, brokertest.Epoch)
 	require.Len(t, first.Points, 1)
 	assert.Equal(t, console.HistoryPoint{At: brokertest.Epoch}, first.Points[0], "the first point counts nothing")
-	assert.Error(t, c.Record(ctx), "a second Record")
+	assert.ErrorIs(t, c.Record(ctx), console.ErrRecording, "a second Record")
+	//lint:ignore SA1012 a nil context is the invalid input under test
+	assert.ErrorIs(t, c.Record(nil), queue.ErrInvalidArgument)
 
 	// Each minute: what was published, acked, retried, dead-lettered, and the depth.
 	for minute := 1; minute <= 5; minute++ {

@@ -17,7 +17,7 @@ import (
 // WithRegistry joins it when a Run starts and leaves it when the Run
 // returns; meanwhile Pools shows its workers, its counters and every
 // handler running, with its message, since when and its lease's deadline.
-// It is safe for concurrent use. Make one with NewRegistry.
+// It is safe for concurrent use; the zero Registry is empty and ready.
 type Registry struct {
 	mu    sync.Mutex
 	next  uint64
@@ -31,6 +31,9 @@ func NewRegistry() *Registry { return &Registry{pools: map[uint64]func() PoolSta
 // function that takes it out.
 func (g *Registry) join(snap func() PoolStatus) (leave func()) {
 	g.mu.Lock()
+	if g.pools == nil { // a zero Registry
+		g.pools = map[uint64]func() PoolStatus{}
+	}
 	g.next++
 	id := g.next
 	g.pools[id] = snap
