@@ -19,7 +19,7 @@ type replay struct {
 	topics  map[string]bool
 	subs    map[uint32]*rsub
 	deadSeq uint64
-	dedup   map[string][]rdedup  // by topic, oldest first
+	dedup   map[string][]rdedup // by topic, oldest first
 	// envs holds the envelopes of puts that a later record may name by
 	// the message's ID: every put's in a journal of format 2 (its
 	// recDedupRef), the puts of the group being replayed in a later one

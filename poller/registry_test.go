@@ -15,7 +15,7 @@ import (
 // extensions, the longest-running first; it leaves when Run returns.
 func TestRegistryShowsRunningHandlers(t *testing.T) {
 	mock, b, sub := newBroker(t) // visibility timeout 10s
-	reg := new(poller.Registry) // the zero Registry is ready (the console's tests use NewRegistry)
+	reg := new(poller.Registry)  // the zero Registry is ready (the console's tests use NewRegistry)
 	ev := newEvents[string]()
 	calls := make(chan handlerCall)
 	p, err := poller.New(remote{sub}, blockingHandler(calls), poller.WithClock(mock), poller.WithWorkers(2),
