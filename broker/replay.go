@@ -394,14 +394,17 @@ func (rs *replay) deliver(d *dec) {
 	}
 	for range n {
 		id := d.id()
-		var one enc // this delivery alone, to wait for the put
-		one.start(recDeliver).sub(sub)
-		one.uint(1)
-		one.id(id)
-		if rs.waits(sub, id, one.b) {
-			continue
+		m := rs.msg(sub, id)
+		if m == nil { // perhaps its put comes later: this delivery alone waits for it
+			var one enc
+			one.start(recDeliver).sub(sub)
+			one.uint(1)
+			one.id(id)
+			if rs.waits(sub, id, one.b) {
+				continue
+			}
 		}
-		if m := rs.msg(sub, id); m != nil && !m.dead {
+		if m != nil && !m.dead {
 			if m.inFlight { // delivered again unsettled: its lease expired in between
 				m.lastErr = expiredText
 			}
