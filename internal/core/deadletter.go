@@ -119,13 +119,18 @@ func (q *Queue[T]) noteLocked(end time.Time, e *entry[T], outcome queue.AttemptO
 	if e.leased != noTick {
 		a.Held = end.Sub(q.timeOf(e.leased))
 	}
+	h := q.hist[e.slot] // the entry's own: a dead letter takes it only as the entry goes
+	if len(h) == queue.MaxHistory {
+		h = h[:copy(h, h[1:])] // the oldest goes
+	}
+	q.setHistLocked(e, append(h, a))
+}
+
+// setHistLocked gives e the history h.
+func (q *Queue[T]) setHistLocked(e *entry[T], h []queue.Attempt) {
 	if q.hist == nil {
 		q.hist = make(map[uint32][]queue.Attempt)
 	}
-	h := q.hist[e.slot]
-	if len(h) == queue.MaxHistory {
-		h = append(h[:0:0], h[1:]...) // a new array: a dead letter may hold the old one
-	}
-	q.hist[e.slot] = append(h, a)
+	q.hist[e.slot] = h
 	e.flags |= hasHistory
 }

@@ -230,11 +230,7 @@ func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
 		q.setTTLLocked(e, q.tickOf(now).after(ttl), ttl)
 	}
 	if len(dl.History) > 0 { // its attempts so far go on with it
-		if q.hist == nil {
-			q.hist = make(map[uint32][]queue.Attempt)
-		}
-		q.hist[e.slot] = slices.Clone(dl.History)
-		e.flags |= hasHistory
+		q.setHistLocked(e, slices.Clone(dl.History))
 	}
 	q.stats.Redriven++
 	if q.rec != nil {
