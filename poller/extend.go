@@ -214,7 +214,7 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 	d, deadline, held, length, limit, margin := it.d, it.deadline, it.held, it.length, it.limit, it.margin
 	r.mu.Unlock()
 	if held {
-		r.emit(OutcomeExtensionStopped, d, deadline, ErrExtensionLimit, nil)
+		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil)
 		return
 	}
 	to := now.Add(length)
@@ -222,7 +222,7 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 		to = limit
 	}
 	if !to.After(deadline) || !to.After(now) {
-		r.emit(OutcomeExtensionStopped, d, deadline, ErrExtensionLimit, nil)
+		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil)
 		return
 	}
 	err := p.src.Extend(d.LeaseID, to.Sub(now))
@@ -238,11 +238,11 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 	switch {
 	case err == nil:
 		p.extended.Add(1)
-		r.emit(OutcomeExtended, d, to, nil, nil)
+		r.emit(OutcomeExtended, &d, to, nil, nil)
 	case tracked:
 		p.errs.Add(1)
 		p.logf(slog.LevelWarn, "poller: extending lease failed", "lease", d.LeaseID, "message", d.ID, "err", err)
-		r.emit(OutcomeExtensionStopped, d, deadline, nil, err)
+		r.emit(OutcomeExtensionStopped, &d, deadline, nil, err)
 	}
 	// An Extend that failed because the lease was settled meanwhile
 	// changed nothing, and nobody needs to hear of it.

@@ -393,7 +393,7 @@ func (r *run[T]) finish(it *item[T], herr error) {
 			p.released.Add(1)
 		}
 	}
-	r.emit(out, it.d, deadline, herr, serr)
+	r.emit(out, &it.d, deadline, herr, serr)
 	if !leaves {
 		<-r.slots
 	}
@@ -412,9 +412,9 @@ func (r *run[T]) release(it *item[T]) {
 	deadline := r.untrack(it)
 	if !r.closed.Load() {
 		if serr := r.releaseID(it.d); serr != nil {
-			r.emit(OutcomeSettleFailed, it.d, deadline, nil, serr)
+			r.emit(OutcomeSettleFailed, &it.d, deadline, nil, serr)
 		} else {
-			r.emit(OutcomeReleased, it.d, deadline, nil, nil)
+			r.emit(OutcomeReleased, &it.d, deadline, nil, nil)
 		}
 	}
 	<-r.slots
@@ -434,12 +434,13 @@ func (r *run[T]) releaseID(d queue.Delivery[T]) error {
 }
 
 // emit hands an event to the observer, if there is one.
-func (r *run[T]) emit(out Outcome, d queue.Delivery[T], deadline time.Time, err, serr error) {
+func (r *run[T]) emit(out Outcome, d *queue.Delivery[T], deadline time.Time, err, serr error) {
 	if r.p.observe == nil {
 		return
 	}
-	d.Deadline = deadline
-	r.p.observe(Event[T]{Outcome: out, Delivery: d, Err: err, SourceErr: serr})
+	ev := Event[T]{Outcome: out, Delivery: *d, Err: err, SourceErr: serr}
+	ev.Delivery.Deadline = deadline
+	r.p.observe(ev)
 }
 
 // timeoutCtx is a handler context with a deadline kept on the poller's
