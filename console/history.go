@@ -195,26 +195,31 @@ func (c *Console[T]) historyOf(keep func(topic, name string) bool) HistoryView {
 	defer h.mu.Unlock()
 	v := HistoryView{Recording: h.running, Step: c.cfg.step.Seconds(), Series: []HistorySeries{}}
 	for k, r := range h.subs {
-		if !keep(k[0], k[1]) {
-			continue
+		if keep(k[0], k[1]) {
+			v.Series = append(v.Series, seriesOf(k, r))
 		}
-		ss := r.all()
-		hs := HistorySeries{Topic: k[0], Name: k[1], Points: make([]HistoryPoint, len(ss))}
-		for i, s := range ss {
-			p := HistoryPoint{At: time.Unix(0, s.at).UTC(), Depth: s.depth}
-			if i > 0 {
-				b := ss[i-1]
-				p.Published, p.Delivered, p.Acked = s.published-b.published, s.delivered-b.delivered, s.acked-b.acked
-				p.Retried, p.DeadLettered, p.Dropped = s.redelivered-b.redelivered, s.dead-b.dead, s.dropped-b.dropped
-			}
-			hs.Points[i] = p
-		}
-		v.Series = append(v.Series, hs)
 	}
 	slices.SortFunc(v.Series, func(a, b HistorySeries) int {
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Name, b.Name))
 	})
 	return v
+}
+
+// seriesOf returns the history r keeps of the subscription k (topic, name)
+// as points: each step's counts are the differences of its samples.
+func seriesOf(k [2]string, r *ring) HistorySeries {
+	ss := r.all()
+	hs := HistorySeries{Topic: k[0], Name: k[1], Points: make([]HistoryPoint, len(ss))}
+	for i, s := range ss {
+		p := HistoryPoint{At: time.Unix(0, s.at).UTC(), Depth: s.depth}
+		if i > 0 {
+			b := ss[i-1]
+			p.Published, p.Delivered, p.Acked = s.published-b.published, s.delivered-b.delivered, s.acked-b.acked
+			p.Retried, p.DeadLettered, p.Dropped = s.redelivered-b.redelivered, s.dead-b.dead, s.dropped-b.dropped
+		}
+		hs.Points[i] = p
+	}
+	return hs
 }
 
 func (c *Console[T]) historyJSON(w http.ResponseWriter, r *http.Request) {
@@ -265,11 +270,15 @@ type chartLine struct {
 
 // series returns one subscription's history, or nil if none is kept.
 func (c *Console[T]) series(topic, name string) *HistorySeries {
-	v := c.historyOf(func(t, n string) bool { return t == topic && n == name })
-	if len(v.Series) == 0 {
+	k := [2]string{topic, name}
+	c.hist.mu.Lock()
+	defer c.hist.mu.Unlock()
+	r := c.hist.subs[k] // one lookup: the overview asks for each row's
+	if r == nil {
 		return nil
 	}
-	return &v.Series[0]
+	hs := seriesOf(k, r)
+	return &hs
 }
 
 // lines returns the named lines of a series, for chart.
