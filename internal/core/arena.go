@@ -248,9 +248,7 @@ func (q *Queue[T]) admitLocked(now time.Time, kq *keyQueue[T]) {
 // generation, so e's leases become unknown.
 func (q *Queue[T]) recycleLocked(e *entry[T]) {
 	q.setErrKindLocked(e, errNone)
-	if e.is(hasHistory) {
-		delete(q.hist, e.slot)
-	}
+	q.dropHistLocked(e)
 	*e = entry[T]{slot: e.slot, gen: e.gen, place: uint64(q.freeHead)}
 	q.freeHead = e.slot + 1
 	q.nheld--

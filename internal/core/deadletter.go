@@ -14,7 +14,7 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason queue.Rea
 	_, ttl := q.expiresLocked(e)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
 	if e.is(hasHistory) {
-		n.hist = q.hist[e.slot] // the entry lets go of it (recycleLocked)
+		n.hist = q.takeHistLocked(e) // the entry lets go of it (recycleLocked)
 	}
 	if key := e.key(); key != "" {
 		if kq := q.keys[key]; kq != nil {
@@ -58,7 +58,7 @@ type deadNote[T any] struct {
 	at        time.Time
 	place     uint64
 	ttl       time.Duration
-	hist      []queue.Attempt
+	hist      history // made a []queue.Attempt by letter, outside the lock
 }
 
 // letter returns the dead letter n stands for. It reads no state that
@@ -73,7 +73,7 @@ func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
 			LastError:    n.lastErr,
 			At:           n.at,
 			KeyContinued: n.continued,
-			History:      n.hist,
+			History:      q.attempts(n.hist),
 		},
 		origin: q.scope,
 		Place:  n.place,
@@ -108,29 +108,4 @@ func clipTo(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + mark
-}
-
-// noteLocked adds to e's history the attempt that ended at end with
-// outcome (and, for a failure, its error text). Only an entry with an
-// attempt that was not acked has a history: a message that is acked at
-// its first delivery costs nothing.
-func (q *Queue[T]) noteLocked(end time.Time, e *entry[T], outcome queue.AttemptOutcome, text string) {
-	a := queue.Attempt{Attempt: int(e.attempt), Outcome: outcome, At: end, Error: clipTo(text, queue.MaxHistoryError)}
-	if e.leased != noTick {
-		a.Held = end.Sub(q.timeOf(e.leased))
-	}
-	h := q.hist[e.slot] // the entry's own: a dead letter takes it only as the entry goes
-	if len(h) == queue.MaxHistory {
-		h = h[:copy(h, h[1:])] // the oldest goes
-	}
-	q.setHistLocked(e, append(h, a))
-}
-
-// setHistLocked gives e the history h.
-func (q *Queue[T]) setHistLocked(e *entry[T], h []queue.Attempt) {
-	if q.hist == nil {
-		q.hist = make(map[uint32][]queue.Attempt)
-	}
-	q.hist[e.slot] = h
-	e.flags |= hasHistory
 }

@@ -48,6 +48,11 @@ func (h *harness) offer(o op, now time.Time, settled bool) {
 	h.logf("%v: Offer msg %d prio %v key %q delay %v ttl %v publishedAt %v", o, p, prio, key, delay, ttl, at)
 	h.track[p] = &attemptTrack{}
 	h.sameErr("Offer", h.q.Offer(ctx, msg, delay, opts...), h.m.offer(modelAt, msg, delay, ttl))
+	h.q.mu.Lock()
+	if h.q.sweepLeft {
+		h.cover["Offer:left the settle"]++
+	}
+	h.q.mu.Unlock()
 }
 
 func (h *harness) poll(o op, now time.Time) {
@@ -164,7 +169,7 @@ func (h *harness) advance(o op, now time.Time) {
 	h.logf("%v: clock +%v (check deferred: %v)", o, d, h.defer_)
 	h.clk.advance(d)
 	if !h.defer_ {
-		h.check()
+		h.check(false)
 	}
 }
 

@@ -317,7 +317,7 @@ func TestQueueModel(t *testing.T) {
 var requiredCoverage = []string{
 	"Ack:nil", "Ack:Expired", "Ack:NotFound", "Ack:late", "Ack:superseded", "AckBatch:nil", "AckBatch:NotFound",
 	"Nack:nil", "Nack:Expired", "Fail:nil", "Reject:nil", "Release:nil", "Release:Expired", "Extend:nil", "Extend:Expired",
-	"Redrive:nil", "Redrive:Full", "Redrive foreign:nil", "Redrive:overflow letter", "Redrive:expired letter", "Offer:nil", "Offer:Full", "Offer:Full+Canceled", "Purge:nil", "Close:nil",
+	"Redrive:nil", "Redrive:Full", "Redrive foreign:nil", "Redrive:overflow letter", "Redrive:expired letter", "Offer:nil", "Offer:left the settle", "Offer:Full", "Offer:Full+Canceled", "Purge:nil", "Close:nil",
 	"Poll:nil", "Poll:Canceled", "Poll:Closed", "Ack:Closed",
 	"dead letter:max-attempts", "dead letter:expired", "dead letter:overflow", "dead letter:rejected", "dead letter:key continued",
 	"delivery:first", "delivery:redelivery", "delivery:after release", "delivery:after redrive",

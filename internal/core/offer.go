@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/leasebus/leasebus/queue"
@@ -98,16 +97,32 @@ func (q *Queue[T]) Offer(ctx context.Context, m *queue.Message[T], delay time.Du
 }
 
 // offerNeedsNoSettleLocked reports whether an Offer of m at now may leave
-// an unfinished settle (another call's, between two chunks; see
-// sweepLocked) for later, because its outcome is the same before and
-// after the rest of that settle and its own settle at now: there is room
-// whatever the settle frees, m's key (if any) holds nothing the settle
-// could change, and now is no earlier than the settle's time, so that m is
-// not due in it (neither its delay nor its TTL can have passed). Without
-// an unfinished settle it reports false: every call settles first.
+// the settle due (another call's unfinished one, between two chunks, or
+// one nobody has begun; see sweepLocked) for later, because its outcome
+// is the same before and after that settle and its own at now: there is
+// room whatever the settle frees, m's key (if any) holds nothing the
+// settle could change, the queue takes no fair turns (which go by the
+// order messages become visible in), and now is no earlier than the
+// settle's time, so that m is not due in it (neither its delay nor its TTL
+// can have passed).
+//
+// A settle due that nobody has begun it leaves at now (q.sweepLeft): the
+// next call that settles does it there before its own, as this Offer
+// would have, so a publish never does the sweep of a million expiries it
+// happened to find (issue 46), and a single goroutine sees no difference.
+// With nothing due it reports false: the settle costs nothing.
 func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *queue.Message[T]) bool {
-	return q.sweeping && !now.Before(q.sweepAt) && q.nheld < q.cfg.MaxQueue &&
-		(m.Key == "" || q.keys[m.Key] == nil)
+	if q.nheld >= q.cfg.MaxQueue || (m.Key != "" && q.keys[m.Key] != nil) || q.ready.fair != nil {
+		return false
+	}
+	if q.sweeping {
+		return !now.Before(q.sweepAt)
+	}
+	if q.tickOf(now) < q.due {
+		return false
+	}
+	q.sweeping, q.sweepAt, q.sweepLeft = true, now, true
+	return true
 }
 
 // offerSpec is what an Offer's options say.
@@ -230,7 +245,7 @@ func (q *Queue[T]) Redrive(dl Letter[T], opts ...OfferOption) error {
 		q.setTTLLocked(e, q.tickOf(now).after(ttl), ttl)
 	}
 	if len(dl.History) > 0 { // its attempts so far go on with it
-		q.setHistLocked(e, slices.Clone(dl.History))
+		q.setAttemptsLocked(e, dl.History)
 	}
 	q.stats.Redriven++
 	if q.rec != nil {

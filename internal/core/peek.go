@@ -105,7 +105,7 @@ func (q *Queue[T]) heldLocked(e *entry[T], st queue.State) queue.Held[T] {
 		LastError: q.lastErrLocked(e),
 	}
 	if e.is(hasHistory) {
-		h.History = slices.Clone(q.hist[e.slot])
+		h.History = q.histOf(e)
 	}
 	if st != queue.StateVisible && e.at != noTick && e.at != farTick {
 		h.At = q.timeOf(e.at)

@@ -45,15 +45,18 @@ type Queue[T any] struct {
 
 	mu           sync.Mutex // guards everything below
 	closed       bool
-	paused       bool                       // Pause: nothing is leased until Resume
-	arena        [][]entry[T]               // every entry, held or free, by slot, in chunks (pointers stay valid)
-	ttls         [][]ttlInfo                // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
-	errs         map[uint32]string          // by slot: the LastError of entries whose text is not the queue's own (errCustom)
-	hist         map[uint32][]queue.Attempt // by slot: the attempts not acked of entries that had some (flag hasHistory)
-	slots        uint32                     // slots in the arena
-	freeHead     uint32                     // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
-	nheld        int                        // entries held
-	maxGen       uint32                     // the highest generation handed out: a new chunk starts above it
+	paused       bool              // Pause: nothing is leased until Resume
+	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
+	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
+	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
+	hist         []*histPage       // by slot: the attempts not acked of entries that had some (flag hasHistory; history.go)
+	histSlab     []attemptRec      // first attempts not handed out yet
+	histText     map[uint64]string // the attempts' own error texts, by attemptRec.text
+	nextText     uint64            // the last key of histText handed out, less failedID
+	slots        uint32            // slots in the arena
+	freeHead     uint32            // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
+	nheld        int               // entries held
+	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
 	ready        ready[T]
 	delayed      entryHeap[T] // by (visibleAt, place)
 	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
@@ -71,7 +74,8 @@ type Queue[T any] struct {
 	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
 	backlog      [][]deadNote[T]         // earlier ones of an unfinished sweep, to hand before pending
 	dirty        bool                    // something was recorded since the last unlock
-	sweeping     bool                    // a settle (at sweepAt) unlocked between two chunks and is not done
+	sweeping     bool                    // a settle (at sweepAt) unlocked between two chunks, or left by an Offer, and is not done
+	sweepLeft    bool                    // that settle was left by an Offer (see offerNeedsNoSettleLocked): no call runs it
 	sweepAt      time.Time               // the time of that settle
 	swept        chan struct{}           // closed and dropped when it is done (or the queue closes); nil when none wait
 	sweepWaiters int                     // calls waiting for it
@@ -120,7 +124,7 @@ func (q *Queue[T]) resetLocked() {
 		q.freeHead = slot
 	}
 	q.errs = nil
-	q.hist = nil
+	q.hist, q.histText = nil, nil
 	q.nheld = 0
 	q.ready.reset(q.cfg.FairKeys)
 	q.delayed = newEntryHeap(byVisibleAt[T])

@@ -183,7 +183,7 @@ func (q *Queue[T]) Nack(id lease.ID, delay time.Duration) error {
 	}
 	return q.settle("nack", id, func(now time.Time, e *entry[T]) {
 		q.setErrKindLocked(e, errNacked)
-		q.noteLocked(now, e, queue.AttemptNacked, "")
+		q.noteLocked(q.tickOf(now), e, queue.AttemptNacked, "")
 		q.retryLocked(now, e, delay)
 		q.recordRetry(e)
 	})
@@ -213,7 +213,7 @@ func (q *Queue[T]) fail(id lease.ID, cause error, delay time.Duration) error {
 	text := errText(cause) // cause.Error() is user code: not under the lock
 	return q.settle("fail", id, func(now time.Time, e *entry[T]) {
 		q.setLastErrLocked(e, text)
-		q.noteLocked(now, e, queue.AttemptFailed, text)
+		q.noteLocked(q.tickOf(now), e, queue.AttemptFailed, text)
 		d := delay
 		if d < 0 {
 			d = q.cfg.Retry.Delay(int(e.attempt))
@@ -231,7 +231,7 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 	text := errText(cause)
 	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
 		q.setLastErrLocked(e, text)
-		q.noteLocked(now, e, queue.AttemptRejected, text)
+		q.noteLocked(q.tickOf(now), e, queue.AttemptRejected, text)
 		q.deadLetterLocked(now, e, queue.ReasonRejected)
 	})
 }
@@ -255,7 +255,7 @@ func (q *Queue[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
 
 func (q *Queue[T]) release(op string, id lease.ID, delay time.Duration) error {
 	return q.settle(op, id, func(now time.Time, e *entry[T]) {
-		q.noteLocked(now, e, queue.AttemptReleased, "")
+		q.noteLocked(q.tickOf(now), e, queue.AttemptReleased, "")
 		e.attempt--
 		m := e.msg
 		q.backLocked(now, e, delay)

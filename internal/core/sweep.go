@@ -45,6 +45,10 @@ const sweepChunk = 512
 //     it or after: an Offer with room and no held key
 //     (offerNeedsNoSettleLocked), an Ack or Extend of a lease not due
 //     (notDueLocked). Those go ahead without settling.
+//   - Such an Offer does not begin a sweep either: it leaves the settle
+//     due at its time (q.sweepLeft), and the next call that settles does
+//     that one first, as the Offer would have, then its own. A publish
+//     never does the sweep of the million expiries it found.
 //
 // So every outcome is one that the whole sweep settled under one hold
 // gives, with the calls in the order they took the lock; and as the calls
@@ -55,6 +59,14 @@ func (q *Queue[T]) sweepLocked(now time.Time) {
 		return // the common case: nothing due, known without a look
 	}
 	for q.sweeping {
+		if q.sweepLeft { // an Offer's, at its time: do it, as the Offer would have
+			q.sweepLeft = false
+			q.runSweepLocked(q.sweepAt)
+			if q.closed {
+				return
+			}
+			continue
+		}
 		if q.swept == nil {
 			q.swept = make(chan struct{})
 		}
@@ -68,6 +80,12 @@ func (q *Queue[T]) sweepLocked(now time.Time) {
 			return
 		}
 	}
+	q.runSweepLocked(now)
+}
+
+// runSweepLocked settles everything due at now, a chunk per lock hold,
+// for sweepLocked.
+func (q *Queue[T]) runSweepLocked(now time.Time) {
 	for !q.sweepChunkLocked(now) {
 		q.sweeping, q.sweepAt = true, now
 		if n := len(q.pending); n > 0 {
@@ -111,7 +129,7 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 	for range q.chunk {
 		if e := q.inflight.PopExpired(t); e != nil {
 			q.setErrKindLocked(e, errExpired)
-			q.noteLocked(q.timeOf(e.at), e, queue.AttemptExpired, "")
+			q.noteLocked(e.at, e, queue.AttemptExpired, "")
 			if q.exhausted(e) {
 				q.deadLetterLocked(now, e, queue.ReasonMaxAttempts)
 			} else {
