@@ -102,7 +102,10 @@
 // result (a lease on its last attempt, whose expiry dead-letters the
 // message; a message with an ordering key or a TTL), and otherwise leaves
 // what is due to the next call that reads the clock, so a dead letter's At
-// is when such a call noticed it. A blocked Poll sleeps on one timer for the earliest
+// is when such a call noticed it. Publish is the other: when what is due
+// cannot change where its message goes, it leaves that, at its own time,
+// to the next call that reads state, so a publisher never waits for a
+// million expiries it happened to find. A blocked Poll sleeps on one timer for the earliest
 // future event (a lease deadline or a delayed message) and on a broadcast
 // for publishes, nacks and close. Subscription.AwaitParked waits until n
 // Polls are asleep on the clock (a poller's pool parks one Poll for all its
