@@ -85,6 +85,9 @@ func TestHistoryGoesWithTheLetterAndComesBack(t *testing.T) {
 		{Attempt: 2, Outcome: queue.AttemptRejected, At: mock.Now(), Error: "poison"},
 	}
 	assert.Equal(t, want, letters[0].History)
+	q.mu.Lock()
+	assert.Empty(t, q.histText, "the texts of a message dead-lettered")
+	q.mu.Unlock()
 
 	err = q.Redrive(letters[0])
 	require.NoError(t, err)
