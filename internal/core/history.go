@@ -52,19 +52,7 @@ const histPageLen = 512
 // noteLocked adds to e's history the attempt that ended at end with
 // outcome (and, for a failure, its error text).
 func (q *Queue[T]) noteLocked(end tick, e *entry[T], outcome queue.AttemptOutcome, text string) {
-	r := attemptRec{end: end, leased: e.leased, attempt: int32(e.attempt), outcome: outcome}
-	switch text {
-	case "":
-	case failedText:
-		r.text = failedID
-	default:
-		if q.histText == nil {
-			q.histText = make(map[uint64]string)
-		}
-		q.nextText++
-		r.text = q.nextText + failedID
-		q.histText[r.text] = clipTo(text, queue.MaxHistoryError)
-	}
+	r := attemptRec{end: end, leased: e.leased, attempt: int32(e.attempt), outcome: outcome, text: q.keepText(text)}
 	if !e.is(hasHistory) {
 		if len(q.histSlab) == 0 {
 			q.histSlab = make([]attemptRec, histSlab)
@@ -89,6 +77,24 @@ func (q *Queue[T]) noteLocked(end tick, e *entry[T], outcome queue.AttemptOutcom
 		h = append(make([]attemptRec, 0, 4*cap(h)), h...)
 	}
 	q.setHistLocked(e, append(h, r))
+}
+
+// keepText keeps an attempt's error text (cut to MaxHistoryError) and
+// returns what its record holds for it.
+func (q *Queue[T]) keepText(text string) uint64 {
+	switch text {
+	case "":
+		return 0
+	case failedText:
+		return failedID
+	}
+	if q.histText == nil {
+		q.histText = make(map[uint64]string)
+	}
+	q.nextText++
+	id := q.nextText + failedID
+	q.histText[id] = clipTo(text, queue.MaxHistoryError)
+	return id
 }
 
 // recsOf returns all e's records: up to a few more than MaxHistory.
@@ -182,21 +188,9 @@ func (q *Queue[T]) setHistLocked(e *entry[T], h []attemptRec) {
 func (q *Queue[T]) setAttemptsLocked(e *entry[T], h []queue.Attempt) {
 	recs := make([]attemptRec, len(h))
 	for i, a := range h {
-		r := attemptRec{end: q.tickOf(a.At), leased: noTick, attempt: int32(a.Attempt), outcome: a.Outcome}
+		r := attemptRec{end: q.tickOf(a.At), leased: noTick, attempt: int32(a.Attempt), outcome: a.Outcome, text: q.keepText(a.Error)}
 		if a.Held > 0 {
 			r.leased = r.end - tick(a.Held)
-		}
-		switch a.Error {
-		case "":
-		case failedText:
-			r.text = failedID
-		default:
-			if q.histText == nil {
-				q.histText = make(map[uint64]string)
-			}
-			q.nextText++
-			r.text = q.nextText + failedID
-			q.histText[r.text] = a.Error
 		}
 		recs[i] = r
 	}
