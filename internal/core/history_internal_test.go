@@ -74,9 +74,9 @@ func TestHistoryGoesWithTheLetterAndComesBack(t *testing.T) {
 	require.NoError(t, err)
 	defer q.Close()
 	require.NoError(t, q.Offer(t.Context(), &queue.Message[int]{Payload: 1}, 0))
-	ds := q.TryPoll(1)
+	require.Len(t, q.TryPoll(1), 1)
 	mock.Add(time.Minute) // expires
-	ds = q.TryPoll(1)
+	ds := q.TryPoll(1)
 	require.Len(t, ds, 1)
 	require.NoError(t, q.Reject(ds[0].LeaseID, errors.New("poison")))
 	require.Len(t, letters, 1)
