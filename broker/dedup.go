@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -42,8 +43,16 @@ type dedup[T any] struct {
 	clock   clock.Clock
 	window  time.Duration
 	janitor *clock.Timer
-	stopped bool // the topic is gone or the broker closed: no janitor
+	ref     *janitorRef[T] // what the janitor's timer holds; nil until first armed
+	stopped bool           // the topic is gone or the broker closed: no janitor
 }
+
+// janitorRef is all a janitor's timer holds of its dedup. A stopped
+// runtime timer may stay in the runtime's timer heap until its time would
+// have come, a window later, holding its function: through this, stop
+// lets go of the topic's IDs at once, not a window after its broker is
+// closed and dropped.
+type janitorRef[T any] struct{ d atomic.Pointer[dedup[T]] }
 
 // dedupEntry is a pending ID: the publish that reserved it holds it until
 // it confirms or forgets it.
@@ -131,7 +140,16 @@ func (d *dedup[T]) armLocked() {
 	if d.janitor != nil || d.stopped || d.clock == nil || d.ids.len() == 0 {
 		return
 	}
-	d.janitor = d.clock.AfterFunc(d.window, d.sweep)
+	if d.ref == nil {
+		d.ref = new(janitorRef[T])
+		d.ref.d.Store(d)
+	}
+	ref := d.ref
+	d.janitor = d.clock.AfterFunc(d.window, func() {
+		if d := ref.d.Load(); d != nil {
+			d.sweep()
+		}
+	})
 }
 
 // sweep is the janitor: it forgets the IDs whose window has passed and
@@ -152,6 +170,9 @@ func (d *dedup[T]) stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.stopped = true
+	if d.ref != nil {
+		d.ref.d.Store(nil)
+	}
 	if d.janitor != nil {
 		d.janitor.Stop()
 		d.janitor = nil

@@ -70,3 +70,41 @@ func TestDedupJanitorForgetsWithoutAPublish(t *testing.T) {
 		t.Fatal("the janitor is armed after Close")
 	}
 }
+
+// Closing a broker lets go of its topics' dedup IDs at once: a stopped
+// runtime timer may stay in the runtime's timer heap until its time would
+// have come (a window later) with its function, which holds the janitor's
+// ref alone, and stop empties that. (BenchmarkDedupMemory, which closes a
+// broker with a five-minute window and measures the next one's heap,
+// read 130.5 B per ID with the dedup in the timer's function, 64.8 B
+// without.)
+func TestClosedBrokerLetsGoOfItsDedupIDs(t *testing.T) {
+	b, err := New[string]() // the real clock: the runtime's timers
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.CreateTopic("t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Subscribe("t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(context.Background(), "t", "x", WithDedupID("order-1")); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.RLock()
+	d := &b.topics["t"].dedup
+	b.mu.RUnlock()
+	d.mu.Lock()
+	ref := d.ref
+	d.mu.Unlock()
+	if ref == nil || ref.d.Load() != d {
+		t.Fatal("no janitor armed for a topic that holds an ID")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ref.d.Load() != nil {
+		t.Fatal("the janitor's timer still holds the closed broker's dedup IDs")
+	}
+}
