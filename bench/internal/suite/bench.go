@@ -135,7 +135,7 @@ func (i Impl) Messages(w Workload, short bool) int {
 }
 
 // Impls are the implementations, in table order.
-var Impls = []Impl{LeaseBus, LeaseBusSync, LeaseBusNoSync, MemPubSub, Watermill, GoqiteMem, GoqiteWAL, Chan, LeaseFloor}
+var Impls = []Impl{LeaseBus, LeaseBusPoll, LeaseBusSync, LeaseBusNoSync, MemPubSub, Watermill, GoqiteMem, GoqiteWAL, Chan, LeaseFloor}
 
 // FloorName is the implementation every ratio in the table is taken to.
 const FloorName = "leasefloor"

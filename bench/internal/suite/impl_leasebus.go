@@ -20,6 +20,50 @@ var LeaseBus = Impl{
 	New:    newLeaseBus,
 }
 
+// LeaseBusPoll is leasebus as the README and every example use it:
+// Poll(ctx, n), which returns a fresh slice, then Ack per delivery (the
+// path issue 46 measured), where LeaseBus reuses a buffer with PollInto.
+var LeaseBusPoll = Impl{
+	Name:   "leasebus-poll",
+	Module: "github.com/leasebus/leasebus (this tree), Poll + Ack",
+	Notes:  "as leasebus, with Poll(ctx, n) (a fresh slice each call) in place of PollInto",
+	New: func(s Setup) (System, error) {
+		sys, err := newLeaseBus(s)
+		if err != nil {
+			return nil, err
+		}
+		return pollLeaseBus{sys.(*leaseBus)}, nil
+	},
+	skip: func(w Workload, short bool) string {
+		if durableSkip(w, short) != "" {
+			return "the user's path: measured on W1–W4 only"
+		}
+		return ""
+	},
+}
+
+// pollLeaseBus is a leaseBus whose consumers use Poll.
+type pollLeaseBus struct{ *leaseBus }
+
+func (lb pollLeaseBus) Consumer(sub int) Consumer { return pollConsumer{lb.subs[sub]} }
+
+type pollConsumer struct{ s *broker.Subscription[[]byte] }
+
+func (c pollConsumer) Take(ctx context.Context, max int, fn func([]byte)) (int, error) {
+	ds, err := c.s.Poll(ctx, max)
+	for i, d := range ds {
+		if fn != nil {
+			fn(d.Payload)
+		}
+		if err := c.s.Ack(d.LeaseID); err != nil {
+			return i, err
+		}
+	}
+	return len(ds), err
+}
+
+func (c pollConsumer) Lease(max int) (int, error) { return len(c.s.TryPoll(max)), nil }
+
 // LeaseBusSync is leasebus's durable mode (broker.Open) with SyncAlways:
 // every call returns once its record is fdatasync'd; concurrent calls share
 // an fsync. Its journal is in a temporary directory on the local disk.
