@@ -6,11 +6,14 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,4 +225,85 @@ func BenchmarkSNSPublishToQueue(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+}
+
+// BenchmarkServeProtocols is SendMessage, ReceiveMessage of one and
+// DeleteMessage served in process (ServeHTTP, no network, no SDK), over
+// JSON and over the query protocol, the requests written out beforehand
+// or by a concatenation alike, so that the server's own cost of each
+// protocol is what differs: one op is one message's three requests.
+func BenchmarkServeProtocols(b *testing.B) {
+	for _, p := range []struct {
+		name                  string
+		ctype, target         string
+		send, receive, delete func(q, handle string) string
+		handle                *regexp.Regexp
+	}{{
+		name: "json", ctype: "application/x-amz-json-1.0", target: "AmazonSQS.",
+		send: func(q, _ string) string {
+			return `{"QueueUrl":"` + q + `","MessageBody":"` + sqsserver.BenchBody + `"}`
+		},
+		receive: func(q, _ string) string { return `{"QueueUrl":"` + q + `","MaxNumberOfMessages":1}` },
+		delete:  func(q, h string) string { return `{"QueueUrl":"` + q + `","ReceiptHandle":"` + h + `"}` },
+		handle:  regexp.MustCompile(`"ReceiptHandle":"([^"]*)"`),
+	}, {
+		name: "query", ctype: "application/x-www-form-urlencoded",
+		send: func(q, _ string) string {
+			return "Action=SendMessage&QueueUrl=" + url.QueryEscape(q) + "&MessageBody=" + url.QueryEscape(sqsserver.BenchBody)
+		},
+		receive: func(q, _ string) string {
+			return "Action=ReceiveMessage&QueueUrl=" + url.QueryEscape(q) + "&MaxNumberOfMessages=1"
+		},
+		delete: func(q, h string) string {
+			return "Action=DeleteMessage&QueueUrl=" + url.QueryEscape(q) + "&ReceiptHandle=" + url.QueryEscape(h)
+		},
+		handle: regexp.MustCompile(`<ReceiptHandle>([^<]*)</ReceiptHandle>`),
+	}} {
+		b.Run(p.name, func(b *testing.B) {
+			srv, err := sqsserver.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
+			call := func(ctype, target, body string) []byte {
+				req := httptest.NewRequest(http.MethodPost, "http://sqs.local/", strings.NewReader(body))
+				req.Header.Set("Content-Type", ctype)
+				if target != "" {
+					req.Header.Set("X-Amz-Target", target)
+				}
+				w := httptest.NewRecorder()
+				srv.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("%s: %d %s", target+body, w.Code, w.Body)
+				}
+				return w.Body.Bytes()
+			}
+			var created struct{ QueueUrl string }
+			if err := json.Unmarshal(call("application/x-amz-json-1.0", "AmazonSQS.CreateQueue", `{"QueueName":"bench"}`), &created); err != nil {
+				b.Fatal(err)
+			}
+			q := created.QueueUrl
+			serve := func(action, body string) []byte {
+				target := ""
+				if p.target != "" {
+					target = p.target + action
+				}
+				return call(p.ctype, target, body)
+			}
+			send, receive := p.send(q, ""), p.receive(q, "")
+			b.ReportAllocs()
+			for b.Loop() {
+				serve("SendMessage", send)
+				m := p.handle.FindSubmatch(serve("ReceiveMessage", receive))
+				if m == nil {
+					b.Fatal("nothing received")
+				}
+				h := string(m[1])
+				if p.name == "query" {
+					h = html.UnescapeString(h)
+				}
+				serve("DeleteMessage", p.delete(q, h))
+			}
+		})
+	}
 }

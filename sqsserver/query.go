@@ -2,7 +2,6 @@ package sqsserver
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -90,39 +89,46 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 		writeErr(err)
 		return
 	}
-	body := []byte("{}")
-	if h.in != nil {
-		in, _, err := svc.dialect.fromForm(form, "", h.in, action)
-		if err != nil {
+	var out any
+	var err error
+	if h.call != nil {
+		in := reflect.New(h.in)
+		if _, err := svc.dialect.fromFormInto(form, "", in.Elem(), action); err != nil {
 			writeErr(asError(err))
 			return
 		}
-		m := in.(map[string]any)
-		if _, ok := h.in.FieldByName("QueueURL"); ok && m["QueueUrl"] == nil && r.URL.Path != "/" {
-			m["QueueUrl"] = rc.baseURL() + r.URL.Path // posted to the queue's URL
+		if f := in.Elem().FieldByName("QueueURL"); f.IsValid() && f.Kind() == reflect.Pointer && f.IsNil() && r.URL.Path != "/" {
+			u := rc.baseURL() + r.URL.Path // posted to the queue's URL
+			f.Set(reflect.ValueOf(&u))
 		}
-		if body, err = json.Marshal(m); err != nil {
-			writeErr(kInternal.new("%v", err))
-			return
-		}
+		s.advanceTasks()
+		out, err = h.call(rc, in.Interface())
+	} else {
+		s.advanceTasks()
+		out, err = h.run(rc, []byte("{}"))
 	}
-	s.advanceTasks()
-	out, err := h.run(rc, body)
 	if err != nil {
 		writeErr(asError(err))
 		return
 	}
 	var b bytes.Buffer
-	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
-	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, svc.namespace)
-	var result bytes.Buffer
-	svc.dialect.writeXML(&result, reflect.ValueOf(out), action)
-	if result.Len() > 0 || hasFields(out) {
-		fmt.Fprintf(&b, "<%sResult>", action)
-		b.Write(result.Bytes())
-		fmt.Fprintf(&b, "</%sResult>", action)
+	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n<")
+	b.WriteString(action)
+	b.WriteString(`Response xmlns="`)
+	b.WriteString(svc.namespace)
+	b.WriteString(`">`)
+	open(&b, action+"Result")
+	start := b.Len()
+	svc.dialect.writeXML(&b, reflect.ValueOf(out), action)
+	if b.Len() > start || hasFields(out) {
+		closeTag(&b, action+"Result")
+	} else {
+		b.Truncate(start - len(action+"Result") - 2) // no Result element
 	}
-	fmt.Fprintf(&b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", reqID, action)
+	b.WriteString("<ResponseMetadata><RequestId>")
+	b.WriteString(reqID)
+	b.WriteString("</RequestId></ResponseMetadata>")
+	closeTag(&b, action+"Response")
 	w.Header().Set("Content-Type", "text/xml")
 	w.Header().Set("X-Amzn-RequestId", reqID)
 	_, _ = w.Write(b.Bytes()) // a write error means the client is gone

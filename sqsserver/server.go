@@ -306,7 +306,10 @@ func (s *Server) authenticate(rc *request) *Error {
 // protocols call the same run.
 type handler struct {
 	run func(rc *request, body []byte) (any, error)
-	in  reflect.Type
+	// call runs the action on its input already decoded (a *In, of type
+	// in), as the query protocol reads it; nil for an unsupported one.
+	call func(rc *request, in any) (any, error)
+	in   reflect.Type
 }
 
 // handlers maps each action to its handler; an action missing here is
@@ -347,7 +350,8 @@ func decode[In any](f func(rc *request, in *In) (any, error)) handler {
 			}
 			return f(rc, in)
 		},
-		in: reflect.TypeFor[In](),
+		call: func(rc *request, in any) (any, error) { return f(rc, in.(*In)) },
+		in:   reflect.TypeFor[In](),
 	}
 }
 
