@@ -31,26 +31,21 @@ import (
 func BenchmarkVersusGoaws(b *testing.B) {
 	const clients = 16
 	logrus.SetLevel(logrus.WarnLevel)
-	b.Run("leasebus-json", func(b *testing.B) {
-		srv, err := sqsserver.New()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer srv.Close()
-		hs := httptest.NewServer(srv)
-		defer hs.Close()
-		runVersus(b, clients, hs.URL, jsonCall)
-	})
-	b.Run("leasebus-query", func(b *testing.B) {
-		srv, err := sqsserver.New()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer srv.Close()
-		hs := httptest.NewServer(srv)
-		defer hs.Close()
-		runVersus(b, clients, hs.URL, queryCall)
-	})
+	for _, p := range []struct {
+		name string
+		do   call
+	}{{"leasebus-json", jsonCall}, {"leasebus-query", queryCall}} {
+		b.Run(p.name, func(b *testing.B) {
+			srv, err := sqsserver.New()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer srv.Close()
+			hs := httptest.NewServer(srv)
+			defer hs.Close()
+			runVersus(b, clients, hs.URL, p.do)
+		})
+	}
 	b.Run("goaws-query", func(b *testing.B) {
 		srv, err := servertest.New("127.0.0.1:0")
 		if err != nil {
