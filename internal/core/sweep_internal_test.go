@@ -405,7 +405,11 @@ func TestSweepRace(t *testing.T) {
 	for p := range publishers {
 		wg.Go(func() {
 			for i := range perPublisher {
-				if err := q.Offer(ctx, &queue.Message[int]{Payload: 400 + p*perPublisher + i}, 0); err != nil {
+				m := &queue.Message[int]{Payload: 400 + p*perPublisher + i}
+				if p%2 == 1 { // a key of its own: the locked path, which leaves a due sweep to the next call
+					m.Key = fmt.Sprint("k", m.Payload)
+				}
+				if err := q.Offer(ctx, m, 0); err != nil {
 					t.Errorf("Offer: %v", err)
 				}
 			}
