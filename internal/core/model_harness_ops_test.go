@@ -49,10 +49,11 @@ func (h *harness) offer(o op, now time.Time, settled bool) {
 	h.track[p] = &attemptTrack{}
 	h.sameErr("Offer", h.q.Offer(ctx, msg, delay, opts...), h.m.offer(modelAt, msg, delay, ttl))
 	h.q.mu.Lock()
-	if h.q.sweepLeft {
+	h.leftSettle = h.q.sweepLeft // the check's Stats settles it (every step ends with one)
+	h.q.mu.Unlock()
+	if h.leftSettle {
 		h.cover["Offer:left the settle"]++
 	}
-	h.q.mu.Unlock()
 }
 
 func (h *harness) poll(o op, now time.Time) {

@@ -51,6 +51,9 @@ type harness struct {
 	next   int    // next payload
 	trace  []string
 	defer_ bool // the Stats check waits for the next operation (lazy expiry)
+	// leftSettle is set by an Offer that left the settle due to the next
+	// call: its dead letters come with the check's Stats.
+	leftSettle bool
 
 	ops   int
 	cover map[string]int // what the run exercised, for the coverage floor
@@ -328,7 +331,8 @@ func (h *harness) step(o op) {
 		h.sameErr("Close again", h.q.Close(), nil)
 		h.m.closed = true
 	}
-	h.check(o.Kind == opOffer)
+	h.check(h.leftSettle)
+	h.leftSettle = false
 }
 
 func (h *harness) compareDeliveries(got []queue.Delivery[int], exp []*mEntry) {
@@ -450,12 +454,12 @@ func dlString(d queue.DeadLetter[int]) string {
 
 // check compares Stats, the dead letters and the queue's bookkeeping with
 // the model, and checks the conservation invariant.
-// check compares the queue with the model. After an Offer, the dead
-// letters come with the Stats that settles: an Offer that cannot tell
-// leaves the settle due for the next call (offerNeedsNoSettleLocked).
-func (h *harness) check(afterOffer bool) {
+// check compares the queue with the model. After an Offer that left the
+// settle due to the next call (offerNeedsNoSettleLocked), the dead letters
+// come with the Stats that settles.
+func (h *harness) check(settleLeft bool) {
 	h.t.Helper()
-	if !afterOffer {
+	if !settleLeft {
 		h.compareDead()
 	}
 	now := h.clk.Now()

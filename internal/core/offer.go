@@ -52,10 +52,10 @@ func (q *Queue[T]) Offer(ctx context.Context, m *queue.Message[T], delay time.Du
 			return err
 		}
 		q.roomLocked() // before the room is weighed (offerNeedsNoSettleLocked too)
-		if !q.offerNeedsNoSettleLocked(now, m) {
-			if err := q.settleOpenLocked(now); err != nil {
-				return err
-			}
+		if q.offerNeedsNoSettleLocked(now, m) {
+			q.leaveSettleLocked(now)
+		} else if err := q.settleOpenLocked(now); err != nil {
+			return err
 		}
 		if ttl == 0 {
 			ttl = q.cfg.TTL
@@ -106,23 +106,28 @@ func (q *Queue[T]) Offer(ctx context.Context, m *queue.Message[T], delay time.Du
 // settle's time, so that m is not due in it (neither its delay nor its TTL
 // can have passed).
 //
-// A settle due that nobody has begun it leaves at now (q.sweepLeft): the
-// next call that settles does it there before its own, as this Offer
-// would have, so a publish never does the sweep of a million expiries it
-// happened to find (issue 46), and a single goroutine sees no difference.
 // With nothing due it reports false: the settle costs nothing.
 func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *queue.Message[T]) bool {
-	if q.nheld >= q.cfg.MaxQueue || (m.Key != "" && q.keys[m.Key] != nil) || q.ready.fair != nil {
+	switch {
+	case q.nheld >= q.cfg.MaxQueue, m.Key != "" && q.keys[m.Key] != nil, q.ready.fair != nil:
 		return false
-	}
-	if q.sweeping {
+	case q.sweeping:
 		return !now.Before(q.sweepAt)
 	}
-	if q.tickOf(now) < q.due {
-		return false
+	return q.tickOf(now) >= q.due
+}
+
+// leaveSettleLocked leaves the settle due at now, which an Offer need not
+// do, to the next call that settles: it does it at now first, as the
+// Offer would have (sweepLocked). With another call's settle unfinished
+// there is nothing to mark: that call finishes its own, and the next one
+// settles at its time. So a publish never does the sweep of a million
+// expiries it happened to find (issue 46), and a single goroutine sees
+// no difference.
+func (q *Queue[T]) leaveSettleLocked(now time.Time) {
+	if !q.sweeping {
+		q.sweeping, q.sweepAt, q.sweepLeft = true, now, true
 	}
-	q.sweeping, q.sweepAt, q.sweepLeft = true, now, true
-	return true
 }
 
 // offerSpec is what an Offer's options say.
