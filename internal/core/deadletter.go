@@ -14,7 +14,7 @@ func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason queue.Rea
 	_, ttl := q.expiresLocked(e)
 	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
 	if e.is(hasHistory) {
-		n.hist = q.takeHistLocked(e) // the entry lets go of it (recycleLocked)
+		n.hist = q.historyLocked(e) // the entry lets go of it (recycleLocked)
 	}
 	if key := e.key(); key != "" {
 		if kq := q.keys[key]; kq != nil {

@@ -107,18 +107,7 @@ func (q *Queue[T]) recsOf(e *entry[T]) []attemptRec {
 
 // histOf returns e's history as a caller sees it: its latest MaxHistory
 // attempts, oldest first; nil without one.
-func (q *Queue[T]) histOf(e *entry[T]) []queue.Attempt {
-	recs := q.recsOf(e)
-	recs = recs[max(0, len(recs)-queue.MaxHistory):]
-	if len(recs) == 0 {
-		return nil
-	}
-	h := make([]queue.Attempt, len(recs))
-	for i, r := range recs {
-		h[i] = q.attempt(r, q.histText[r.text])
-	}
-	return h
-}
+func (q *Queue[T]) histOf(e *entry[T]) []queue.Attempt { return q.attempts(q.historyLocked(e)) }
 
 // attempt makes r the attempt a caller sees; text is its error text when
 // it has one of its own. It reads no state that changes after New.
@@ -137,7 +126,7 @@ func (q *Queue[T]) attempt(r attemptRec, text string) queue.Attempt {
 	return a
 }
 
-// attempts makes a dead letter's history what a caller sees. It reads no
+// attempts makes h (a held message's, or a dead letter's) what a caller sees. It reads no
 // state that changes after New, so it needs no lock.
 func (q *Queue[T]) attempts(h history) []queue.Attempt {
 	if len(h.recs) == 0 {
@@ -154,9 +143,10 @@ func (q *Queue[T]) attempts(h history) []queue.Attempt {
 	return out
 }
 
-// takeHistLocked returns e's latest MaxHistory attempts with their texts
-// for a dead letter, and lets go of the texts: e is about to go.
-func (q *Queue[T]) takeHistLocked(e *entry[T]) history {
+// historyLocked returns e's latest MaxHistory attempts with their texts:
+// what a dead letter keeps of them once e is gone (and its texts with it,
+// dropHistLocked).
+func (q *Queue[T]) historyLocked(e *entry[T]) history {
 	recs := q.recsOf(e)
 	recs = recs[max(0, len(recs)-queue.MaxHistory):]
 	h := history{recs: recs}
