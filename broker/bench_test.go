@@ -428,7 +428,7 @@ func dedupIDs(n int) []string {
 // withIDs), polling and acking each as it goes, with a collection every
 // gcEvery publishes (0: none), and returns the heap the broker holds at
 // the end.
-func dedupHeld(b testing.TB, ids []string, withIDs bool, gcEvery int) float64 {
+func dedupHeld(b *testing.B, ids []string, withIDs bool, gcEvery int) float64 {
 	br, err := broker.New[[]byte](broker.WithDedupLimit(len(ids)), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30)))
 	if err != nil {
 		b.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,8 +89,8 @@ func jsonCall(c *http.Client, base, action string, params url.Values) []string {
 	in := map[string]any{}
 	for k, v := range params {
 		in[k] = v[0]
-		if k == "MaxNumberOfMessages" {
-			in[k] = 1
+		if n, err := strconv.Atoi(v[0]); err == nil { // a number in JSON (the loop sends no numeric text)
+			in[k] = n
 		}
 	}
 	req, _ := json.Marshal(in)

@@ -117,13 +117,14 @@ func (s *Server) serveQuery(w http.ResponseWriter, r *http.Request, reqID string
 	b.WriteString(`Response xmlns="`)
 	b.WriteString(svc.namespace)
 	b.WriteString(`">`)
-	open(&b, action+"Result")
+	result, at := action+"Result", b.Len()
+	open(&b, result)
 	start := b.Len()
 	svc.dialect.writeXML(&b, reflect.ValueOf(out), action)
 	if b.Len() > start || hasFields(out) {
-		closeTag(&b, action+"Result")
+		closeTag(&b, result)
 	} else {
-		b.Truncate(start - len(action+"Result") - 2) // no Result element
+		b.Truncate(at) // no Result element
 	}
 	b.WriteString("<ResponseMetadata><RequestId>")
 	b.WriteString(reqID)
