@@ -205,6 +205,7 @@ func durableFixture(b *testing.B, dir string, live int) {
 func BenchmarkDurableOpen(b *testing.B) {
 	dir := b.TempDir()
 	durableFixture(b, dir, 100_000)
+	var records int
 	for b.Loop() {
 		br, err := broker.Open(dir, queue.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
 		if err != nil {
@@ -214,9 +215,11 @@ func BenchmarkDurableOpen(b *testing.B) {
 		if got := br.Recovery().Messages + br.Recovery().DeadLetters; got != 100_000 {
 			b.Fatalf("recovered %d messages and dead letters, want 100000", got)
 		}
+		records = br.Recovery().Records
 		br.Close()
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
 
 // BenchmarkDurableCompact measures a compaction of 100k live messages:

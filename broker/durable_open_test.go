@@ -224,3 +224,36 @@ func TestDurableTornTail(t *testing.T) {
 		require.Equal(t, want, peek(t, d.sub("t", "s")))
 	})
 }
+
+// viewCodec decodes a payload as the very bytes it is given, as a codec of
+// raw bytes written for speed might.
+type viewCodec struct{}
+
+func (viewCodec) Encode(dst, v []byte) ([]byte, error) { return append(dst, v...), nil }
+func (viewCodec) Decode(data []byte) ([]byte, error)   { return data, nil }
+
+// TestOpenGivesACodecBytesItMayKeep: Open replays a view of the journal's
+// segment and lets go of it once the broker is back, so a codec that keeps
+// the bytes it decodes must get a copy: the payloads read back whole after
+// Open returns, and after a compaction replaced the segment.
+func TestOpenGivesACodecBytesItMayKeep(t *testing.T) {
+	d := openDur[[]byte](t, viewCodec{})
+	d.subscribe("t", "s", broker.WithMaxQueue(1<<20))
+	const n = 5000 // more payloads than one of the blocks they are copied to holds
+	want := make([]string, n)
+	for i := range want {
+		want[i] = fmt.Sprintf("payload %d %s", i, make([]byte, i%40))
+		d.publish("t", []byte(want[i]))
+	}
+	for range 2 {
+		d.restart()
+		s := d.sub("t", "s")
+		require.NoError(t, d.Compact())
+		var got []string
+		for _, dv := range s.TryPoll(n) {
+			got = append(got, string(dv.Payload))
+			require.NoError(t, s.Release(dv.LeaseID))
+		}
+		require.Equal(t, want, got)
+	}
+}

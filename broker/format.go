@@ -316,7 +316,9 @@ func envelopeHead(data []byte) (uuid.UUID, time.Time, error) {
 	return id, at, d.err
 }
 
-func unenvelope[T any](data []byte, codec queue.Codec[T]) (*queue.Message[T], error) {
+// unenvelope decodes a message from its envelope; own gives the codec the
+// payload bytes it may keep.
+func unenvelope[T any](data []byte, codec queue.Codec[T], own func([]byte) []byte) (*queue.Message[T], error) {
 	d := dec{b: data}
 	m := &queue.Message[T]{ID: d.id(), Topic: d.str(), Key: d.str(), Priority: queue.Priority(int8(d.byte())), PublishedAt: d.time()}
 	n := d.uint()
@@ -337,7 +339,7 @@ func unenvelope[T any](data []byte, codec queue.Codec[T]) (*queue.Message[T], er
 	if !core.ValidPriority(m.Priority) {
 		return nil, errors.New("priority out of range")
 	}
-	p, err := codec.Decode(d.rest())
+	p, err := codec.Decode(own(d.rest()))
 	if err != nil {
 		return nil, err
 	}

@@ -293,6 +293,7 @@ func Open[T any](dir string, codec queue.Codec[T], opts ...Option) (*Broker[T], 
 		b.Close()
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}
+	j.Replayed() // rs, which nothing holds now, had views of the segment
 	return b, nil
 }
 

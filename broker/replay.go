@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,7 +26,6 @@ type replay struct {
 	// does): keeping every put's made each one a map insert.
 	envs     map[uuid.UUID][]byte
 	version  uint64 // the format of the segment being replayed
-	slab     []rmsg // where newMsg takes the next put's state from
 	grouping bool   // a group's records are being replayed
 	// early holds the records about a message of a live subscription that
 	// came before its put: a consumer's, made between the offer and the
@@ -47,23 +45,7 @@ type rsub struct {
 	spec        subSpec
 	gone        bool
 	paused      bool // Pause (recPause), until Resume
-	msgs        map[uuid.UUID]*rmsg
-}
-
-type rmsg struct {
-	env       []byte
-	place     uint64
-	attempts  int
-	inFlight  bool
-	visibleAt time.Time
-	ttl       time.Duration
-	expiresAt time.Time
-	lastErr   string
-	dead      bool
-	reason    queue.Reason
-	deadAt    time.Time
-	deadSeq   uint64 // dead-letter order
-	hist      []queue.Attempt
+	msgs        rmsgs
 }
 
 // putOverhead is about what a put record takes besides its envelope and
@@ -136,7 +118,7 @@ func (rs *replay) keyed(typ byte, body []byte, d *dec) {
 	case recHistory:
 		if h := d.history(); d.err == nil {
 			if m := rs.msg(sub, id); m != nil {
-				m.hist = h
+				m.extra().hist = h
 			}
 		}
 	}
@@ -146,7 +128,7 @@ func (rs *replay) keyed(typ byte, body []byte, d *dec) {
 // and does not hold that message (yet), and reports whether it did.
 func (rs *replay) waits(sub uint32, id uuid.UUID, body []byte) bool {
 	s := rs.subs[sub]
-	if s == nil || s.gone || s.msgs[id] != nil {
+	if s == nil || s.gone || s.msgs.get(id) != nil {
 		return false
 	}
 	k := dlKey{sub, id}
@@ -172,7 +154,7 @@ func (rs *replay) arrived(sub uint32, id uuid.UUID) error {
 
 func (rs *replay) msg(sub uint32, id uuid.UUID) *rmsg {
 	if s := rs.subs[sub]; s != nil {
-		return s.msgs[id]
+		return s.msgs.get(id)
 	}
 	return nil
 }
@@ -317,7 +299,7 @@ func (rs *replay) sub(d *dec) error {
 			s.spec = spec
 		}
 	} else if d.err == nil {
-		rs.subs[id] = &rsub{id: id, topic: topic, name: name, spec: spec, msgs: map[uuid.UUID]*rmsg{}}
+		rs.subs[id] = &rsub{id: id, topic: topic, name: name, spec: spec}
 	}
 	return nil
 }
@@ -326,19 +308,21 @@ func (rs *replay) sub(d *dec) error {
 func (rs *replay) unsub(d *dec) {
 	if s := rs.subs[d.sub()]; s != nil {
 		s.gone = true
-		maps.DeleteFunc(s.msgs, func(_ uuid.UUID, m *rmsg) bool { return !m.dead })
+		s.msgs.removeIf(func(m *rmsg) bool { return !m.dead })
 	}
 }
 
 // put replays a recPut, or, with env, a recPutRef whose envelope that is.
 func (rs *replay) put(d *dec, env []byte) error {
 	sub := d.sub()
-	m := rs.newMsg()
+	var m rmsg
 	m.place, m.attempts = d.uint(), int(d.uint())
 	flags := d.byte()
 	m.inFlight, m.dead = flags&putInFlight != 0, flags&putDead != 0
-	m.visibleAt, m.ttl, m.expiresAt, m.lastErr = d.time(), d.dur(), d.time(), d.str()
-	m.reason, m.deadAt = queue.Reason(d.byte()), d.time()
+	m.visibleAt, m.ttl, m.expiresAt, m.lastErr = d.int(), d.dur(), d.int(), d.str()
+	if reason, deadAt := queue.Reason(d.byte()), d.int(); reason != 0 || deadAt != 0 {
+		m.extra().reason, m.more.deadAt = reason, deadAt
+	}
 	if env == nil {
 		env = d.rest()
 	}
@@ -356,9 +340,9 @@ func (rs *replay) put(d *dec, env []byte) error {
 	if s := rs.subs[sub]; s != nil && (!s.gone || m.dead) {
 		if m.dead {
 			rs.deadSeq++
-			m.deadSeq = rs.deadSeq
+			m.extra().deadSeq = rs.deadSeq
 		}
-		s.msgs[id] = m
+		s.msgs.add(id, m)
 		return rs.arrived(sub, id)
 	}
 	return nil
@@ -410,13 +394,13 @@ func (rs *replay) deliver(d *dec) {
 			}
 			m.attempts++
 			m.inFlight = true
-			m.visibleAt = time.Time{}
+			m.visibleAt = 0
 		}
 	}
 }
 
 func (rs *replay) retry(sub uint32, id uuid.UUID, d *dec) {
-	at, lastErr := d.time(), d.str()
+	at, lastErr := d.int(), d.str()
 	if m := rs.msg(sub, id); m != nil && !m.dead && d.err == nil {
 		m.inFlight, m.visibleAt, m.lastErr = false, at, lastErr
 	}
@@ -432,8 +416,10 @@ func (rs *replay) release(sub uint32, id uuid.UUID) {
 // remove deletes a live message (recRemove: acked or dropped), or a dead
 // letter (recForget: it left the store).
 func (rs *replay) remove(sub uint32, id uuid.UUID, dead bool) {
-	if s := rs.subs[sub]; s != nil && s.msgs[id] != nil && s.msgs[id].dead == dead {
-		delete(s.msgs, id)
+	if s := rs.subs[sub]; s != nil {
+		if m := s.msgs.get(id); m != nil && m.dead == dead {
+			s.msgs.remove(id)
+		}
 	}
 }
 
@@ -457,10 +443,12 @@ func (rs *replay) discard(d *dec) {
 }
 
 func (rs *replay) dead(sub uint32, id uuid.UUID, d *dec) {
-	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.time()
+	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.int()
 	if m := rs.msg(sub, id); m != nil && d.err == nil {
 		rs.deadSeq++
-		m.dead, m.inFlight, m.reason, m.attempts, m.lastErr, m.deadAt, m.deadSeq = true, false, reason, attempts, lastErr, at, rs.deadSeq
+		m.dead, m.inFlight, m.attempts, m.lastErr = true, false, attempts, lastErr
+		x := m.extra()
+		x.reason, x.deadAt, x.deadSeq = reason, at, rs.deadSeq
 	}
 }
 
@@ -473,19 +461,6 @@ func (rs *replay) pause(d *dec) {
 
 func (rs *replay) purge(d *dec) {
 	if s := rs.subs[d.sub()]; s != nil {
-		maps.DeleteFunc(s.msgs, func(_ uuid.UUID, m *rmsg) bool { return !m.dead })
+		s.msgs.removeIf(func(m *rmsg) bool { return !m.dead })
 	}
-}
-
-// newMsg returns a zeroed rmsg for a put, from a slab of them: a journal
-// of a million puts makes a thousand allocations, not a million. A slab
-// lives as long as any of its rmsgs (the replay's, dropped once the broker
-// is restored).
-func (rs *replay) newMsg() *rmsg {
-	if len(rs.slab) == 0 {
-		rs.slab = make([]rmsg, 1024)
-	}
-	m := &rs.slab[0]
-	rs.slab = rs.slab[1:]
-	return m
 }

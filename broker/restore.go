@@ -47,6 +47,27 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	return r.finish()
 }
 
+// own returns what a codec may keep of a payload: the bytes replay has
+// are views of the journal's segment, which Open lets go of once the
+// broker is restored. The codecs of package queue copy what they decode,
+// and get the view; any other gets a copy, from a shared block so that a
+// million payloads are not a million allocations.
+func (r *restorer[T]) own(p []byte) []byte {
+	if r.copies == nil {
+		c := any(r.st.codec)
+		r.copies = new(bool)
+		*r.copies = c == any(queue.BytesCodec()) || c == any(queue.StringCodec()) || c == any(queue.JSONCodec[T]())
+	}
+	if *r.copies {
+		return p
+	}
+	if len(p) > cap(r.block)-len(r.block) {
+		r.block = make([]byte, 0, max(len(p), 64<<10))
+	}
+	r.block = append(r.block, p...)
+	return r.block[len(r.block)-len(p) : len(r.block) : len(r.block)]
+}
+
 // restorer is the state of a restore in progress.
 type restorer[T any] struct {
 	b       *Broker[T]
@@ -58,6 +79,8 @@ type restorer[T any] struct {
 	letters []letter[T]                     // recovered dead letters, to order by seq
 	fresh   []restored[T]                   // queues with dead letters the restore itself made
 	live    int64                           // about what a snapshot would take
+	copies  *bool                           // the codec copies what it decodes (nil: not asked yet)
+	block   []byte                          // where own copies payloads to
 }
 
 // decoded is a message decoded from env: the subscriptions whose envelope
@@ -77,7 +100,7 @@ func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
 	if d, ok := r.msgs[uuid.UUID(env[:16])]; ok && bytes.Equal(d.env, env) {
 		return d.m, nil
 	}
-	m, err := unenvelope(env, r.st.codec)
+	m, err := unenvelope(env, r.st.codec, r.own)
 	if err != nil {
 		return nil, &CorruptError{Path: r.st.path(), Offset: -1,
 			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
@@ -121,18 +144,19 @@ func (r *restorer[T]) dedup() {
 	}
 }
 
+// restoreChunk is how many messages a restore decodes and hands to a
+// queue at a time: the entries in between are a few hundred KiB, not a copy
+// of the whole journal's.
+const restoreChunk = 4096
+
 // sub restores one subscription: its queue, or, if it is gone, its dead
 // letters alone.
 func (r *restorer[T]) sub(rsub *rsub) error {
-	st := r.st
+	st, b := r.st, r.b
 	st.nextSub = max(st.nextSub, rsub.id+1)
-	es, seqs, err := r.entries(rsub)
-	if err != nil {
-		return err
-	}
-	b := r.b
 	var s *Subscription[T]
 	if !rsub.gone {
+		var err error
 		b.mu.Lock()
 		s, err = b.recoverLocked(rsub)
 		b.mu.Unlock()
@@ -140,7 +164,36 @@ func (r *restorer[T]) sub(rsub *rsub) error {
 			return err
 		}
 	}
-	if s == nil { // gone, or its topic is: only its dead letters stay
+	if s != nil {
+		st.info.Subscriptions++
+		if rsub.paused {
+			s.q.RestorePaused()
+		}
+	}
+	rms := rsub.msgs.inPlaceOrder()
+	es := make([]core.Entry[T], 0, min(len(rms), restoreChunk))
+	var seqs []uint64
+	for len(rms) > 0 {
+		n := min(len(rms), restoreChunk)
+		var err error
+		es, seqs, err = r.entries(es[:0], seqs[:0], rms[:n])
+		if err != nil {
+			return err
+		}
+		rms = rms[n:]
+		if err := r.restore(rsub, s, es, seqs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restore hands a chunk of a subscription's entries, in place order, to
+// its queue, and keeps the dead letters for finish; seqs is the
+// dead-letter order of the chunk's dead entries. A subscription that is
+// gone (s nil) keeps its dead letters alone.
+func (r *restorer[T]) restore(rsub *rsub, s *Subscription[T], es []core.Entry[T], seqs []uint64) error {
+	if s == nil {
 		for _, en := range es {
 			if en.Dead {
 				r.letters = append(r.letters, letter[T]{seqs[0], rsub.id, rsub.topic, core.DeadLetterOf(rsub.name, en)})
@@ -149,11 +202,7 @@ func (r *restorer[T]) sub(rsub *rsub) error {
 		}
 		return nil
 	}
-	st.info.Subscriptions++
-	st.info.Messages += len(es) - len(seqs)
-	if rsub.paused {
-		s.q.RestorePaused()
-	}
+	r.st.info.Messages += len(es) - len(seqs)
 	dls, err := s.q.Restore(es) // the dead entries in order, then those it dead-lettered
 	if err != nil {
 		return err
@@ -161,30 +210,32 @@ func (r *restorer[T]) sub(rsub *rsub) error {
 	for i, seq := range seqs {
 		r.letters = append(r.letters, letter[T]{seq, rsub.id, rsub.topic, dls[i]})
 	}
-	r.fresh = append(r.fresh, restored[T]{s, dls[len(seqs):]})
+	if fresh := dls[len(seqs):]; len(fresh) > 0 {
+		r.fresh = append(r.fresh, restored[T]{s, fresh})
+	}
 	return nil
 }
 
-// entries returns a subscription's messages as queue entries, in place
-// order (which Restore needs, and then need not sort), and the dead-letter
-// order of the dead ones.
-func (r *restorer[T]) entries(rsub *rsub) ([]core.Entry[T], []uint64, error) {
-	rms := slices.SortedFunc(maps.Values(rsub.msgs), func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
-	es := make([]core.Entry[T], 0, len(rms))
-	var seqs []uint64
+// entries appends to es the messages rms as queue entries, and to seqs
+// the dead-letter order of the dead ones.
+func (r *restorer[T]) entries(es []core.Entry[T], seqs []uint64, rms []*rmsg) ([]core.Entry[T], []uint64, error) {
 	for _, rm := range rms {
 		r.live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
 		m, err := r.decode(rm.env)
 		if err != nil {
 			return nil, nil, err
 		}
-		es = append(es, core.Entry[T]{
+		e := core.Entry[T]{
 			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
-			VisibleAt: rm.visibleAt, TTL: rm.ttl, ExpiresAt: rm.expiresAt, LastError: rm.lastErr,
-			Dead: rm.dead, Reason: rm.reason, DeadAt: rm.deadAt, History: rm.hist,
-		})
+			VisibleAt: unstamp(rm.visibleAt), TTL: rm.ttl, ExpiresAt: unstamp(rm.expiresAt), LastError: rm.lastErr,
+			Dead: rm.dead,
+		}
+		if x := rm.more; x != nil {
+			e.Reason, e.DeadAt, e.History = x.reason, unstamp(x.deadAt), x.hist
+		}
+		es = append(es, e)
 		if rm.dead {
-			seqs = append(seqs, rm.deadSeq)
+			seqs = append(seqs, rm.more.deadSeq)
 		}
 	}
 	return es, seqs, nil

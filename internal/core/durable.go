@@ -120,22 +120,29 @@ func (q *Queue[T]) Restore(es []Entry[T]) ([]Letter[T], error) {
 		return nil, err
 	}
 	var dead []Letter[T]
-	live := make([]Entry[T], 0, len(es))
-	for _, r := range es {
+	sorted, last := true, uint64(0)
+	for i := range es {
+		r := &es[i]
 		q.nextSeq = max(q.nextSeq, r.Place)
 		if r.Dead {
-			dl := DeadLetterOf(q.cfg.Name, r)
+			dl := DeadLetterOf(q.cfg.Name, *r)
 			dl.origin = q.scope
 			dead = append(dead, dl)
 			continue
 		}
-		live = append(live, r)
+		sorted = sorted && r.Place >= last
+		last = r.Place
 	}
-	byPlace := func(a, b Entry[T]) int { return cmp.Compare(a.Place, b.Place) }
-	if !slices.IsSortedFunc(live, byPlace) {
-		slices.SortFunc(live, byPlace)
+	live := es
+	if !sorted { // rare: sort a copy, and leave the caller's slice alone
+		live = slices.DeleteFunc(slices.Clone(es), func(r Entry[T]) bool { return r.Dead })
+		slices.SortFunc(live, func(a, b Entry[T]) int { return cmp.Compare(a.Place, b.Place) })
 	}
-	for _, r := range live {
+	for i := range live {
+		r := &live[i]
+		if r.Dead {
+			continue
+		}
 		e := q.newEntryLocked(r.Message)
 		q.nextSeq-- // newEntryLocked took a place; the entry keeps its own
 		e.place = r.Place

@@ -123,6 +123,7 @@ type Journal struct {
 	segCRC   uint32 // their CRC32C: the next segment's header names them
 	size     int64  // the live segment's record bytes, pending ones included (its header not counted)
 	base     int64  // its size after the last Rewrite (or at Open)
+	release  func() // lets go of the segment as Open replayed it (nil: done)
 }
 
 // Open locks dir (creating it), proves its segments (see the package
@@ -147,6 +148,11 @@ type Journal struct {
 // (only LOCK is created if it was missing). replay may have been called for
 // the records before that frame. Salvage can then cut the journal back to
 // its good prefix.
+//
+// The bodies replay gets are views of the segment, which Open maps into
+// memory rather than copy (where the system is a Unix): they stay good
+// until Replayed, Close or Discard, and replay must copy what it keeps
+// longer.
 func Open(dir string, mode Mode, minCompact int64, replay func(body []byte) error) (*Journal, Info, error) {
 	if mode > SyncNone {
 		return nil, Info{}, fmt.Errorf("journal: unknown mode %d", mode)
@@ -362,6 +368,7 @@ func (j *Journal) Close() error {
 		j.cond.Wait()
 	}
 	j.closed = true
+	j.releaseLocked()
 	j.cond.Broadcast()
 	if cerr := j.f.Close(); err == nil {
 		err = cerr
@@ -370,6 +377,22 @@ func (j *Journal) Close() error {
 		err = cerr
 	}
 	return err
+}
+
+// Replayed tells the journal that nothing holds a body that Open handed
+// to replay any more: it lets go of the segment those bodies are views of.
+// Close and Discard do it too. It may be called more than once.
+func (j *Journal) Replayed() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.releaseLocked()
+}
+
+func (j *Journal) releaseLocked() {
+	if j.release != nil {
+		j.release()
+		j.release = nil
+	}
 }
 
 // Discard closes the journal without writing what was appended and not yet
@@ -385,6 +408,7 @@ func (j *Journal) Discard() {
 		return
 	}
 	j.closed = true
+	j.releaseLocked()
 	j.pend = nil
 	j.cond.Broadcast()
 	j.f.Close()

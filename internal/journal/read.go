@@ -50,7 +50,7 @@ func readOnce(dir string, replay func([]byte) error) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	c, err := prove(dir, segs, tmps)
+	c, err := prove(dir, segs, tmps, false)
 	if err != nil {
 		return Info{}, err
 	}

@@ -32,15 +32,25 @@ func listSegments(dir string) (segs []int, tmps []int, err error) {
 	return segs, tmps, nil
 }
 
-func (j *Journal) recover(replay func([]byte) error) (Info, error) {
+// recover proves the journal, replays its live segment and opens it for
+// appending. The bodies replay gets are views of the segment as mapped:
+// j.release lets go of it (see Replayed).
+func (j *Journal) recover(replay func([]byte) error) (_ Info, err error) {
 	segs, tmps, err := listSegments(j.dir)
 	if err != nil {
 		return Info{}, err
 	}
-	c, err := prove(j.dir, segs, tmps)
+	c, err := prove(j.dir, segs, tmps, true)
 	if err != nil {
 		return Info{}, err
 	}
+	defer func() {
+		if err != nil {
+			c.release()
+		} else {
+			j.release = c.release
+		}
+	}()
 	j.seg = c.seg
 	info := Info{Segment: c.seg, Legacy: c.legacy}
 	off := len(c.data)

@@ -58,7 +58,7 @@ func Salvage(dir string, replay func(body []byte) error) (SalvageInfo, error) {
 	for {
 		segs, tmps, err := listSegments(dir)
 		if err == nil {
-			c, err = prove(dir, segs, tmps)
+			c, err = prove(dir, segs, tmps, false)
 		}
 		var ce *CorruptError
 		if err == nil {

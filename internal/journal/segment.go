@@ -198,12 +198,13 @@ func replaySegment(c chain, path string, replay func([]byte) error) (end, record
 
 // chain is what proving a directory found.
 type chain struct {
-	seg    int    // the live segment; 0: none yet (a new journal)
-	data   []byte // its bytes
-	start  int    // where its records start: after the header (0 for legacy)
-	legacy bool   // it has no header
-	sealed bool   // its header is of version 2: an end record closes its snapshot
-	stale  []string
+	seg     int    // the live segment; 0: none yet (a new journal)
+	data    []byte // its bytes
+	release func() // lets go of data, if mapped: nothing may read it after
+	start   int    // where its records start: after the header (0 for legacy)
+	legacy  bool   // it has no header
+	sealed  bool   // its header is of version 2: an end record closes its snapshot
+	stale   []string
 }
 
 // errNotOurs marks a CorruptError about a file that does not belong to the
@@ -220,13 +221,16 @@ func notOurs(path, format string, args ...any) *CorruptError {
 // comment at the top of this file. It changes nothing. stale lists what
 // Open may remove once the live segment has replayed: the superseded
 // segments and an interrupted Rewrite's .tmp.
-func prove(dir string, segs []int, tmps []int) (chain, error) {
+//
+// mapped: the live segment is mapped (mapSegment), not read, and the
+// chain's release unmaps it; on an error, prove releases it itself.
+func prove(dir string, segs []int, tmps []int, mapped bool) (c chain, err error) {
 	path := func(n int) string { return filepath.Join(dir, segFileName(n)) }
 	newest := 0
 	if len(segs) > 0 {
 		newest = segs[len(segs)-1]
 	}
-	var c chain
+	c.release = func() {}
 	for _, n := range tmps {
 		p := filepath.Join(dir, tmpFileName(n))
 		if err := regular(p); err != nil {
@@ -241,8 +245,19 @@ func prove(dir string, segs []int, tmps []int) (chain, error) {
 		return c, nil
 	}
 	c.seg = newest
-	data, err := readSegment(path(newest))
-	if err != nil {
+	var data []byte
+	if mapped {
+		var release func()
+		if data, release, err = mapSegment(path(newest)); err != nil {
+			return chain{}, err
+		}
+		defer func() {
+			if err != nil {
+				release()
+			}
+		}()
+		c.release = release
+	} else if data, err = readSegment(path(newest)); err != nil {
 		return chain{}, err
 	}
 	c.data = data
