@@ -15,7 +15,9 @@ import (
 // first. It is built to be cheap per ID, so that a service can keep a
 // window's worth of them: a 40-byte slot in a queue of fixed-size chunks
 // (FIFO: IDs expire in the order they came), and a 4-byte entry in an
-// open-addressing index from the ID's hash to its slot. The message itself
+// open-addressing index from the ID's hash to its slot, with a byte of the
+// hash beside each entry, so that a probe passes the entries of other IDs
+// without reading their slots (a new ID passes a few). The message itself
 // is held only weakly: while a subscription still holds it, a duplicate can
 // be answered with it; once it is settled, the garbage collector takes it.
 // Not safe for concurrent use: the dedup's lock guards it.
@@ -29,6 +31,7 @@ type idTable[T any] struct {
 	// v is the slot numbered v-1 (mod 2^32: fewer than 2^32 slots are ever
 	// held). Its length is a power of two, at most 3/4 full.
 	index []uint32
+	tags  []uint8 // beside index: the top byte of the hash of its ID
 	seed  maphash.Seed
 	sweep uint32 // the next slot whose weak pointer put looks at
 }
@@ -51,8 +54,10 @@ func (t *idTable[T]) slot(seq uint32) *idSlot[T] {
 	return &t.chunks[off/idChunk][off%idChunk]
 }
 
-func (t *idTable[T]) home(id string) int {
-	return int(maphash.String(t.seed, id) & uint64(len(t.index)-1))
+// home returns where id's probe starts in the index, and its tag.
+func (t *idTable[T]) home(id string) (int, uint8) {
+	h := maphash.String(t.seed, id)
+	return int(h & uint64(len(t.index)-1)), uint8(h >> 56)
 }
 
 // find returns id's position in the index, or -1.
@@ -61,12 +66,13 @@ func (t *idTable[T]) find(id string) int {
 		return -1
 	}
 	mask := len(t.index) - 1
-	for i := t.home(id); ; i = (i + 1) & mask {
+	i, tag := t.home(id)
+	for ; ; i = (i + 1) & mask {
 		v := t.index[i]
 		if v == 0 {
 			return -1
 		}
-		if t.slot(v-1).id == id {
+		if t.tags[i] == tag && t.slot(v-1).id == id {
 			return i
 		}
 	}
@@ -101,6 +107,18 @@ func (t *idTable[T]) put(id string, msg uuid.UUID, at int64, orig *queue.Message
 	t.sweepSome(16)
 }
 
+// reserve makes room in the index for n more IDs at once: a restore of
+// millions rehashes once, not at each doubling.
+func (t *idTable[T]) reserve(n int) {
+	size := max(len(t.index), 64)
+	for (t.live+n)*4 > size*3 {
+		size *= 2
+	}
+	if size > len(t.index) {
+		t.rehash(size)
+	}
+}
+
 // sweepSome looks at the weak pointers of the n slots after the sweep
 // cursor and drops those whose message is gone, so that a settled
 // message's ID does not keep the weak pointer's handle: with 16 a put
@@ -133,16 +151,16 @@ func (t *idTable[T]) push(s idSlot[T]) {
 
 func (t *idTable[T]) insert(id string, seq uint32) {
 	mask := len(t.index) - 1
-	i := t.home(id)
+	i, tag := t.home(id)
 	for t.index[i] != 0 {
 		i = (i + 1) & mask
 	}
-	t.index[i] = seq + 1
+	t.index[i], t.tags[i] = seq+1, tag
 }
 
 // rehash makes the index n long (a power of two) and fills it again.
 func (t *idTable[T]) rehash(n int) {
-	t.index = make([]uint32, n)
+	t.index, t.tags = make([]uint32, n), make([]uint8, n)
 	if t.seed == (maphash.Seed{}) {
 		t.seed = maphash.MakeSeed()
 	}
@@ -165,13 +183,13 @@ func (t *idTable[T]) remove(id string) bool {
 	// empty one, that may not sit after the hole its removal leaves.
 	mask := len(t.index) - 1
 	for j := (i + 1) & mask; t.index[j] != 0; j = (j + 1) & mask {
-		k := t.home(t.slot(t.index[j] - 1).id)
+		k, _ := t.home(t.slot(t.index[j] - 1).id)
 		if (j > i && (k <= i || k > j)) || (j < i && k <= i && k > j) {
-			t.index[i] = t.index[j]
+			t.index[i], t.tags[i] = t.index[j], t.tags[j]
 			i = j
 		}
 	}
-	t.index[i] = 0
+	t.index[i], t.tags[i] = 0, 0
 	if len(t.index) > 1024 && t.live*8 < len(t.index) {
 		t.rehash(len(t.index) / 4)
 	}
