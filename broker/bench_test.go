@@ -164,18 +164,31 @@ func BenchmarkTTLSweep(b *testing.B) {
 
 // durableFixture leaves in dir a durable broker's journal holding live
 // messages of 64 bytes, a tenth of them failed once, a hundredth
-// dead-lettered, plus the history of as many messages published and acked.
-func durableFixture(b *testing.B, dir string, live int) {
+// dead-lettered, plus the history of as many messages published and acked;
+// with dedup, every publish has a dedup ID of its own, all inside the
+// window (durableOpts's).
+func durableFixture(b *testing.B, dir string, live int, dedup bool) {
 	b.Helper()
-	br, err := broker.Open(dir, queue.BytesCodec(), broker.WithSync(broker.SyncNone), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30), broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))
+	br, err := broker.Open(dir, queue.BytesCodec(), append(durableOpts(), broker.WithSync(broker.SyncNone),
+		broker.WithSubscriptionDefaults(broker.WithMaxQueue(1<<30), broker.WithRetry(queue.RetryPolicy{NoBackoff: true})))...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
 	br.CreateTopic("t")
 	s, _ := br.Subscribe("t", "s")
+	n := 0
+	publish := func() {
+		var opts []broker.PublishOption
+		if n++; dedup {
+			opts = append(opts, broker.WithDedupID(fmt.Sprint("order-", n)))
+		}
+		if _, err := br.Publish(ctx, "t", payload, opts...); err != nil {
+			b.Fatal(err)
+		}
+	}
 	for range live {
-		br.Publish(ctx, "t", payload)
+		publish()
 	}
 	for i, d := range s.TryPoll(live / 10) {
 		if i%10 == 0 {
@@ -187,7 +200,7 @@ func durableFixture(b *testing.B, dir string, live int) {
 	buf := make([]queue.Delivery[[]byte], 100)
 	for range live / 100 { // history: published and acked
 		for range 100 {
-			br.Publish(ctx, "t", payload)
+			publish()
 		}
 		n, _ := s.TryPollInto(buf)
 		for _, d := range buf[:n] {
@@ -199,35 +212,49 @@ func durableFixture(b *testing.B, dir string, live int) {
 	}
 }
 
+// durableOpts are the options of durableFixture's broker and of those that
+// open its directory again: nothing compacts, dead-lettered or dedup'd
+// before the benchmark is dropped.
+func durableOpts() []broker.Option {
+	return []broker.Option{broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1 << 30),
+		broker.WithDedupWindow(time.Hour), broker.WithDedupLimit(1 << 30)}
+}
+
 // BenchmarkDurableOpen measures recovery: Open replays a journal of 100k
 // live messages (and 100k more published and acked) and rebuilds the
-// broker.
+// broker; "dedup": each publish had a dedup ID, which Open restores too.
+// (Each Open here reuses the heap of the one before; internal/cmd/reopenbench
+// measures one in a fresh process, as a restart is.)
 func BenchmarkDurableOpen(b *testing.B) {
-	dir := b.TempDir()
-	durableFixture(b, dir, 100_000)
-	var records int
-	for b.Loop() {
-		br, err := broker.Open(dir, queue.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		if got := br.Recovery().Messages + br.Recovery().DeadLetters; got != 100_000 {
-			b.Fatalf("recovered %d messages and dead letters, want 100000", got)
-		}
-		records = br.Recovery().Records
-		br.Close()
-		b.StartTimer()
+	for _, dedup := range []bool{false, true} {
+		b.Run(fmt.Sprint("dedup=", dedup), func(b *testing.B) {
+			dir := b.TempDir()
+			durableFixture(b, dir, 100_000, dedup)
+			var records int
+			for b.Loop() {
+				br, err := broker.Open(dir, queue.BytesCodec(), durableOpts()...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if got := br.Recovery().Messages + br.Recovery().DeadLetters; got != 100_000 {
+					b.Fatalf("recovered %d messages and dead letters, want 100000", got)
+				}
+				records = br.Recovery().Records
+				br.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
 	}
-	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
 
 // BenchmarkDurableCompact measures a compaction of 100k live messages:
 // every call on the broker waits while it runs.
 func BenchmarkDurableCompact(b *testing.B) {
 	dir := b.TempDir()
-	durableFixture(b, dir, 100_000)
-	br, err := broker.Open(dir, queue.BytesCodec(), broker.WithCompactMin(-1), broker.WithDeadLetterLimit(1<<30))
+	durableFixture(b, dir, 100_000, false)
+	br, err := broker.Open(dir, queue.BytesCodec(), durableOpts()...)
 	if err != nil {
 		b.Fatal(err)
 	}

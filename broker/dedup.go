@@ -217,6 +217,13 @@ func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time, orig *queue.Messa
 	d.armLocked()
 }
 
+// makeRoom makes room for n more IDs at once (see idTable.reserve).
+func (d *dedup[T]) makeRoom(n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.ids.reserve(n)
+}
+
 // liveLocked returns the confirmed IDs still remembered at now, oldest
 // first.
 func (d *dedup[T]) liveLocked(now time.Time, window time.Duration) []idSlot[T] {

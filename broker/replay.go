@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -18,7 +17,7 @@ type replay struct {
 	topics  map[string]bool
 	subs    map[uint32]*rsub
 	deadSeq uint64
-	dedup   map[string][]rdedup // by topic, oldest first
+	dedup   map[string]*rdedups // by topic
 	// envs holds the envelopes of puts that a later record may name by
 	// the message's ID: every put's in a journal of format 2 (its
 	// recDedupRef), the puts of the group being replayed in a later one
@@ -33,10 +32,14 @@ type replay struct {
 	early map[dlKey][][]byte
 }
 
-type rdedup struct {
-	id  string
-	msg uuid.UUID
-	at  time.Time
+// addDedup adds d to topic's IDs.
+func (rs *replay) addDedup(topic string, d rdedup) {
+	ds := rs.dedup[topic]
+	if ds == nil {
+		ds = &rdedups{}
+		rs.dedup[topic] = ds
+	}
+	ds.add(d)
 }
 
 type rsub struct {
@@ -57,7 +60,7 @@ const putOverhead = 8 + 1 + 2 + 3 + 1 + 1 + 4*9 + 2
 const expiredText = backend.LeaseExpired
 
 func newReplay() *replay {
-	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string][]rdedup{},
+	return &replay{topics: map[string]bool{}, subs: map[uint32]*rsub{}, dedup: map[string]*rdedups{},
 		envs: map[uuid.UUID][]byte{}, early: map[dlKey][][]byte{}}
 }
 
@@ -259,7 +262,7 @@ func (rs *replay) dedupRec(d *dec) {
 		d.err = err
 		return
 	}
-	rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, msg, at})
+	rs.addDedup(topic, rdedup{id, msg, stamp(at)})
 }
 
 // dedupRef replays a recDedupRef (format 2): the ID with the ID of a
@@ -277,15 +280,15 @@ func (rs *replay) dedupRef(d *dec) error {
 	if err != nil {
 		return err
 	}
-	rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, mid, at})
+	rs.addDedup(topic, rdedup{id, mid, stamp(at)})
 	return nil
 }
 
 // dedupID replays a recDedupID.
 func (rs *replay) dedupID(d *dec) {
-	topic, id, mid, at := d.str(), d.str(), d.id(), d.time()
+	topic, id, mid, at := d.str(), d.str(), d.id(), d.int()
 	if d.err == nil {
-		rs.dedup[topic] = append(rs.dedup[topic], rdedup{id, mid, at})
+		rs.addDedup(topic, rdedup{id, mid, at})
 	}
 }
 

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"cmp"
-	"encoding/binary"
 	"slices"
 	"time"
 
@@ -45,43 +44,21 @@ func (m *rmsg) extra() *rmore {
 }
 
 // rmsgs is a subscription's messages during replay: their states in put
-// order, in pages, so that a million puts never copy the ones before them.
-//
-// A message is found by its ID without a map for most journals: a topic's
-// IDs are a prefix and a counter (see idPool), so the puts of one
-// subscription come in runs of IDs one apart in consecutive slots, and a
-// run finds each of its IDs by subtraction. The IDs outside the runs kept
-// (a redriven message's, another topic's in a pattern subscription's) are
-// in index. Put order is place order but for rare puts (which the restore
-// sorts), so a restore of a million messages need not sort them.
+// order, in pages, so that a million puts never copy the ones before them,
+// found by their IDs through runs. Put order is place order but for rare
+// puts (which the restore sorts), so a restore of a million messages need
+// not sort them.
 type rmsgs struct {
 	pages []*[rpage]rmsg
 	n     int // slots used, holes included
 	live  int // messages held
 	holes int // removed slots, given back by compact
-	runs  []rrun
-	index map[uuid.UUID]int // the IDs no run holds; nil until one comes
-	last  uint64            // the place of the latest put
-	mixed bool              // a put's place came below its predecessor's
+	ids   idRuns
+	last  uint64 // the place of the latest put
+	mixed bool   // a put's place came below its predecessor's
 }
 
-// rrun says that the IDs prefix|from+k, for k below n, were put in the
-// slots slot+k (the counters as big-endian numbers, as idPool makes them).
-// A slot that no longer holds its run's ID (removed, or compacted away)
-// does not count.
-type rrun struct {
-	prefix, from uint64
-	slot, n      int
-}
-
-const (
-	rpage   = 1024 // slots in a page: about 100 KiB of them
-	maxRuns = 16   // runs kept; the shortest goes to the index to make room
-)
-
-func idHalves(id uuid.UUID) (prefix, ctr uint64) {
-	return binary.BigEndian.Uint64(id[:8]), binary.BigEndian.Uint64(id[8:])
-}
+const rpage = 1024 // slots in a page: about 100 KiB of them
 
 func (t *rmsgs) slot(i int) *rmsg { return &t.pages[i/rpage][i%rpage] }
 
@@ -91,21 +68,9 @@ func (t *rmsgs) holds(i int, id uuid.UUID) bool {
 	return env != nil && uuid.UUID(env[:16]) == id
 }
 
-// find returns the slot of the message with that ID.
-func (t *rmsgs) find(id uuid.UUID) (int, bool) {
-	p, c := idHalves(id)
-	for _, r := range t.runs {
-		if k := c - r.from; r.prefix == p && k < uint64(r.n) && t.holds(r.slot+int(k), id) {
-			return r.slot + int(k), true
-		}
-	}
-	i, ok := t.index[id]
-	return i, ok
-}
-
 // get returns the message with that ID, or nil.
 func (t *rmsgs) get(id uuid.UUID) *rmsg {
-	if i, ok := t.find(id); ok {
+	if i, ok := t.ids.find(id, t.holds); ok {
 		return t.slot(i)
 	}
 	return nil
@@ -113,7 +78,7 @@ func (t *rmsgs) get(id uuid.UUID) *rmsg {
 
 // add holds m under id, in place of any message with that ID.
 func (t *rmsgs) add(id uuid.UUID, m rmsg) {
-	if i, ok := t.find(id); ok {
+	if i, ok := t.ids.find(id, t.holds); ok {
 		t.free(i, id)
 	}
 	if t.n > 0 && m.place < t.last {
@@ -124,53 +89,14 @@ func (t *rmsgs) add(id uuid.UUID, m rmsg) {
 		t.pages = append(t.pages, new([rpage]rmsg))
 	}
 	*t.slot(t.n) = m
-	t.note(id, t.n)
+	t.ids.note(id, t.n, t.holds)
 	t.n++
 	t.live++
 }
 
-// note finds id in slot i from now on: in the latest run if it extends it,
-// else in a run of its own.
-func (t *rmsgs) note(id uuid.UUID, i int) {
-	p, c := idHalves(id)
-	if n := len(t.runs); n > 0 {
-		if r := &t.runs[n-1]; r.prefix == p && r.from+uint64(r.n) == c && r.slot+r.n == i {
-			r.n++
-			return
-		}
-	}
-	if len(t.runs) == maxRuns {
-		t.spill()
-	}
-	t.runs = append(t.runs, rrun{prefix: p, from: c, slot: i, n: 1})
-}
-
-// spill moves the shortest run's IDs to the index.
-func (t *rmsgs) spill() {
-	k := 0
-	for j, r := range t.runs {
-		if r.n < t.runs[k].n {
-			k = j
-		}
-	}
-	r := t.runs[k]
-	if t.index == nil {
-		t.index = map[uuid.UUID]int{}
-	}
-	for j := range r.n {
-		var id uuid.UUID
-		binary.BigEndian.PutUint64(id[:8], r.prefix)
-		binary.BigEndian.PutUint64(id[8:], r.from+uint64(j))
-		if t.holds(r.slot+j, id) {
-			t.index[id] = r.slot + j
-		}
-	}
-	t.runs = slices.Delete(t.runs, k, k+1)
-}
-
 // remove forgets the message with that ID if it is there.
 func (t *rmsgs) remove(id uuid.UUID) {
-	if i, ok := t.find(id); ok {
+	if i, ok := t.ids.find(id, t.holds); ok {
 		t.free(i, id)
 		t.compact()
 	}
@@ -189,7 +115,7 @@ func (t *rmsgs) removeIf(drop func(*rmsg) bool) {
 // free empties slot i, which holds id.
 func (t *rmsgs) free(i int, id uuid.UUID) {
 	*t.slot(i) = rmsg{}
-	delete(t.index, id) // if it is there
+	t.ids.forget(id)
 	t.holes++
 	t.live--
 }
@@ -202,7 +128,7 @@ func (t *rmsgs) compact() {
 	if t.holes < rpage || t.holes <= t.live {
 		return
 	}
-	t.runs, t.index = t.runs[:0], nil
+	t.ids.reset()
 	n := 0
 	for i := range t.n {
 		m := t.slot(i)
@@ -213,7 +139,7 @@ func (t *rmsgs) compact() {
 			*t.slot(n) = *m
 			*m = rmsg{}
 		}
-		t.note(uuid.UUID(t.slot(n).env[:16]), n)
+		t.ids.note(uuid.UUID(t.slot(n).env[:16]), n, t.holds)
 		n++
 	}
 	keep := (n + rpage - 1) / rpage
@@ -233,4 +159,30 @@ func (t *rmsgs) inPlaceOrder() []*rmsg {
 		slices.SortFunc(ms, func(x, y *rmsg) int { return cmp.Compare(x.place, y.place) })
 	}
 	return ms
+}
+
+// rdedup is a dedup ID as replay found it.
+type rdedup struct {
+	id  string
+	msg uuid.UUID
+	at  int64 // stamp
+}
+
+// rdedups is a topic's dedup IDs, oldest first, in pages: a journal may
+// hold millions, which one slice would copy each time it grew.
+type rdedups struct{ pages [][]rdedup }
+
+func (ds *rdedups) add(d rdedup) {
+	if n := len(ds.pages); n == 0 || len(ds.pages[n-1]) == cap(ds.pages[n-1]) {
+		ds.pages = append(ds.pages, make([]rdedup, 0, rpage))
+	}
+	last := &ds.pages[len(ds.pages)-1]
+	*last = append(*last, d)
+}
+
+func (ds *rdedups) len() int {
+	if len(ds.pages) == 0 {
+		return 0
+	}
+	return (len(ds.pages)-1)*rpage + len(ds.pages[len(ds.pages)-1])
 }

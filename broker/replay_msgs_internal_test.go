@@ -87,7 +87,7 @@ func TestRmsgsModel(t *testing.T) {
 					require.Nil(t, tab.get(idOf(1, rng.Uint64())))
 				}
 				require.Equal(t, len(model), tab.live)
-				require.LessOrEqual(t, len(tab.runs), maxRuns)
+				require.LessOrEqual(t, len(tab.ids.runs), maxRuns)
 			}
 			for id, at := range model {
 				m := tab.get(id)

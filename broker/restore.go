@@ -24,18 +24,16 @@ func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durab
 // commits nothing.
 func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
-	// One envelope per message, shared by its subscriptions: a map only
-	// when there is more than one subscription to share with.
-	if len(rs.subs) > 1 {
-		r.msgs = map[uuid.UUID]decoded[T]{}
-	}
-	// The messages that dedup IDs name: a restored ID holds its message
-	// (weakly) while a subscription holds it again.
-	r.named = map[uuid.UUID]*queue.Message[T]{}
-	for _, ds := range rs.dedup {
-		for _, dd := range ds {
-			r.named[dd.msg] = nil
+	// The decoded messages are kept, to find by ID, when another
+	// subscription may share one (fan-out) or a dedup ID names one (a
+	// restored ID holds its message, weakly, while a subscription holds it
+	// again).
+	if len(rs.subs) > 1 || len(rs.dedup) > 0 {
+		n := 0
+		for _, s := range rs.subs {
+			n += s.msgs.live
 		}
+		r.decoded = make([]decoded[T], 0, n)
 	}
 	r.topics()
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
@@ -73,14 +71,14 @@ type restorer[T any] struct {
 	b       *Broker[T]
 	st      *store[T]
 	rs      *replay
-	copied  bool                            // a copy's: leases stay in flight (core.Entry.StillLeased)
-	msgs    map[uuid.UUID]decoded[T]        // decoded envelopes, shared by subscriptions (fan-out only)
-	named   map[uuid.UUID]*queue.Message[T] // the messages dedup IDs name, as decoded for a queue (nil: none)
-	letters []letter[T]                     // recovered dead letters, to order by seq
-	fresh   []restored[T]                   // queues with dead letters the restore itself made
-	live    int64                           // about what a snapshot would take
-	copies  *bool                           // the codec copies what it decodes (nil: not asked yet)
-	block   []byte                          // where own copies payloads to
+	copied  bool          // a copy's: leases stay in flight (core.Entry.StillLeased)
+	decoded []decoded[T]  // the first decoded of each ID, if kept (nil: not)
+	byID    idRuns        // finds them
+	letters []letter[T]   // recovered dead letters, to order by seq
+	fresh   []restored[T] // queues with dead letters the restore itself made
+	live    int64         // about what a snapshot would take
+	copies  *bool         // the codec copies what it decodes (nil: not asked yet)
+	block   []byte        // where own copies payloads to
 }
 
 // decoded is a message decoded from env: the subscriptions whose envelope
@@ -97,21 +95,38 @@ type restored[T any] struct {
 }
 
 func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
-	if d, ok := r.msgs[uuid.UUID(env[:16])]; ok && bytes.Equal(d.env, env) {
-		return d.m, nil
+	id := uuid.UUID(env[:16])
+	first, kept := -1, r.decoded != nil
+	if kept {
+		if i, ok := r.byID.find(id, r.holds); ok {
+			if bytes.Equal(r.decoded[i].env, env) {
+				return r.decoded[i].m, nil
+			}
+			first = i
+		}
 	}
 	m, err := unenvelope(env, r.st.codec, r.own)
 	if err != nil {
 		return nil, &CorruptError{Path: r.st.path(), Offset: -1,
-			Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
+			Reason: fmt.Sprintf("the codec cannot decode message %v", id), Err: err}
 	}
-	if r.msgs != nil {
-		r.msgs[m.ID] = decoded[T]{m, env}
-	}
-	if p, ok := r.named[m.ID]; ok && p == nil {
-		r.named[m.ID] = m
+	if kept && first < 0 {
+		r.byID.note(id, len(r.decoded), r.holds)
+		r.decoded = append(r.decoded, decoded[T]{m, env})
 	}
 	return m, nil
+}
+
+// holds reports whether r.decoded[i] is the message with that ID.
+func (r *restorer[T]) holds(i int, id uuid.UUID) bool { return r.decoded[i].m.ID == id }
+
+// named returns the message a dedup ID names, as the restore decoded it for
+// a queue, or nil if no queue holds it.
+func (r *restorer[T]) named(id uuid.UUID) *queue.Message[T] {
+	if i, ok := r.byID.find(id, r.holds); ok {
+		return r.decoded[i].m
+	}
+	return nil
 }
 
 func (r *restorer[T]) topics() {
@@ -136,9 +151,12 @@ func (r *restorer[T]) dedup() {
 		if t == nil {
 			continue
 		}
-		for _, dd := range ds {
-			if now.Before(dd.at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
-				t.dedup.put(dd.id, dd.msg, dd.at, r.named[dd.msg])
+		t.dedup.makeRoom(ds.len())
+		for _, page := range ds.pages {
+			for _, dd := range page {
+				if at := unstamp(dd.at); now.Before(at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
+					t.dedup.put(dd.id, dd.msg, at, r.named(dd.msg))
+				}
 			}
 		}
 	}
