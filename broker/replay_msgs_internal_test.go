@@ -15,8 +15,9 @@ import (
 
 // TestRmsgsModel drives a replay's message table and a map with the same
 // random puts (mostly the next ID of a topic, as publishes make them; some
-// of another topic, as a pattern subscription gets them; some of an ID
-// held already, as a redrive puts one back in its place), removes and
+// of another topic, as a pattern subscription gets them; some after a gap
+// in the counters, as a filter leaves; some of an ID held already, as a
+// redrive puts one back in its place), removes and
 // purges, and compares every lookup and what the restore would get. The
 // sizes make it compact its holes, spill runs to its index, and sort.
 func TestRmsgsModel(t *testing.T) {
@@ -52,9 +53,14 @@ func TestRmsgsModel(t *testing.T) {
 					spread = 3
 				}
 				switch r := rng.IntN(100); {
-				case r < 55: // publish
+				case r < 55: // publish, perhaps after messages a filter kept out
 					topic := rng.IntN(spread)
 					ctr[topic]++
+					if g := rng.IntN(100); g < 20 {
+						ctr[topic] += uint64(rng.IntN(10))
+					} else if g < 21 {
+						ctr[topic] += maxGap + uint64(rng.IntN(10))
+					}
 					place++
 					put(idOf(topic, ctr[topic]), place)
 				case r < 57: // a redrive: an ID held (or just gone) put back at an older place
