@@ -255,6 +255,11 @@ type limboLetter[T any] struct {
 // A write or fsync error is sticky: the call that met it and every later
 // call that changes state return it, because what reached the disk is
 // unknown; Close and Open again to carry on from what did.
+//
+// Open reads the journal's live segment by mapping it into memory, and
+// lets go of the mapping before it returns. A codec that keeps the bytes
+// it decodes (a []byte payload that is the input itself) gets a copy, so
+// nothing a restored message holds points into the file.
 func Open[T any](dir string, codec queue.Codec[T], opts ...Option) (*Broker[T], error) {
 	if codec == nil {
 		return nil, backend.Invalid("Open: nil codec")
