@@ -179,10 +179,3 @@ func (ds *rdedups) add(d rdedup) {
 	last := &ds.pages[len(ds.pages)-1]
 	*last = append(*last, d)
 }
-
-func (ds *rdedups) len() int {
-	if len(ds.pages) == 0 {
-		return 0
-	}
-	return (len(ds.pages)-1)*rpage + len(ds.pages[len(ds.pages)-1])
-}

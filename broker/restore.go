@@ -23,7 +23,7 @@ func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durab
 // journal, keeps the messages in flight at the copy as in flight, and
 // commits nothing.
 func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
-	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
+	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied, copies: copiesDecoded(st.codec)}
 	// The decoded messages are kept, to find by ID, when another
 	// subscription may share one (fan-out) or a dedup ID names one (a
 	// restored ID holds its message, weakly, while a subscription holds it
@@ -45,18 +45,21 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	return r.finish()
 }
 
-// own returns what a codec may keep of a payload: the bytes replay has
+// copiesDecoded reports whether codec is one of package queue's, which
+// keep nothing of the bytes they decode. (An interface comparison panics
+// only between values of one type that is not comparable: theirs are.)
+func copiesDecoded[T any](codec queue.Codec[T]) bool {
+	c := any(codec)
+	return c == any(queue.BytesCodec()) || c == any(queue.StringCodec()) || c == any(queue.JSONCodec[T]())
+}
+
+// own returns what the codec may keep of a payload: the bytes replay has
 // are views of the journal's segment, which Open lets go of once the
-// broker is restored. The codecs of package queue copy what they decode,
-// and get the view; any other gets a copy, from a shared block so that a
-// million payloads are not a million allocations.
+// broker is restored. A codec of package queue gets the view; any other
+// gets a copy, from a shared block so that a million payloads are not a
+// million allocations.
 func (r *restorer[T]) own(p []byte) []byte {
-	if r.copies == nil {
-		c := any(r.st.codec)
-		r.copies = new(bool)
-		*r.copies = c == any(queue.BytesCodec()) || c == any(queue.StringCodec()) || c == any(queue.JSONCodec[T]())
-	}
-	if *r.copies {
+	if r.copies {
 		return p
 	}
 	if len(p) > cap(r.block)-len(r.block) {
@@ -77,7 +80,7 @@ type restorer[T any] struct {
 	letters []letter[T]   // recovered dead letters, to order by seq
 	fresh   []restored[T] // queues with dead letters the restore itself made
 	live    int64         // about what a snapshot would take
-	copies  *bool         // the codec copies what it decodes (nil: not asked yet)
+	copies  bool          // the codec keeps nothing of what it decodes (copiesDecoded)
 	block   []byte        // where own copies payloads to
 }
 
@@ -94,6 +97,8 @@ type restored[T any] struct {
 	fresh []core.Letter[T] // dead-lettered by the restore itself
 }
 
+// decode returns the message env holds: the one decoded already for
+// another subscription if its envelope is the same bytes.
 func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
 	id := uuid.UUID(env[:16])
 	first, kept := -1, r.decoded != nil
@@ -151,11 +156,20 @@ func (r *restorer[T]) dedup() {
 		if t == nil {
 			continue
 		}
-		t.dedup.makeRoom(ds.len())
+		live := func(dd rdedup) bool { return now.Before(unstamp(dd.at).Add(b.dedupWindow)) }
+		n := 0
 		for _, page := range ds.pages {
 			for _, dd := range page {
-				if at := unstamp(dd.at); now.Before(at.Add(b.dedupWindow)) { // (a later entry of one ID wins)
-					t.dedup.put(dd.id, dd.msg, at, r.named(dd.msg))
+				if live(dd) {
+					n++
+				}
+			}
+		}
+		t.dedup.makeRoom(n)
+		for _, page := range ds.pages {
+			for _, dd := range page {
+				if live(dd) { // (a later entry of one ID wins)
+					t.dedup.put(dd.id, dd.msg, unstamp(dd.at), r.named(dd.msg))
 				}
 			}
 		}
