@@ -331,3 +331,35 @@ func TestLegacySegments(t *testing.T) {
 		require.Equal(t, 10, info.Segment)
 	})
 }
+
+// TestReplayedBodiesStayGoodUntilReplayed: the bodies Open hands to replay
+// are views of the segment, which Open maps; they read as the records
+// while the journal appends and while a Rewrite replaces the segment (and
+// removes its file), until Replayed, which may be called twice, and Close
+// after it.
+func TestReplayedBodiesStayGoodUntilReplayed(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, SyncNone, bodies(0, 50))
+	var views [][]byte
+	j, _, err := Open(dir, SyncNone, 0, func(b []byte) error {
+		views = append(views, b) // kept, not copied
+		return nil
+	})
+	require.NoError(t, err)
+	j.Append(body(50))
+	require.NoError(t, j.Sync())
+	require.NoError(t, j.Rewrite(func(emit func([]byte)) error {
+		for _, b := range bodies(0, 51) {
+			emit(b)
+		}
+		return nil
+	}))
+	_, err = os.Stat(segName(dir, 1))
+	require.ErrorIs(t, err, os.ErrNotExist, "the segment the views are of is gone from the directory")
+	require.Equal(t, bodies(0, 50), views)
+	j.Replayed()
+	j.Replayed()
+	require.NoError(t, j.Close())
+	got, _ := replayAll(t, dir)
+	require.Equal(t, bodies(0, 51), got)
+}
