@@ -420,9 +420,7 @@ func (rs *replay) release(sub uint32, id uuid.UUID) {
 // letter (recForget: it left the store).
 func (rs *replay) remove(sub uint32, id uuid.UUID, dead bool) {
 	if s := rs.subs[sub]; s != nil {
-		if m := s.msgs.get(id); m != nil && m.dead == dead {
-			s.msgs.remove(id)
-		}
+		s.msgs.remove(id, dead)
 	}
 }
 

@@ -94,9 +94,10 @@ func (t *rmsgs) add(id uuid.UUID, m rmsg) {
 	t.live++
 }
 
-// remove forgets the message with that ID if it is there.
-func (t *rmsgs) remove(id uuid.UUID) {
-	if i, ok := t.ids.find(id, t.holds); ok {
+// remove forgets the message with that ID if it is there and is a dead
+// letter or not as dead says.
+func (t *rmsgs) remove(id uuid.UUID, dead bool) {
+	if i, ok := t.ids.find(id, t.holds); ok && t.slot(i).dead == dead {
 		t.free(i, id)
 		t.compact()
 	}

@@ -77,10 +77,10 @@ func TestRmsgsModel(t *testing.T) {
 						}
 					}
 					if ok {
-						tab.remove(id)
+						tab.remove(id, false)
 						delete(model, id)
 					}
-					tab.remove(idOf(0, rng.Uint64())) // not held: nothing happens
+					tab.remove(idOf(0, rng.Uint64()), false) // not held: nothing happens
 				case r < 98: // a purge of every other
 					tab.removeIf(func(m *rmsg) bool { return m.place%2 == 0 })
 					maps.DeleteFunc(model, func(_ uuid.UUID, at uint64) bool { return at%2 == 0 })
