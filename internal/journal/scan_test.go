@@ -326,3 +326,60 @@ func FuzzScan(f *testing.F) {
 		}
 	})
 }
+
+// TestScanAheadIsScanInTurn: with the checksums verified on another
+// goroutine, a scan calls fn with the same frames, in the same order, and
+// stops at the same offset with the same error as one that verifies each
+// frame in turn: whole data, a tear at every offset, a corrupt byte at
+// every offset, and a refusal at every frame, for spans of one frame to
+// more than all of them.
+func TestScanAheadIsScanInTurn(t *testing.T) {
+	var bs [][]byte
+	for i := range 24 {
+		bs = append(bs, bytes.Repeat([]byte{byte(i)}, 1+i*7%53))
+	}
+	data := frames(bs)
+	type outcome struct {
+		off    int
+		err    error
+		bodies [][]byte
+	}
+	run := func(scan func([]byte, func([]byte) error) (int, error), data []byte, refuse int) outcome {
+		var o outcome
+		o.off, o.err = scan(data, func(b []byte) error {
+			if len(o.bodies) == refuse {
+				return errRefused
+			}
+			o.bodies = append(o.bodies, bytes.Clone(b))
+			return nil
+		})
+		return o
+	}
+	for _, span := range []int{1, 40, 300, len(data) + 1} {
+		ahead := func(data []byte, fn func([]byte) error) (int, error) { return scanAhead(data, fn, span) }
+		check := func(data []byte, refuse int, what string) {
+			t.Helper()
+			want := run(scanInTurn, data, refuse)
+			require.Equal(t, want, run(ahead, data, refuse), "span %d: %s", span, what)
+		}
+		check(data, -1, "whole")
+		for cut := range len(data) {
+			check(data[:cut], -1, fmt.Sprint("torn at ", cut))
+		}
+		for at := range len(data) {
+			bad := bytes.Clone(data)
+			bad[at] ^= 0x40
+			check(bad, -1, fmt.Sprint("corrupt at ", at))
+		}
+		for k := range len(bs) {
+			check(data, k, fmt.Sprint("refused at frame ", k))
+		}
+	}
+	// The reference itself tells the cases apart.
+	refused := run(scanInTurn, data, 5)
+	require.Equal(t, outcome{len(frames(bs[:5])), errRefused, bs[:5]}, refused)
+	torn := run(scanInTurn, data[:len(data)-1], -1)
+	require.Equal(t, outcome{len(frames(bs[:23])), nil, bs[:23]}, torn)
+}
+
+var errRefused = errors.New("refused")
