@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
@@ -207,21 +209,65 @@ func (d *dedup[T]) forgetMessage(id string, m queue.Message[T]) {
 	}
 }
 
-// put restores an ID from a durable broker's journal: the message it named
-// (orig, if a subscription holds it again, else nil) and its first
-// publish's time.
-func (d *dedup[T]) put(id string, msg uuid.UUID, at time.Time, orig *queue.Message[T]) {
+// restore remembers the IDs of ds still inside their window at now, in
+// their order (a later entry of one ID wins), without their messages (see
+// name): a restore's, which has them only later. The table makes room for
+// them in one rehash, and no put sweeps weak pointers there are none of.
+// The IDs are views of the journal: each page's are copied to one string,
+// which they share (IDs are forgotten oldest first, so a page's string
+// goes soon after its last ID).
+func (d *dedup[T]) restore(ds *rdedups, now time.Time, window time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ids.put(id, msg, at.UnixNano(), orig)
+	live := func(dd *rdedup) bool { return now.Before(unstamp(dd.at).Add(window)) }
+	n := 0
+	for _, page := range ds.pages {
+		for i := range page {
+			if live(&page[i]) {
+				n++
+			}
+		}
+	}
+	d.ids.reserve(n)
+	var b strings.Builder
+	for _, page := range ds.pages {
+		size := 0
+		for i := range page {
+			if dd := &page[i]; live(dd) {
+				size += len(dd.id)
+			}
+		}
+		b.Reset()
+		b.Grow(size)
+		for i := range page {
+			if dd := &page[i]; live(dd) {
+				b.WriteString(dd.id)
+			}
+		}
+		ids, at := b.String(), 0
+		for i := range page {
+			if dd := &page[i]; live(dd) {
+				d.ids.add(ids[at:at+len(dd.id)], dd.msg, unstamp(dd.at).UnixNano())
+				at += len(dd.id)
+			}
+		}
+	}
 	d.armLocked()
 }
 
-// makeRoom makes room for n more IDs at once (see idTable.reserve).
-func (d *dedup[T]) makeRoom(n int) {
+// name gives each ID the message named returns for the ID of the message
+// it names, held weakly (see idSlot), or leaves it without one (nil).
+// (Shared among goroutines, it was no faster: each weak pointer's handle
+// is made under one of the runtime's locks.)
+func (d *dedup[T]) name(named func(uuid.UUID) *queue.Message[T]) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.ids.reserve(n)
+	d.ids.each(func(_ uint32, s *idSlot[T]) bool {
+		if m := named(s.msg); m != nil {
+			s.orig = weak.Make(m)
+		}
+		return true
+	})
 }
 
 // liveLocked returns the confirmed IDs still remembered at now, oldest

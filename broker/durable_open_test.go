@@ -127,6 +127,30 @@ func TestDurableCodecErrors(t *testing.T) {
 		d.open(d.mock)
 		require.Equal(t, []string{"ok/1", "poison/1"}, peek(t, d.sub("t", "s")))
 	})
+	t.Run("decode, the first of thousands", func(t *testing.T) {
+		// Enough messages that the restore decodes them on several
+		// goroutines: the error names the first the codec refuses in the
+		// queue's order, not whichever goroutine failed first.
+		d := openDur[string](t, queue.StringCodec())
+		d.subscribe("t", "s", broker.WithMaxQueue(1<<20))
+		var first queue.Message[string]
+		for i := range 3000 {
+			switch i {
+			case 700:
+				first = d.publish("t", "poison")
+			case 2500:
+				d.publish("t", "poison")
+			default:
+				d.publish("t", fmt.Sprint("ok ", i))
+			}
+		}
+		require.NoError(t, d.Close())
+		_, err := d.tryOpen(d.mock, pickyCodec{refuseDecode: "poison"})
+		require.ErrorIs(t, err, errDurDecode)
+		require.ErrorContains(t, err, first.ID.String())
+		d.open(d.mock)
+		require.Equal(t, uint64(3000), d.sub("t", "s").Stats().Published)
+	})
 	t.Run("empty payloads", func(t *testing.T) {
 		d := openDur[[]byte](t, queue.BytesCodec())
 		d.subscribe("t", "s")

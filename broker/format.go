@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"time"
+	"unsafe"
 
 	"github.com/google/uuid"
 
@@ -163,6 +164,13 @@ func (d *dec) bytes() []byte {
 
 func (d *dec) str() string { return string(d.bytes()) }
 
+// view is str without a copy: the string shares the record's bytes, so it
+// is good only while they are (a replay's, until the journal's Replayed).
+func (d *dec) view() string {
+	b := d.bytes()
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
 func (d *dec) id() uuid.UUID {
 	var id uuid.UUID
 	if len(d.b) < len(id) {
@@ -316,11 +324,11 @@ func envelopeHead(data []byte) (uuid.UUID, time.Time, error) {
 	return id, at, d.err
 }
 
-// unenvelope decodes a message from its envelope; own gives the codec the
-// payload bytes it may keep.
-func unenvelope[T any](data []byte, codec queue.Codec[T], own func([]byte) []byte) (*queue.Message[T], error) {
+// unenvelope decodes a message from its envelope with o, which gives the
+// codec the payload bytes it may keep (see unpacker).
+func unenvelope[T any](data []byte, codec queue.Codec[T], o *unpacker) (*queue.Message[T], error) {
 	d := dec{b: data}
-	m := &queue.Message[T]{ID: d.id(), Topic: d.str(), Key: d.str(), Priority: queue.Priority(int8(d.byte())), PublishedAt: d.time()}
+	m := &queue.Message[T]{ID: d.id(), Topic: o.topicOf(d.bytes()), Key: d.str(), Priority: queue.Priority(int8(d.byte())), PublishedAt: d.time()}
 	n := d.uint()
 	if n > uint64(len(d.b)) { // each header takes at least two bytes
 		d.fail()
@@ -339,7 +347,7 @@ func unenvelope[T any](data []byte, codec queue.Codec[T], own func([]byte) []byt
 	if !core.ValidPriority(m.Priority) {
 		return nil, errors.New("priority out of range")
 	}
-	p, err := codec.Decode(own(d.rest()))
+	p, err := codec.Decode(o.own(d.rest()))
 	if err != nil {
 		return nil, err
 	}

@@ -89,6 +89,16 @@ func (t *idTable[T]) get(id string) (idSlot[T], bool) {
 // put remembers id, replacing an older entry of it, as the newest; orig
 // is the stored message, or nil.
 func (t *idTable[T]) put(id string, msg uuid.UUID, at int64, orig *queue.Message[T]) {
+	s := t.add(id, msg, at)
+	if orig != nil {
+		s.orig = weak.Make(orig)
+	}
+	t.sweepSome(16)
+}
+
+// add remembers id, replacing an older entry of it, as the newest, without
+// a message, and returns its slot.
+func (t *idTable[T]) add(id string, msg uuid.UUID, at int64) *idSlot[T] {
 	t.remove(id)
 	if t.next == math.MaxUint32 { // its v would be 0: leave the number unused
 		t.push(idSlot[T]{})
@@ -97,14 +107,10 @@ func (t *idTable[T]) put(id string, msg uuid.UUID, at int64, orig *queue.Message
 		t.rehash(max(2*len(t.index), 64))
 	}
 	seq := t.next
-	s := idSlot[T]{id: id, msg: msg, at: at}
-	if orig != nil {
-		s.orig = weak.Make(orig)
-	}
-	t.push(s)
+	t.push(idSlot[T]{id: id, msg: msg, at: at})
 	t.live++
 	t.insert(id, seq)
-	t.sweepSome(16)
+	return t.slot(seq)
 }
 
 // reserve makes room in the index for n more IDs at once: a restore of

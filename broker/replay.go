@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -37,7 +38,7 @@ func (rs *replay) addDedup(topic string, d rdedup) {
 	ds := rs.dedup[topic]
 	if ds == nil {
 		ds = &rdedups{}
-		rs.dedup[topic] = ds
+		rs.dedup[strings.Clone(topic)] = ds // topic may be a view
 	}
 	ds.add(d)
 }
@@ -253,7 +254,7 @@ func (rs *replay) delTopic(d *dec) {
 // dedupRec replays a recDedup (format 1 and 2): the ID with the envelope of
 // its message.
 func (rs *replay) dedupRec(d *dec) {
-	topic, id, env := d.str(), d.str(), d.rest()
+	topic, id, env := d.view(), d.view(), d.rest()
 	if d.err != nil {
 		return
 	}
@@ -268,7 +269,7 @@ func (rs *replay) dedupRec(d *dec) {
 // dedupRef replays a recDedupRef (format 2): the ID with the ID of a
 // message whose put came before it.
 func (rs *replay) dedupRef(d *dec) error {
-	topic, id, mid := d.str(), d.str(), d.id()
+	topic, id, mid := d.view(), d.view(), d.id()
 	if d.err != nil {
 		return nil
 	}
@@ -286,7 +287,7 @@ func (rs *replay) dedupRef(d *dec) error {
 
 // dedupID replays a recDedupID.
 func (rs *replay) dedupID(d *dec) {
-	topic, id, mid, at := d.str(), d.str(), d.id(), d.int()
+	topic, id, mid, at := d.view(), d.view(), d.id(), d.int()
 	if d.err == nil {
 		rs.addDedup(topic, rdedup{id, mid, at})
 	}
@@ -322,7 +323,9 @@ func (rs *replay) put(d *dec, env []byte) error {
 	m.place, m.attempts = d.uint(), int(d.uint())
 	flags := d.byte()
 	m.inFlight, m.dead = flags&putInFlight != 0, flags&putDead != 0
-	m.visibleAt, m.ttl, m.expiresAt, m.lastErr = d.int(), d.dur(), d.int(), d.str()
+	m.visibleAt = d.int()
+	m.setTTL(d.dur(), d.int())
+	m.setLastErr(d.str())
 	if reason, deadAt := queue.Reason(d.byte()), d.int(); reason != 0 || deadAt != 0 {
 		m.extra().reason, m.more.deadAt = reason, deadAt
 	}
@@ -393,7 +396,7 @@ func (rs *replay) deliver(d *dec) {
 		}
 		if m != nil && !m.dead {
 			if m.inFlight { // delivered again unsettled: its lease expired in between
-				m.lastErr = expiredText
+				m.setLastErr(expiredText)
 			}
 			m.attempts++
 			m.inFlight = true
@@ -405,7 +408,8 @@ func (rs *replay) deliver(d *dec) {
 func (rs *replay) retry(sub uint32, id uuid.UUID, d *dec) {
 	at, lastErr := d.int(), d.str()
 	if m := rs.msg(sub, id); m != nil && !m.dead && d.err == nil {
-		m.inFlight, m.visibleAt, m.lastErr = false, at, lastErr
+		m.inFlight, m.visibleAt = false, at
+		m.setLastErr(lastErr)
 	}
 }
 
@@ -447,7 +451,8 @@ func (rs *replay) dead(sub uint32, id uuid.UUID, d *dec) {
 	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.int()
 	if m := rs.msg(sub, id); m != nil && d.err == nil {
 		rs.deadSeq++
-		m.dead, m.inFlight, m.attempts, m.lastErr = true, false, attempts, lastErr
+		m.dead, m.inFlight, m.attempts = true, false, attempts
+		m.setLastErr(lastErr)
 		x := m.extra()
 		x.reason, x.deadAt, x.deadSeq = reason, at, rs.deadSeq
 	}

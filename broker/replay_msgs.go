@@ -12,27 +12,29 @@ import (
 
 // rmsg is a message's state as replay builds it. A journal of millions of
 // puts makes millions of these, most of them acked later in it: it is kept
-// small (its times as stamps, what only a dead letter has apart).
+// to 64 bytes (its times as stamps, what few messages have apart), the
+// size of a cache line, since what a replay writes first is fresh memory.
 type rmsg struct {
 	env       []byte // nil: a slot whose message was removed
 	place     uint64
 	attempts  int
-	visibleAt int64 // stamp
-	expiresAt int64 // stamp
-	ttl       time.Duration
-	lastErr   string
-	more      *rmore // nil: no reason, dead time, order or history
+	visibleAt int64  // stamp
+	more      *rmore // nil: none of what rmore holds
 	inFlight  bool
 	dead      bool
+	expired   bool // its last error is expiredText (a lease that expired)
 }
 
 // rmore is what few messages have: a dead letter's reason, time and order,
-// and a history of attempts.
+// a history of attempts, a last error other than an expiry's, a TTL.
 type rmore struct {
-	reason  queue.Reason
-	deadAt  int64 // stamp
-	deadSeq uint64
-	hist    []queue.Attempt
+	reason    queue.Reason
+	deadAt    int64 // stamp
+	deadSeq   uint64
+	hist      []queue.Attempt
+	lastErr   string
+	ttl       time.Duration
+	expiresAt int64 // stamp
 }
 
 // extra returns m's rmore, made if it has none.
@@ -43,6 +45,45 @@ func (m *rmsg) extra() *rmore {
 	return m.more
 }
 
+// lastErr returns the message's last error.
+func (m *rmsg) lastErr() string {
+	switch {
+	case m.expired:
+		return expiredText
+	case m.more != nil:
+		return m.more.lastErr
+	}
+	return ""
+}
+
+// setLastErr makes s the message's last error.
+func (m *rmsg) setLastErr(s string) {
+	m.expired = s == expiredText
+	if m.expired || s == "" {
+		if m.more != nil {
+			m.more.lastErr = ""
+		}
+		return
+	}
+	m.extra().lastErr = s
+}
+
+// setTTL sets the message's TTL and when it expires, if it has one.
+func (m *rmsg) setTTL(ttl time.Duration, expiresAt int64) {
+	if ttl != 0 || expiresAt != 0 {
+		x := m.extra()
+		x.ttl, x.expiresAt = ttl, expiresAt
+	}
+}
+
+// ttl returns the message's TTL and when it expires (zeros: none).
+func (m *rmsg) ttl() (time.Duration, int64) {
+	if m.more == nil {
+		return 0, 0
+	}
+	return m.more.ttl, m.more.expiresAt
+}
+
 // rmsgs is a subscription's messages during replay: their states in put
 // order, in pages, so that a million puts never copy the ones before them,
 // found by their IDs through runs. Put order is place order but for rare
@@ -50,15 +91,16 @@ func (m *rmsg) extra() *rmore {
 // not sort them.
 type rmsgs struct {
 	pages []*[rpage]rmsg
-	n     int // slots used, holes included
-	live  int // messages held
-	holes int // removed slots, given back by compact
+	spare []*[rpage]rmsg // empty pages compact left, for the puts after
+	n     int            // slots used, holes included
+	live  int            // messages held
+	holes int            // removed slots, given back by compact
 	ids   idRuns
 	last  uint64 // the place of the latest put
 	mixed bool   // a put's place came below its predecessor's
 }
 
-const rpage = 1024 // slots in a page: about 100 KiB of them
+const rpage = 1024 // slots in a page: 64 KiB of them
 
 func (t *rmsgs) slot(i int) *rmsg { return &t.pages[i/rpage][i%rpage] }
 
@@ -86,7 +128,12 @@ func (t *rmsgs) add(id uuid.UUID, m rmsg) {
 	}
 	t.last = m.place
 	if t.n == len(t.pages)*rpage {
-		t.pages = append(t.pages, new([rpage]rmsg))
+		if k := len(t.spare); k > 0 {
+			t.pages = append(t.pages, t.spare[k-1])
+			t.spare = t.spare[:k-1]
+		} else {
+			t.pages = append(t.pages, new([rpage]rmsg))
+		}
 	}
 	*t.slot(t.n) = m
 	t.ids.note(id, t.n, t.holds)
@@ -121,12 +168,14 @@ func (t *rmsgs) free(i int, id uuid.UUID) {
 	t.live--
 }
 
-// compact closes the holes once they are more than the messages held (and
-// more than a page): the slots stay within about twice the messages, at a
-// cost spread over the removes that made the holes. It moves the messages
-// down in place, finds them anew, and lets go of the pages left empty.
+// compact closes the holes once they are more than half the messages
+// held (and more than a page): the slots stay within about one and a half
+// times the messages, at a cost spread over the removes that made the
+// holes (two moves each). It moves the messages down in place, finds them
+// anew, and keeps the pages left empty (zeroed: a removed or moved slot is
+// cleared) for the puts after, which would otherwise fault in fresh ones.
 func (t *rmsgs) compact() {
-	if t.holes < rpage || t.holes <= t.live {
+	if t.holes < rpage || 2*t.holes <= t.live {
 		return
 	}
 	t.ids.reset()
@@ -144,6 +193,7 @@ func (t *rmsgs) compact() {
 		n++
 	}
 	keep := (n + rpage - 1) / rpage
+	t.spare = append(t.spare, t.pages[keep:]...)
 	clear(t.pages[keep:])
 	t.pages, t.n, t.holes = t.pages[:keep], n, 0
 }
@@ -164,7 +214,7 @@ func (t *rmsgs) inPlaceOrder() []*rmsg {
 
 // rdedup is a dedup ID as replay found it.
 type rdedup struct {
-	id  string
+	id  string // a view of the journal's bytes (dec.view): the restore copies it
 	msg uuid.UUID
 	at  int64 // stamp
 }

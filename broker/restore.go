@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/google/uuid"
 
@@ -23,7 +25,11 @@ func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durab
 // journal, keeps the messages in flight at the copy as in flight, and
 // commits nothing.
 func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
-	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied, copies: copiesDecoded(st.codec)}
+	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
+	r.own = make([]unpacker, decoders())
+	for i := range r.own {
+		r.own[i].copies = copiesDecoded(st.codec)
+	}
 	// The decoded messages are kept, to find by ID, when another
 	// subscription may share one (fan-out) or a dedup ID names one (a
 	// restored ID holds its message, weakly, while a subscription holds it
@@ -36,12 +42,15 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 		r.decoded = make([]decoded[T], 0, n)
 	}
 	r.topics()
+	wait := r.dedupIDs()
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		if err := r.sub(rs.subs[id]); err != nil {
+			wait()
 			return err
 		}
 	}
-	r.dedup()
+	wait()
+	r.nameDedups()
 	return r.finish()
 }
 
@@ -53,20 +62,39 @@ func copiesDecoded[T any](codec queue.Codec[T]) bool {
 	return c == any(queue.BytesCodec()) || c == any(queue.StringCodec()) || c == any(queue.JSONCodec[T]())
 }
 
-// own returns what the codec may keep of a payload: the bytes replay has
+// unpacker is what one goroutine of a restore decodes messages with: the
+// last topic it made a string of, which the next message of that topic
+// shares (a journal's messages are of a few topics), and the block it
+// copies payloads to for a codec that may keep the bytes it decodes (see
+// own).
+type unpacker struct {
+	topic  string
+	copies bool // the codec keeps nothing of what it decodes (copiesDecoded)
+	block  []byte
+}
+
+// topicOf returns b as a string, the last one's if it is the same.
+func (o *unpacker) topicOf(b []byte) string {
+	if string(b) != o.topic {
+		o.topic = string(b)
+	}
+	return o.topic
+}
+
+// own returns what the codec may keep of payload p: the bytes replay has
 // are views of the journal's segment, which Open lets go of once the
-// broker is restored. A codec of package queue gets the view; any other
-// gets a copy, from a shared block so that a million payloads are not a
-// million allocations.
-func (r *restorer[T]) own(p []byte) []byte {
-	if r.copies {
+// broker is restored. A codec of package queue keeps nothing of them and
+// gets the view; any other gets a copy, from a shared block so that a
+// million payloads are not a million allocations.
+func (o *unpacker) own(p []byte) []byte {
+	if o.copies {
 		return p
 	}
-	if len(p) > cap(r.block)-len(r.block) {
-		r.block = make([]byte, 0, max(len(p), 64<<10))
+	if len(p) > cap(o.block)-len(o.block) {
+		o.block = make([]byte, 0, max(len(p), 64<<10))
 	}
-	r.block = append(r.block, p...)
-	return r.block[len(r.block)-len(p) : len(r.block) : len(r.block)]
+	o.block = append(o.block, p...)
+	return o.block[len(o.block)-len(p) : len(o.block) : len(o.block)]
 }
 
 // restorer is the state of a restore in progress.
@@ -74,14 +102,22 @@ type restorer[T any] struct {
 	b       *Broker[T]
 	st      *store[T]
 	rs      *replay
-	copied  bool          // a copy's: leases stay in flight (core.Entry.StillLeased)
-	decoded []decoded[T]  // the first decoded of each ID, if kept (nil: not)
-	byID    idRuns        // finds them
-	letters []letter[T]   // recovered dead letters, to order by seq
-	fresh   []restored[T] // queues with dead letters the restore itself made
-	live    int64         // about what a snapshot would take
-	copies  bool          // the codec keeps nothing of what it decodes (copiesDecoded)
-	block   []byte        // where own copies payloads to
+	copied  bool                // a copy's: leases stay in flight (core.Entry.StillLeased)
+	decoded []decoded[T]        // the first decoded of each ID, if kept (nil: not)
+	byID    idRuns              // finds them
+	letters []letter[T]         // recovered dead letters, to order by seq
+	fresh   []restored[T]       // queues with dead letters the restore itself made
+	live    int64               // about what a snapshot would take
+	own     []unpacker          // one for each decoding goroutine
+	ms      []*queue.Message[T] // a chunk's messages (decodeAll)
+	todo    []todo              // a chunk's messages to decode (decodeAll)
+}
+
+// todo is a message of a chunk to decode: its index, and whether it is the
+// first of its ID, to keep (see decoded).
+type todo struct {
+	i    int
+	keep bool
 }
 
 // decoded is a message decoded from env: the subscriptions whose envelope
@@ -97,29 +133,81 @@ type restored[T any] struct {
 	fresh []core.Letter[T] // dead-lettered by the restore itself
 }
 
-// decode returns the message env holds: the one decoded already for
-// another subscription if its envelope is the same bytes.
-func (r *restorer[T]) decode(env []byte) (*queue.Message[T], error) {
-	id := uuid.UUID(env[:16])
-	first, kept := -1, r.decoded != nil
-	if kept {
-		if i, ok := r.byID.find(id, r.holds); ok {
-			if bytes.Equal(r.decoded[i].env, env) {
-				return r.decoded[i].m, nil
+// decodeAll returns the messages rms hold, in their order: one decoded
+// already for another subscription is shared if its envelope is the same
+// bytes, and the rest are decoded, on as many goroutines as there are
+// processors for a chunk of thousands. The slice is reused by the next
+// call. An envelope the codec refuses is a CorruptError, the first in
+// rms's order whatever the goroutines.
+func (r *restorer[T]) decodeAll(rms []*rmsg) ([]*queue.Message[T], error) {
+	ms := slices.Grow(r.ms[:0], len(rms))[:len(rms)]
+	clear(ms)
+	r.ms = ms
+	todos, kept := r.todo[:0], r.decoded != nil
+	for i, rm := range rms {
+		first := kept
+		if kept {
+			if j, ok := r.byID.find(uuid.UUID(rm.env[:16]), r.holds); ok {
+				if bytes.Equal(r.decoded[j].env, rm.env) {
+					ms[i] = r.decoded[j].m
+					continue
+				}
+				first = false // an edited payload: its own message
 			}
-			first = i
+		}
+		todos = append(todos, todo{i, first})
+	}
+	r.todo = todos
+	workers := min(len(r.own), len(todos)/minDecodes)
+	if workers <= 1 {
+		if err := r.decodeSome(rms, todos, &r.own[0]); err != nil {
+			return nil, err
+		}
+	} else {
+		errs := make([]error, workers)
+		var wg sync.WaitGroup
+		for w := 1; w < workers; w++ {
+			wg.Go(func() {
+				errs[w] = r.decodeSome(rms, todos[w*len(todos)/workers:(w+1)*len(todos)/workers], &r.own[w])
+			})
+		}
+		errs[0] = r.decodeSome(rms, todos[:len(todos)/workers], &r.own[0])
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
-	m, err := unenvelope(env, r.st.codec, r.own)
-	if err != nil {
-		return nil, &CorruptError{Path: r.st.path(), Offset: -1,
-			Reason: fmt.Sprintf("the codec cannot decode message %v", id), Err: err}
+	for _, t := range todos {
+		if t.keep {
+			r.byID.note(ms[t.i].ID, len(r.decoded), r.holds)
+			r.decoded = append(r.decoded, decoded[T]{ms[t.i], rms[t.i].env})
+		}
 	}
-	if kept && first < 0 {
-		r.byID.note(id, len(r.decoded), r.holds)
-		r.decoded = append(r.decoded, decoded[T]{m, env})
+	return ms, nil
+}
+
+// minDecodes is the fewest messages a decoding goroutine is started for:
+// a few hundred microseconds of work, against a few of starting it.
+const minDecodes = 512
+
+// decoders is how many goroutines decode a restore's messages.
+func decoders() int { return max(runtime.GOMAXPROCS(0), 1) }
+
+// decodeSome decodes the messages todos names into r.ms, stopping at the
+// first the codec refuses; o is the goroutine's own payload block.
+func (r *restorer[T]) decodeSome(rms []*rmsg, todos []todo, o *unpacker) error {
+	for _, t := range todos {
+		env := rms[t.i].env
+		m, err := unenvelope(env, r.st.codec, o)
+		if err != nil {
+			return &CorruptError{Path: r.st.path(), Offset: -1,
+				Reason: fmt.Sprintf("the codec cannot decode message %v", uuid.UUID(env[:16])), Err: err}
+		}
+		r.ms[t.i] = m
 	}
-	return m, nil
+	return nil
 }
 
 // holds reports whether r.decoded[i] is the message with that ID.
@@ -146,32 +234,46 @@ func (r *restorer[T]) topics() {
 	r.st.info.Topics = len(r.rs.topics)
 }
 
-// dedup restores the dedup IDs still inside their window, each with its
-// message where a restored queue holds it.
-func (r *restorer[T]) dedup() {
+// dedupIDs starts restoring the dedup IDs still inside their window, on a
+// goroutine of its own while the queues are restored (neither touches the
+// other's state, and a million IDs take about as long as a million
+// messages); wait waits for it. Their messages are not known until the
+// queues are restored: named gives each ID its message after (see
+// nameDedups).
+func (r *restorer[T]) dedupIDs() (wait func()) {
 	b := r.b
-	now := b.now.Now()
+	now, window := b.now.Now(), b.dedupWindow
+	type topicIDs struct {
+		d  *dedup[T]
+		ds *rdedups
+	}
+	var all []topicIDs
 	for topic, ds := range r.rs.dedup {
-		t := b.topics[topic]
-		if t == nil {
-			continue
+		if t := b.topics[topic]; t != nil {
+			all = append(all, topicIDs{&t.dedup, ds})
 		}
-		live := func(dd rdedup) bool { return now.Before(unstamp(dd.at).Add(b.dedupWindow)) }
-		n := 0
-		for _, page := range ds.pages {
-			for _, dd := range page {
-				if live(dd) {
-					n++
-				}
+	}
+	var wg sync.WaitGroup
+	if len(all) > 0 {
+		wg.Go(func() {
+			for _, x := range all {
+				x.d.restore(x.ds, now, window)
 			}
-		}
-		t.dedup.makeRoom(n)
-		for _, page := range ds.pages {
-			for _, dd := range page {
-				if live(dd) { // (a later entry of one ID wins)
-					t.dedup.put(dd.id, dd.msg, unstamp(dd.at), r.named(dd.msg))
-				}
-			}
+		})
+	}
+	return wg.Wait
+}
+
+// nameDedups gives each restored dedup ID the message it names, where a
+// restored queue holds it: a duplicate published while a subscription
+// holds it is answered with it.
+func (r *restorer[T]) nameDedups() {
+	if r.decoded == nil {
+		return
+	}
+	for topic := range r.rs.dedup {
+		if t := r.b.topics[topic]; t != nil {
+			t.dedup.name(r.named)
 		}
 	}
 }
@@ -251,15 +353,17 @@ func (r *restorer[T]) restore(rsub *rsub, s *Subscription[T], es []core.Entry[T]
 // entries appends to es the messages rms as queue entries, and to seqs
 // the dead-letter order of the dead ones.
 func (r *restorer[T]) entries(es []core.Entry[T], seqs []uint64, rms []*rmsg) ([]core.Entry[T], []uint64, error) {
-	for _, rm := range rms {
-		r.live += int64(len(rm.env) + len(rm.lastErr) + putOverhead)
-		m, err := r.decode(rm.env)
-		if err != nil {
-			return nil, nil, err
-		}
+	ms, err := r.decodeAll(rms)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, rm := range rms {
+		lastErr := rm.lastErr()
+		ttl, expiresAt := rm.ttl()
+		r.live += int64(len(rm.env) + len(lastErr) + putOverhead)
 		e := core.Entry[T]{
-			Message: m, Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
-			VisibleAt: unstamp(rm.visibleAt), TTL: rm.ttl, ExpiresAt: unstamp(rm.expiresAt), LastError: rm.lastErr,
+			Message: ms[i], Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
+			VisibleAt: unstamp(rm.visibleAt), TTL: ttl, ExpiresAt: unstamp(expiresAt), LastError: lastErr,
 			Dead: rm.dead,
 		}
 		if x := rm.more; x != nil {
