@@ -325,7 +325,7 @@ func (rs *replay) put(d *dec, env []byte) error {
 	m.inFlight, m.dead = flags&putInFlight != 0, flags&putDead != 0
 	m.visibleAt = d.int()
 	m.setTTL(d.dur(), d.int())
-	m.setLastErr(d.str())
+	m.setLastErr(d.view())
 	if reason, deadAt := queue.Reason(d.byte()), d.int(); reason != 0 || deadAt != 0 {
 		m.extra().reason, m.more.deadAt = reason, deadAt
 	}
@@ -406,7 +406,7 @@ func (rs *replay) deliver(d *dec) {
 }
 
 func (rs *replay) retry(sub uint32, id uuid.UUID, d *dec) {
-	at, lastErr := d.int(), d.str()
+	at, lastErr := d.int(), d.view()
 	if m := rs.msg(sub, id); m != nil && !m.dead && d.err == nil {
 		m.inFlight, m.visibleAt = false, at
 		m.setLastErr(lastErr)
@@ -448,7 +448,7 @@ func (rs *replay) discard(d *dec) {
 }
 
 func (rs *replay) dead(sub uint32, id uuid.UUID, d *dec) {
-	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.str(), d.int()
+	reason, attempts, lastErr, at := queue.Reason(d.byte()), int(d.uint()), d.view(), d.int()
 	if m := rs.msg(sub, id); m != nil && d.err == nil {
 		rs.deadSeq++
 		m.dead, m.inFlight, m.attempts = true, false, attempts

@@ -3,6 +3,7 @@ package broker
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -56,7 +57,8 @@ func (m *rmsg) lastErr() string {
 	return ""
 }
 
-// setLastErr makes s the message's last error.
+// setLastErr makes s the message's last error. s may be a view of the
+// journal (dec.view): it is copied if kept.
 func (m *rmsg) setLastErr(s string) {
 	m.expired = s == expiredText
 	if m.expired || s == "" {
@@ -65,7 +67,7 @@ func (m *rmsg) setLastErr(s string) {
 		}
 		return
 	}
-	m.extra().lastErr = s
+	m.extra().lastErr = strings.Clone(s)
 }
 
 // setTTL sets the message's TTL and when it expires, if it has one.
