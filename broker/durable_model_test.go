@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,6 +139,35 @@ func dedupView(b *Broker[string]) map[string]string {
 	return out
 }
 
+// requireDedupNamed checks the messages b's dedup IDs hold: one an ID
+// holds is the message it names, and, as b has just opened, every ID whose
+// message a queue holds (held, from view) holds it.
+func requireDedupNamed(t *testing.T, b *Broker[string], held map[string][]held) {
+	t.Helper()
+	queued := map[string]bool{}
+	for _, hs := range held {
+		for _, h := range hs {
+			queued[h.ID] = true
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, tp := range b.topics {
+		tp.dedup.mu.Lock()
+		tp.dedup.ids.each(func(_ uint32, s *idSlot[string]) bool {
+			m := s.orig.Value()
+			if m != nil {
+				require.Equal(t, s.msg, m.ID, "%s/%s holds another message", name, s.id)
+			}
+			if queued[s.msg.String()] {
+				require.NotNil(t, m, "%s/%s: its message is queued", name, s.id)
+			}
+			return true
+		})
+		tp.dedup.mu.Unlock()
+	}
+}
+
 // normalizeVisible drops the visible-at times already past, in a view
 // taken after a restart.
 func normalizeVisible(b *Broker[string], v map[string][]held) {
@@ -161,11 +191,27 @@ func TestDurableModel(t *testing.T) {
 		seeds = 4
 	}
 	for seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runDurableModel(t, uint64(seed)) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runDurableModel(t, uint64(seed), 0) })
 	}
 }
 
-func runDurableModel(t *testing.T, seed uint64) {
+// TestDurableModelAtScale is the model on a journal that starts with
+// thousands of messages of half a KiB, a third of them with a dedup ID:
+// enough that an Open verifies the checksums ahead on another goroutine,
+// decodes a queue's messages on several, and restores thousands of dedup
+// IDs beside the queues, where the model's small journals do each in turn.
+func TestDurableModelAtScale(t *testing.T) {
+	seeds := 3
+	if testing.Short() {
+		seeds = 1
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { runDurableModel(t, uint64(100+seed), 3000) })
+	}
+}
+
+// runDurableModel runs the model from seed, after bulk publishes.
+func runDurableModel(t *testing.T, seed uint64, bulk int) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	ctx := context.Background()
 	mock := clock.NewMock()
@@ -195,6 +241,15 @@ func runDurableModel(t *testing.T, seed uint64) {
 	b := open(dir, mock)
 	defer func() { b.Close() }()
 	subs := declare(b)
+	pad := strings.Repeat("x", 500)
+	for i := range bulk {
+		var opts []PublishOption
+		if i%3 == 0 {
+			opts = append(opts, WithDedupID(fmt.Sprint("bulk", i)))
+		}
+		_, err := b.Publish(ctx, "t", fmt.Sprint("bulk ", i, pad), opts...)
+		require.NoError(t, err)
+	}
 	type out struct {
 		sub string
 		id  lease.ID
@@ -291,6 +346,7 @@ func runDurableModel(t *testing.T, seed uint64) {
 			require.Len(t, gotHeld, len(wantHeld))
 			requireSame(t, wantDead, gotDead, "step %d: dead letters", step)
 			require.Equal(t, wantDedup, dedupView(b2), "step %d: dedup IDs", step)
+			requireDedupNamed(t, b2, gotHeld)
 			// Go on with the recovered broker, in its own directory.
 			b.Close()
 			b, subs, mock, leases = b2, subs2, mock2, nil
