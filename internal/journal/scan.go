@@ -104,6 +104,10 @@ func scanAhead(data []byte, fn func(body []byte) error, span int) (int, error) {
 	verified := make(chan int, 16) // ends of verified spans, rising; closed after the last
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// However this returns (fn may panic), the goroutine stops first: the
+	// caller may unmap data after.
+	defer wg.Wait()
+	defer close(stop)
 	wg.Go(func() {
 		defer close(verified)
 		off, sent := 0, 0
@@ -133,14 +137,11 @@ func scanAhead(data []byte, fn func(body []byte) error, span int) (int, error) {
 		for off < end {
 			body := data[off+8 : off+8+int(binary.LittleEndian.Uint32(data[off:]))]
 			if err := fn(body); err != nil {
-				close(stop)
-				wg.Wait()
 				return off, err
 			}
 			off += 8 + len(body)
 		}
 	}
-	wg.Wait()
 	return off, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -383,3 +384,19 @@ func TestScanAheadIsScanInTurn(t *testing.T) {
 }
 
 var errRefused = errors.New("refused")
+
+// TestScanAheadStopsReadingWhenFnPanics: a panic in fn leaves no goroutine
+// reading data behind (a caller that recovers may unmap it). The verifying
+// goroutine has returned by then (its function is on no stack), and under
+// -race, writing data after would race with one still reading it.
+func TestScanAheadStopsReadingWhenFnPanics(t *testing.T) {
+	data := frames(bodies(0, 200))
+	func() {
+		defer func() { require.Equal(t, "boom", recover()) }()
+		_, _ = scanAhead(data, func([]byte) error { panic("boom") }, 1)
+	}()
+	clear(data)
+	stacks := make([]byte, 1<<20)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	require.NotContains(t, string(stacks), "journal.scanAhead.func")
+}
