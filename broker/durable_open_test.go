@@ -41,6 +41,18 @@ func (c pickyCodec) Decode(data []byte) (string, error) {
 	return string(data), nil
 }
 
+// panickyCodec is queue.StringCodec that panics decoding one payload.
+type panickyCodec struct{ on string }
+
+func (panickyCodec) Encode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
+
+func (c panickyCodec) Decode(data []byte) (string, error) {
+	if string(data) == c.on {
+		panic("codec: " + c.on)
+	}
+	return string(data), nil
+}
+
 func TestOpenErrors(t *testing.T) {
 	t.Run("locked", func(t *testing.T) {
 		d := openDur[string](t, queue.StringCodec())
@@ -150,6 +162,17 @@ func TestDurableCodecErrors(t *testing.T) {
 		require.ErrorContains(t, err, first.ID.String())
 		d.open(d.mock)
 		require.Equal(t, uint64(3000), d.sub("t", "s").Stats().Published)
+	})
+	t.Run("a codec that panics, among thousands", func(t *testing.T) {
+		// The restore decodes these on several goroutines: the codec's
+		// panic still reaches the caller of Open, not the process.
+		d := openDur[string](t, queue.StringCodec())
+		d.subscribe("t", "s", broker.WithMaxQueue(1<<20))
+		for i := range 3000 {
+			d.publish("t", fmt.Sprint("ok ", i))
+		}
+		require.NoError(t, d.Close())
+		require.PanicsWithValue(t, "codec: ok 2500", func() { _, _ = d.tryOpen(d.mock, panickyCodec{"ok 2500"}) })
 	})
 	t.Run("empty payloads", func(t *testing.T) {
 		d := openDur[[]byte](t, queue.BytesCodec())

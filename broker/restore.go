@@ -164,16 +164,24 @@ func (r *restorer[T]) decodeAll(rms []*rmsg) ([]*queue.Message[T], error) {
 			return nil, err
 		}
 	} else {
-		errs := make([]error, workers)
+		// A codec that panics panics on the caller's goroutine, as it
+		// would in a decode in turn, once every goroutine has stopped
+		// reading the journal's bytes.
+		errs, panics := make([]error, workers), make([]any, workers)
+		part := func(w int) {
+			defer func() { panics[w] = recover() }()
+			errs[w] = r.decodeSome(rms, todos[w*len(todos)/workers:(w+1)*len(todos)/workers], &r.own[w])
+		}
 		var wg sync.WaitGroup
 		for w := 1; w < workers; w++ {
-			wg.Go(func() {
-				errs[w] = r.decodeSome(rms, todos[w*len(todos)/workers:(w+1)*len(todos)/workers], &r.own[w])
-			})
+			wg.Go(func() { part(w) })
 		}
-		errs[0] = r.decodeSome(rms, todos[:len(todos)/workers], &r.own[0])
+		part(0)
 		wg.Wait()
-		for _, err := range errs {
+		for w, err := range errs {
+			if panics[w] != nil {
+				panic(panics[w])
+			}
 			if err != nil {
 				return nil, err
 			}
