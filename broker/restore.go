@@ -43,9 +43,9 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	}
 	r.topics()
 	wait := r.dedupIDs()
+	defer wait() // however this returns (a codec may panic): it reads the journal's bytes
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		if err := r.sub(rs.subs[id]); err != nil {
-			wait()
 			return err
 		}
 	}
