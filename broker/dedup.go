@@ -229,27 +229,26 @@ func (d *dedup[T]) restore(ds *rdedups, now time.Time, window time.Duration) {
 		}
 	}
 	d.ids.reserve(n)
+	var kept []rdedup // a page's live IDs
 	var b strings.Builder
 	for _, page := range ds.pages {
+		kept = kept[:0]
 		size := 0
-		for i := range page {
-			if dd := &page[i]; live(dd) {
+		for _, dd := range page {
+			if live(&dd) {
+				kept = append(kept, dd)
 				size += len(dd.id)
 			}
 		}
 		b.Reset()
 		b.Grow(size)
-		for i := range page {
-			if dd := &page[i]; live(dd) {
-				b.WriteString(dd.id)
-			}
+		for _, dd := range kept {
+			b.WriteString(dd.id)
 		}
 		ids, at := b.String(), 0
-		for i := range page {
-			if dd := &page[i]; live(dd) {
-				d.ids.add(ids[at:at+len(dd.id)], dd.msg, unstamp(dd.at).UnixNano())
-				at += len(dd.id)
-			}
+		for _, dd := range kept {
+			d.ids.add(ids[at:at+len(dd.id)], dd.msg, unstamp(dd.at).UnixNano())
+			at += len(dd.id)
 		}
 	}
 	d.armLocked()

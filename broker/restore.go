@@ -27,8 +27,9 @@ func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durab
 func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
 	r.own = make([]unpacker, decoders())
+	copies := copiesDecoded(st.codec)
 	for i := range r.own {
-		r.own[i].copies = copiesDecoded(st.codec)
+		r.own[i].copies = copies
 	}
 	// The decoded messages are kept, to find by ID, when another
 	// subscription may share one (fan-out) or a dedup ID names one (a
@@ -42,7 +43,7 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 		r.decoded = make([]decoded[T], 0, n)
 	}
 	r.topics()
-	wait := r.dedupIDs()
+	dedups, wait := r.dedupIDs()
 	defer wait() // however this returns (a codec may panic): it reads the journal's bytes
 	for _, id := range slices.Sorted(maps.Keys(rs.subs)) {
 		if err := r.sub(rs.subs[id]); err != nil {
@@ -50,7 +51,9 @@ func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
 		}
 	}
 	wait()
-	r.nameDedups()
+	for _, d := range dedups { // each ID gets its message, where a restored queue holds it
+		d.name(r.named)
+	}
 	return r.finish()
 }
 
@@ -245,45 +248,28 @@ func (r *restorer[T]) topics() {
 // dedupIDs starts restoring the dedup IDs still inside their window, on a
 // goroutine of its own while the queues are restored (neither touches the
 // other's state, and a million IDs take about as long as a million
-// messages); wait waits for it. Their messages are not known until the
-// queues are restored: named gives each ID its message after (see
-// nameDedups).
-func (r *restorer[T]) dedupIDs() (wait func()) {
+// messages); wait waits for it. It returns the dedups it restores: their
+// messages are not known until the queues are restored, and then each
+// dedup's name gives them (a duplicate published while a subscription
+// holds one is answered with it).
+func (r *restorer[T]) dedupIDs() (dedups []*dedup[T], wait func()) {
 	b := r.b
 	now, window := b.now.Now(), b.dedupWindow
-	type topicIDs struct {
-		d  *dedup[T]
-		ds *rdedups
-	}
-	var all []topicIDs
-	for topic, ds := range r.rs.dedup {
+	var ds []*rdedups
+	for topic, ids := range r.rs.dedup {
 		if t := b.topics[topic]; t != nil {
-			all = append(all, topicIDs{&t.dedup, ds})
+			dedups, ds = append(dedups, &t.dedup), append(ds, ids)
 		}
 	}
 	var wg sync.WaitGroup
-	if len(all) > 0 {
+	if len(dedups) > 0 {
 		wg.Go(func() {
-			for _, x := range all {
-				x.d.restore(x.ds, now, window)
+			for i, d := range dedups {
+				d.restore(ds[i], now, window)
 			}
 		})
 	}
-	return wg.Wait
-}
-
-// nameDedups gives each restored dedup ID the message it names, where a
-// restored queue holds it: a duplicate published while a subscription
-// holds it is answered with it.
-func (r *restorer[T]) nameDedups() {
-	if r.decoded == nil {
-		return
-	}
-	for topic := range r.rs.dedup {
-		if t := r.b.topics[topic]; t != nil {
-			t.dedup.name(r.named)
-		}
-	}
+	return dedups, wg.Wait
 }
 
 // restoreChunk is how many messages a restore decodes and hands to a
