@@ -110,6 +110,14 @@ func scanAhead(data []byte, fn func(body []byte) error, span int) (int, error) {
 	defer close(stop)
 	wg.Go(func() {
 		defer close(verified)
+		hand := func(end int) bool { // false: stopped
+			select {
+			case verified <- end:
+				return true
+			case <-stop:
+				return false
+			}
+		}
 		off, sent := 0, 0
 		for {
 			body, ok := frameAt(data, off)
@@ -117,19 +125,14 @@ func scanAhead(data []byte, fn func(body []byte) error, span int) (int, error) {
 				break
 			}
 			if off += 8 + len(body); off-sent >= span {
-				select {
-				case verified <- off:
-					sent = off
-				case <-stop:
+				if !hand(off) {
 					return
 				}
+				sent = off
 			}
 		}
 		if off > sent {
-			select {
-			case verified <- off:
-			case <-stop:
-			}
+			hand(off)
 		}
 	})
 	off := 0
