@@ -24,8 +24,9 @@ var (
 	errDurDecode = errors.New("test codec: cannot decode")
 )
 
-// pickyCodec is queue.StringCodec that refuses to encode or decode one payload.
-type pickyCodec struct{ refuseEncode, refuseDecode string }
+// pickyCodec is queue.StringCodec that refuses to encode or decode one
+// payload, or panics decoding one.
+type pickyCodec struct{ refuseEncode, refuseDecode, panicDecode string }
 
 func (c pickyCodec) Encode(dst []byte, v string) ([]byte, error) {
 	if v == c.refuseEncode {
@@ -35,20 +36,11 @@ func (c pickyCodec) Encode(dst []byte, v string) ([]byte, error) {
 }
 
 func (c pickyCodec) Decode(data []byte) (string, error) {
-	if string(data) == c.refuseDecode {
+	switch v := string(data); {
+	case v == c.refuseDecode:
 		return "", errDurDecode
-	}
-	return string(data), nil
-}
-
-// panickyCodec is queue.StringCodec that panics decoding one payload.
-type panickyCodec struct{ on string }
-
-func (panickyCodec) Encode(dst []byte, v string) ([]byte, error) { return append(dst, v...), nil }
-
-func (c panickyCodec) Decode(data []byte) (string, error) {
-	if string(data) == c.on {
-		panic("codec: " + c.on)
+	case c.panicDecode != "" && v == c.panicDecode:
+		panic("codec: " + v)
 	}
 	return string(data), nil
 }
@@ -172,7 +164,7 @@ func TestDurableCodecErrors(t *testing.T) {
 			d.publish("t", fmt.Sprint("ok ", i))
 		}
 		require.NoError(t, d.Close())
-		require.PanicsWithValue(t, "codec: ok 2500", func() { _, _ = d.tryOpen(d.mock, panickyCodec{"ok 2500"}) })
+		require.PanicsWithValue(t, "codec: ok 2500", func() { _, _ = d.tryOpen(d.mock, pickyCodec{panicDecode: "ok 2500"}) })
 	})
 	t.Run("empty payloads", func(t *testing.T) {
 		d := openDur[[]byte](t, queue.BytesCodec())
