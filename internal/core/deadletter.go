@@ -12,7 +12,7 @@ import (
 func (q *Queue[T]) deadLetterLocked(now time.Time, e *entry[T], reason queue.Reason) {
 	q.countDeadLocked(reason)
 	_, ttl := q.expiresLocked(e)
-	n := deadNote[T]{msg: e.msg, reason: reason, attempts: int(e.attempt), lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
+	n := deadNote[T]{msg: e.msg, reason: reason, attempts: e.attempt, lastErr: q.lastErrLocked(e), at: now, place: e.place, ttl: ttl}
 	if e.is(hasHistory) {
 		n.hist = q.historyLocked(e) // the entry lets go of it (recycleLocked)
 	}
@@ -53,7 +53,7 @@ type deadNote[T any] struct {
 	msg       *queue.Message[T]
 	reason    queue.Reason
 	continued bool // KeyContinued
-	attempts  int
+	attempts  int32
 	lastErr   string
 	at        time.Time
 	place     uint64
@@ -69,7 +69,7 @@ func (q *Queue[T]) letter(n deadNote[T]) Letter[T] {
 			Subscription: q.cfg.Name,
 			Message:      *n.msg,
 			Reason:       n.reason,
-			Attempts:     n.attempts,
+			Attempts:     int(n.attempts),
 			LastError:    n.lastErr,
 			At:           n.at,
 			KeyContinued: n.continued,

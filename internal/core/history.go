@@ -32,10 +32,12 @@ type attemptRec struct {
 const failedID = 1
 
 // history is what a dead letter takes of its entry's attempts: the records
-// and their texts, in order (texts[i] for recs[i], nil when none has one).
+// and their texts, in order ((*texts)[i] for recs[i]; nil when none has one,
+// as for most: only Fail and Reject give a text, so it costs the rest a
+// word, not a slice, in every deadNote).
 type history struct {
 	recs  []attemptRec
-	texts []string
+	texts *[]string
 }
 
 // histSlab is how many first attempts one allocation holds (8 KiB).
@@ -136,7 +138,7 @@ func (q *Queue[T]) attempts(h history) []queue.Attempt {
 	for i, r := range h.recs {
 		text := ""
 		if h.texts != nil {
-			text = h.texts[i]
+			text = (*h.texts)[i]
 		}
 		out[i] = q.attempt(r, text)
 	}
@@ -153,9 +155,10 @@ func (q *Queue[T]) historyLocked(e *entry[T]) history {
 	for i, r := range recs {
 		if r.text > failedID {
 			if h.texts == nil {
-				h.texts = make([]string, len(recs))
+				texts := make([]string, len(recs))
+				h.texts = &texts
 			}
-			h.texts[i] = q.histText[r.text]
+			(*h.texts)[i] = q.histText[r.text]
 		}
 	}
 	return h
