@@ -25,11 +25,12 @@ var (
 )
 
 // pickyCodec is queue.StringCodec that refuses to encode or decode one
-// payload, or panics decoding one.
+// payload, or panics decoding one. A field left empty names no payload: the
+// empty one is encoded and decoded as any other.
 type pickyCodec struct{ refuseEncode, refuseDecode, panicDecode string }
 
 func (c pickyCodec) Encode(dst []byte, v string) ([]byte, error) {
-	if v == c.refuseEncode {
+	if c.refuseEncode != "" && v == c.refuseEncode {
 		return dst, errDurEncode
 	}
 	return append(dst, v...), nil
@@ -37,7 +38,7 @@ func (c pickyCodec) Encode(dst []byte, v string) ([]byte, error) {
 
 func (c pickyCodec) Decode(data []byte) (string, error) {
 	switch v := string(data); {
-	case v == c.refuseDecode:
+	case c.refuseDecode != "" && v == c.refuseDecode:
 		return "", errDurDecode
 	case c.panicDecode != "" && v == c.panicDecode:
 		panic("codec: " + v)
