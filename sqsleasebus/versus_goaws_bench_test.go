@@ -29,32 +29,44 @@ import (
 // SendMessage, then ReceiveMessage of one, then DeleteMessage of what it
 // got. The requests are built by hand, the same for both servers (an SDK
 // would add its own cost to each), and msgs/s counts deleted messages.
+//
+// Each runs on an empty queue and on one with a backlog of 10,000: messages
+// sent before the timer starts, which the loop keeps at that depth (each
+// client sends one for each it deletes). On the empty queue some receives
+// find nothing, another client having taken the one message there was; on
+// the backlog every receive gets one. goaws keeps a queue's messages in
+// one slice and deletes by copying the rest of it down, so its delete
+// costs more with depth, where leasebus's does not.
 func BenchmarkVersusGoaws(b *testing.B) {
 	const clients = 16
 	logrus.SetLevel(logrus.WarnLevel)
-	for _, p := range []struct {
-		name string
-		do   call
-	}{{"leasebus-json", jsonCall}, {"leasebus-query", queryCall}} {
-		b.Run(p.name, func(b *testing.B) {
-			srv, err := sqsserver.New()
-			if err != nil {
-				b.Fatal(err)
+	for _, backlog := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			for _, p := range []struct {
+				name string
+				do   call
+			}{{"leasebus-json", jsonCall}, {"leasebus-query", queryCall}} {
+				b.Run(p.name, func(b *testing.B) {
+					srv, err := sqsserver.New()
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer srv.Close()
+					hs := httptest.NewServer(srv)
+					defer hs.Close()
+					runVersus(b, clients, backlog, hs.URL, p.do)
+				})
 			}
-			defer srv.Close()
-			hs := httptest.NewServer(srv)
-			defer hs.Close()
-			runVersus(b, clients, hs.URL, p.do)
+			b.Run("goaws-query", func(b *testing.B) {
+				srv, err := servertest.New("127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer srv.Quit()
+				runVersus(b, clients, backlog, srv.URL(), queryCall)
+			})
 		})
 	}
-	b.Run("goaws-query", func(b *testing.B) {
-		srv, err := servertest.New("127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer srv.Quit()
-		runVersus(b, clients, srv.URL(), queryCall)
-	})
 }
 
 // call is one protocol's request: it returns the answer's receipt handles
@@ -128,7 +140,10 @@ func post(c *http.Client, base, ctype, target string, body []byte) []byte {
 	return out
 }
 
-func runVersus(b *testing.B, clients int, base string, do call) {
+// versusBody is what every message of the loop says.
+const versusBody = "a message of some forty bytes, say, here"
+
+func runVersus(b *testing.B, clients, backlog int, base string, do call) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 2 * clients
 	defer tr.CloseIdleConnections()
@@ -136,6 +151,15 @@ func runVersus(b *testing.B, clients int, base string, do call) {
 	name := fmt.Sprintf("versus-%d", time.Now().UnixNano())
 	q := do(c, base, "CreateQueue", url.Values{"QueueName": {name}})[0]
 	var sent, deleted atomic.Int64
+	var fill sync.WaitGroup
+	for i := range clients {
+		fill.Go(func() { // client i sends its share of the backlog
+			for range backlog/clients + min(1, max(0, backlog%clients-i)) {
+				do(c, base, "SendMessage", url.Values{"QueueUrl": {q}, "MessageBody": {versusBody}})
+			}
+		})
+	}
+	fill.Wait()
 	n := int64(b.N)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -143,7 +167,7 @@ func runVersus(b *testing.B, clients int, base string, do call) {
 		wg.Go(func() {
 			for deleted.Load() < n {
 				if sent.Add(1) <= n {
-					do(c, base, "SendMessage", url.Values{"QueueUrl": {q}, "MessageBody": {"a message of some forty bytes, say, here"}})
+					do(c, base, "SendMessage", url.Values{"QueueUrl": {q}, "MessageBody": {versusBody}})
 				}
 				for _, h := range do(c, base, "ReceiveMessage", url.Values{"QueueUrl": {q}, "MaxNumberOfMessages": {"1"}}) {
 					do(c, base, "DeleteMessage", url.Values{"QueueUrl": {q}, "ReceiptHandle": {h}})
