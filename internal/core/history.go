@@ -10,14 +10,15 @@ import (
 // kept beside the queue, by slot, for the entries that had one (flag
 // hasHistory): a message acked at its first delivery costs nothing.
 //
-// An attempt is kept as an attemptRec, which holds no pointer: a million
-// leases expiring at once leave a million records the garbage collector
-// does not scan. The first attempt of a message comes from a slab
-// (q.histSlab), capped at one, so that they are not a million allocations
-// either; a second one moves the history to an array of its own. Error
-// texts, which only Fail and Reject give, are kept apart (q.histText).
-// What a caller sees is made from the records when it asks (histOf,
-// letter): a Peek, a dead letter.
+// An attempt is kept as an attemptRec, which holds no pointer, in an
+// arena of chunks (histArena), and a slot's page of the table (histPage)
+// holds where its records are (a histRef), not a slice: nothing of a
+// history is scanned by the garbage collector or written through its
+// barrier, and a million leases expiring at once cost 40 bytes each of
+// memory that holds no pointer, not a million allocations. Error texts,
+// which only Fail and Reject give, are kept apart (q.histText). What a
+// caller sees is made from the records when it asks (histOf, letter): a
+// Peek, a dead letter.
 
 // attemptRec is an attempt as the queue keeps it.
 type attemptRec struct {
@@ -40,14 +41,11 @@ type history struct {
 	texts *[]string
 }
 
-// histSlab is how many first attempts one allocation holds (8 KiB).
-const histSlab = 256
-
-// histPage is a page of the table: the attempts of histPageLen
-// consecutive slots. Pages are made as slots first need them, so the
+// histPage is a page of the table: where the attempts of histPageLen
+// consecutive slots are. Pages are made as slots first need them, so the
 // table never moves what it holds (a million failures cost no copy under
 // the lock), and slots that never failed cost nothing past their page.
-type histPage [histPageLen][]attemptRec
+type histPage [histPageLen]histRef
 
 const histPageLen = 512
 
@@ -55,30 +53,33 @@ const histPageLen = 512
 // outcome (and, for a failure, its error text).
 func (q *Queue[T]) noteLocked(end tick, e *entry[T], outcome queue.AttemptOutcome, text string) {
 	r := attemptRec{end: end, leased: e.leased, attempt: int32(e.attempt), outcome: outcome, text: q.keepText(text)}
-	if !e.is(hasHistory) {
-		if len(q.histSlab) == 0 {
-			q.histSlab = make([]attemptRec, histSlab)
-		}
-		h := q.histSlab[:1:1]
-		q.histSlab = q.histSlab[1:]
-		h[0] = r
-		q.setHistLocked(e, h)
+	a := &q.histArena
+	ref := q.refOf(e)
+	if ref == 0 { // the first: a region of one
+		ref = a.cut(1).withLen(1)
+		a.recs(ref)[0] = r
+		q.setRefLocked(e, ref)
 		return
 	}
-	h := q.recsOf(e)
+	h := a.recs(ref)
 	if len(h) == cap(h) && len(h) >= queue.MaxHistory {
 		// Full: the latest MaxHistory-1 move to the front of the same
-		// array, so a message that fails again and again copies its
+		// region, so a message that fails again and again copies its
 		// history once every few attempts, not at each (histOf shows the
 		// latest MaxHistory).
 		drop := len(h) - (queue.MaxHistory - 1)
 		q.forgetTexts(h[:drop])
 		h = h[:copy(h, h[drop:])]
 	}
-	if len(h) == cap(h) { // grow in two steps: 1 (a slab's), 4, 16
-		h = append(make([]attemptRec, 0, 4*cap(h)), h...)
+	if len(h) == cap(h) { // grow in two steps: 1, 4, 16
+		grown := a.cut(4 * cap(h))
+		g := a.recs(grown)[:len(h)]
+		copy(g, h)
+		a.release(ref)
+		ref, h = grown, g
 	}
-	q.setHistLocked(e, append(h, r))
+	h = append(h, r) // within its region's capacity
+	q.setRefLocked(e, ref.withLen(len(h)))
 }
 
 // keepText keeps an attempt's error text (cut to MaxHistoryError) and
@@ -99,13 +100,16 @@ func (q *Queue[T]) keepText(text string) uint64 {
 	return id
 }
 
-// recsOf returns all e's records: up to a few more than MaxHistory.
-func (q *Queue[T]) recsOf(e *entry[T]) []attemptRec {
+// refOf returns where e's records are; 0 when it has none.
+func (q *Queue[T]) refOf(e *entry[T]) histRef {
 	if i := int(e.slot / histPageLen); e.is(hasHistory) && i < len(q.hist) && q.hist[i] != nil {
 		return q.hist[i][e.slot%histPageLen]
 	}
-	return nil
+	return 0
 }
+
+// recsOf returns all e's records: up to a few more than MaxHistory.
+func (q *Queue[T]) recsOf(e *entry[T]) []attemptRec { return q.histArena.recs(q.refOf(e)) }
 
 // histOf returns e's history as a caller sees it: its latest MaxHistory
 // attempts, oldest first; nil without one.
@@ -164,8 +168,8 @@ func (q *Queue[T]) historyLocked(e *entry[T]) history {
 	return h
 }
 
-// setHistLocked gives e the records h.
-func (q *Queue[T]) setHistLocked(e *entry[T], h []attemptRec) {
+// setRefLocked gives e the records at ref.
+func (q *Queue[T]) setRefLocked(e *entry[T], ref histRef) {
 	i := int(e.slot / histPageLen)
 	if i >= len(q.hist) {
 		q.hist = append(q.hist, make([]*histPage, i+1-len(q.hist))...)
@@ -173,13 +177,17 @@ func (q *Queue[T]) setHistLocked(e *entry[T], h []attemptRec) {
 	if q.hist[i] == nil {
 		q.hist[i] = new(histPage)
 	}
-	q.hist[i][e.slot%histPageLen] = h
+	q.hist[i][e.slot%histPageLen] = ref
 	e.flags |= hasHistory
 }
 
-// setAttemptsLocked gives e the history h, a redriven letter's.
+// setAttemptsLocked gives e the history h, a redriven letter's (its
+// latest MaxHistory, as a letter holds no more).
 func (q *Queue[T]) setAttemptsLocked(e *entry[T], h []queue.Attempt) {
-	recs := make([]attemptRec, len(h))
+	q.dropHistLocked(e) // none, for an entry just made; kept nowhere if it had
+	h = h[max(0, len(h)-queue.MaxHistory):]
+	ref := q.histArena.cut(len(h))
+	recs := q.histArena.recs(ref)[:len(h)]
 	for i, a := range h {
 		r := attemptRec{end: q.tickOf(a.At), leased: noTick, attempt: int32(a.Attempt), outcome: a.Outcome, text: q.keepText(a.Error)}
 		if a.Held > 0 {
@@ -187,17 +195,19 @@ func (q *Queue[T]) setAttemptsLocked(e *entry[T], h []queue.Attempt) {
 		}
 		recs[i] = r
 	}
-	q.setHistLocked(e, recs)
+	q.setRefLocked(e, ref.withLen(len(h)))
 }
 
-// dropHistLocked forgets e's history.
+// dropHistLocked forgets e's history. A dead letter made from it keeps
+// its records: their region is never cut again (see histArena).
 func (q *Queue[T]) dropHistLocked(e *entry[T]) {
 	if !e.is(hasHistory) {
 		return
 	}
 	p := &q.hist[e.slot/histPageLen][e.slot%histPageLen]
-	q.forgetTexts(*p)
-	*p = nil
+	q.forgetTexts(q.histArena.recs(*p))
+	q.histArena.release(*p)
+	*p = 0
 }
 
 // forgetTexts drops the texts of recs.

@@ -96,3 +96,111 @@ func TestHistoryGoesWithTheLetterAndComesBack(t *testing.T) {
 	require.Len(t, hs, 1)
 	assert.Equal(t, want, hs[0].History)
 }
+
+// A letter from elsewhere may hold more attempts than MaxHistory: a
+// redrive keeps its latest MaxHistory, the ones a caller would see, and the
+// next failures go on from them.
+func TestRedriveOfALongHistoryKeepsItsLatest(t *testing.T) {
+	mock := clock.NewMock()
+	q, err := New[int](queue.Config{Clock: mock, VisibilityTimeout: time.Minute, MaxAttempts: queue.UnlimitedAttempts,
+		Retry: queue.RetryPolicy{NoBackoff: true}}, nil)
+	require.NoError(t, err)
+	defer q.Close()
+	long := make([]queue.Attempt, 300)
+	for i := range long {
+		long[i] = queue.Attempt{Attempt: i + 1, Outcome: queue.AttemptFailed, At: mock.Now(), Error: fmt.Sprint("boom ", i+1)}
+	}
+	require.NoError(t, q.Redrive(Letter[int]{DeadLetter: queue.DeadLetter[int]{Message: queue.Message[int]{Payload: 1}, History: long}}))
+	hs, err := q.Peek(queue.PeekQuery{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, hs, 1)
+	assert.Equal(t, long[len(long)-queue.MaxHistory:], hs[0].History)
+
+	ds := q.TryPoll(1)
+	require.Len(t, ds, 1)
+	require.NoError(t, q.Fail(ds[0].LeaseID, errors.New("again")))
+	hs, err = q.Peek(queue.PeekQuery{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, hs[0].History, queue.MaxHistory)
+	assert.Equal(t, long[len(long)-queue.MaxHistory+1:], hs[0].History[:queue.MaxHistory-1])
+	assert.Equal(t, "again", hs[0].History[queue.MaxHistory-1].Error)
+	q.mu.Lock()
+	assert.Len(t, q.histText, queue.MaxHistory, "the texts of the attempts it keeps")
+	q.mu.Unlock()
+}
+
+// The arena never cuts a region twice: what a dead letter viewed of a
+// released region stays as it was while later regions are cut, written
+// and released; a chunk whose regions are all released is let go, other
+// than the open one, and its index serves a new chunk.
+func TestHistArenaNeverCutsARegionAgain(t *testing.T) {
+	var a histArena
+	type region struct {
+		ref  histRef
+		view []attemptRec
+		mark int32
+	}
+	var live, letters []region
+	mark := int32(0)
+	write := func(h region) {
+		for i := range h.view {
+			h.view[i] = attemptRec{attempt: h.mark, end: tick(i)}
+		}
+	}
+	check := func(h region) {
+		for i, r := range h.view {
+			require.Equal(t, attemptRec{attempt: h.mark, end: tick(i)}, r, "region %x, record %d", h.ref, i)
+		}
+	}
+	for round := range 40 {
+		for i := range 100 {
+			c := []int{1, 4, 16, 10, 40}[(round+i)%5]
+			mark++
+			ref := a.cut(c).withLen(c)
+			h := region{ref, a.recs(ref), mark}
+			require.Len(t, h.view, c)
+			write(h)
+			live = append(live, h)
+		}
+		// Release most of them, oldest first, and every tenth round all
+		// of them; the letters keep their views.
+		keep := 20
+		if round%10 == 9 {
+			keep = 0
+		}
+		for len(live) > keep {
+			h := live[0]
+			live = live[1:]
+			a.release(h.ref)
+			if h.mark%7 == 0 {
+				letters = append(letters, h)
+			}
+		}
+		for _, h := range live {
+			check(h)
+		}
+		for _, h := range letters {
+			check(h)
+		}
+	}
+	kept := 0
+	for i, ch := range a.chunks {
+		if ch != nil {
+			kept++
+			assert.True(t, a.live[i] > 0 || i == a.open, "chunk %d held with no region", i)
+		}
+	}
+	assert.LessOrEqual(t, kept, 6, "chunks held for 20 regions of at most 40 records")
+	assert.Less(t, len(a.chunks), 20, "indices of chunks let go are used again")
+	for _, h := range live {
+		a.release(h.ref)
+	}
+	a.cut(histChunkLen) // opens a new chunk: the one before goes too
+	kept = 0
+	for _, ch := range a.chunks {
+		if ch != nil {
+			kept++
+		}
+	}
+	assert.Equal(t, 1, kept)
+}

@@ -49,8 +49,8 @@ type Queue[T any] struct {
 	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
 	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
 	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
-	hist         []*histPage       // by slot: the attempts not acked of entries that had some (flag hasHistory; history.go)
-	histSlab     []attemptRec      // first attempts not handed out yet
+	hist         []*histPage       // by slot: where the attempts not acked of entries that had some are (flag hasHistory; history.go)
+	histArena    histArena         // those attempts
 	histText     map[uint64]string // the attempts' own error texts, by attemptRec.text
 	nextText     uint64            // the last key of histText handed out, less failedID
 	slots        uint32            // slots in the arena
@@ -124,7 +124,7 @@ func (q *Queue[T]) resetLocked() {
 		q.freeHead = slot
 	}
 	q.errs = nil
-	q.hist, q.histText = nil, nil
+	q.hist, q.histArena, q.histText = nil, histArena{}, nil
 	q.nheld = 0
 	q.ready.reset(q.cfg.FairKeys)
 	q.delayed = newEntryHeap(byVisibleAt[T])
