@@ -14,7 +14,9 @@ func (r histRef) withLen(n int) histRef {
 }
 
 // histChunkLen is how many records a chunk holds (8 KiB of them). A
-// region holds at most 64 (a history of 16 grown fourfold), so it fits.
+// region has room for at most 36 (a redriven history of 9 grown fourfold;
+// one of 16 or of MaxHistory moves down in place instead), so it fits, and
+// its offset, length and room fit a byte each.
 const histChunkLen = 256
 
 // histArena holds attempt records in chunks that hold no pointer.
