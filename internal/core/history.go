@@ -32,13 +32,13 @@ type attemptRec struct {
 // common failure keeps no text of its own.
 const failedID = 1
 
-// history is what a dead letter takes of its entry's attempts: the records
-// and their texts, in order ((*texts)[i] for recs[i]; nil when none has one,
-// as for most: only Fail and Reject give a text, so it costs the rest a
-// word, not a slice, in every deadNote).
+// history is what a dead letter takes of its entry's attempts: at most
+// MaxHistory records and their texts, in order (texts[i] for recs[i]; nil
+// when none has one, as for most: only Fail and Reject give a text, so it
+// costs the rest a word, not a slice, in every deadNote).
 type history struct {
 	recs  []attemptRec
-	texts *[]string
+	texts *[queue.MaxHistory]string
 }
 
 // histPage is a page of the table: where the attempts of histPageLen
@@ -142,7 +142,7 @@ func (q *Queue[T]) attempts(h history) []queue.Attempt {
 	for i, r := range h.recs {
 		text := ""
 		if h.texts != nil {
-			text = (*h.texts)[i]
+			text = h.texts[i]
 		}
 		out[i] = q.attempt(r, text)
 	}
@@ -159,10 +159,9 @@ func (q *Queue[T]) historyLocked(e *entry[T]) history {
 	for i, r := range recs {
 		if r.text > failedID {
 			if h.texts == nil {
-				texts := make([]string, len(recs))
-				h.texts = &texts
+				h.texts = new([queue.MaxHistory]string)
 			}
-			(*h.texts)[i] = q.histText[r.text]
+			h.texts[i] = q.histText[r.text]
 		}
 	}
 	return h
@@ -184,7 +183,6 @@ func (q *Queue[T]) setRefLocked(e *entry[T], ref histRef) {
 // setAttemptsLocked gives e the history h, a redriven letter's (its
 // latest MaxHistory, as a letter holds no more).
 func (q *Queue[T]) setAttemptsLocked(e *entry[T], h []queue.Attempt) {
-	q.dropHistLocked(e) // none, for an entry just made; kept nowhere if it had
 	h = h[max(0, len(h)-queue.MaxHistory):]
 	ref := q.histArena.cut(len(h))
 	recs := q.histArena.recs(ref)[:len(h)]
