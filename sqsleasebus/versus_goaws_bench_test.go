@@ -153,8 +153,8 @@ func runVersus(b *testing.B, clients, backlog int, base string, do call) {
 	var sent, deleted atomic.Int64
 	var fill sync.WaitGroup
 	for i := range clients {
-		fill.Go(func() { // client i sends its share of the backlog
-			for range backlog/clients + min(1, max(0, backlog%clients-i)) {
+		fill.Go(func() { // client i sends every clients-th message of the backlog
+			for j := i; j < backlog; j += clients {
 				do(c, base, "SendMessage", url.Values{"QueueUrl": {q}, "MessageBody": {versusBody}})
 			}
 		})
