@@ -1,7 +1,9 @@
 // Package leasefloor is the simplest real lease queue, the floor that
 // leasebus is measured against: a mutex, a slice FIFO, a container/heap of
 // leases by deadline, batch poll, and a channel closed to wake waiting
-// pollers. No priorities, attempts, dead letters or bounds.
+// pollers. No priorities, attempts, dead letters or bounds. It queues
+// values of any type E: the floor itself queues payloads ([]byte), the
+// floor with leasebus's contract queues envelopes (see the suite).
 package leasefloor
 
 import (
@@ -16,25 +18,25 @@ import (
 var ErrNotFound = errors.New("leasefloor: lease not found")
 
 // Delivery is one leased message.
-type Delivery struct {
+type Delivery[E any] struct {
 	ID      uint64
-	Payload []byte
+	Payload E
 }
 
-type lease struct {
+type lease[E any] struct {
 	id       uint64
 	deadline time.Time
-	payload  []byte
+	payload  E
 	index    int // in the heap
 }
 
-type leaseHeap []*lease
+type leaseHeap[E any] []*lease[E]
 
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *leaseHeap) Push(x any)        { l := x.(*lease); l.index = len(*h); *h = append(*h, l) }
-func (h *leaseHeap) Pop() any {
+func (h leaseHeap[E]) Len() int           { return len(h) }
+func (h leaseHeap[E]) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h leaseHeap[E]) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *leaseHeap[E]) Push(x any)        { l := x.(*lease[E]); l.index = len(*h); *h = append(*h, l) }
+func (h *leaseHeap[E]) Pop() any {
 	old := *h
 	l := old[len(old)-1]
 	old[len(old)-1] = nil
@@ -42,35 +44,35 @@ func (h *leaseHeap) Pop() any {
 	return l
 }
 
-// Queue is a FIFO of payloads with leases. Safe for concurrent use.
-type Queue struct {
+// Queue is a FIFO of values with leases. Safe for concurrent use.
+type Queue[E any] struct {
 	now func() time.Time
 	vis time.Duration
 
 	mu     sync.Mutex
-	fifo   [][]byte // fifo[head:] are visible
+	fifo   []E // fifo[head:] are visible
 	head   int
-	leases leaseHeap
-	byID   map[uint64]*lease
-	free   []*lease
+	leases leaseHeap[E]
+	byID   map[uint64]*lease[E]
+	free   []*lease[E]
 	nextID uint64
 	notify chan struct{} // closed on publish or expiry when pollers wait
 }
 
 // New returns a queue whose leases last vis, reading the time from now.
-func New(now func() time.Time, vis time.Duration) *Queue {
-	return &Queue{now: now, vis: vis, byID: make(map[uint64]*lease)}
+func New[E any](now func() time.Time, vis time.Duration) *Queue[E] {
+	return &Queue[E]{now: now, vis: vis, byID: make(map[uint64]*lease[E])}
 }
 
 // Publish appends payload and wakes waiting pollers.
-func (q *Queue) Publish(payload []byte) {
+func (q *Queue[E]) Publish(payload E) {
 	q.mu.Lock()
 	q.fifo = append(q.fifo, payload)
 	q.wakeLocked()
 	q.mu.Unlock()
 }
 
-func (q *Queue) wakeLocked() {
+func (q *Queue[E]) wakeLocked() {
 	if q.notify != nil {
 		close(q.notify)
 		q.notify = nil
@@ -79,7 +81,7 @@ func (q *Queue) wakeLocked() {
 
 // Poll leases up to len(dst) messages into dst, blocking until at least one
 // is visible or ctx ends; it returns how many.
-func (q *Queue) Poll(ctx context.Context, dst []Delivery) (int, error) {
+func (q *Queue[E]) Poll(ctx context.Context, dst []Delivery[E]) (int, error) {
 	for {
 		q.mu.Lock()
 		now := q.now()
@@ -114,7 +116,7 @@ func (q *Queue) Poll(ctx context.Context, dst []Delivery) (int, error) {
 }
 
 // TryPoll is Poll without waiting.
-func (q *Queue) TryPoll(dst []Delivery) int {
+func (q *Queue[E]) TryPoll(dst []Delivery[E]) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
@@ -123,32 +125,33 @@ func (q *Queue) TryPoll(dst []Delivery) int {
 }
 
 // expireLocked puts every lease due at now back at the tail of the FIFO.
-func (q *Queue) expireLocked(now time.Time) {
+func (q *Queue[E]) expireLocked(now time.Time) {
 	for len(q.leases) > 0 && !q.leases[0].deadline.After(now) {
-		l := heap.Pop(&q.leases).(*lease)
+		l := heap.Pop(&q.leases).(*lease[E])
 		delete(q.byID, l.id)
 		q.fifo = append(q.fifo, l.payload)
 		q.recycle(l)
 	}
 }
 
-func (q *Queue) leaseLocked(now time.Time, dst []Delivery) int {
+func (q *Queue[E]) leaseLocked(now time.Time, dst []Delivery[E]) int {
 	n := min(len(dst), len(q.fifo)-q.head)
 	deadline := now.Add(q.vis)
 	for i := range n {
-		var l *lease
+		var l *lease[E]
 		if k := len(q.free); k > 0 {
 			l, q.free = q.free[k-1], q.free[:k-1]
 		} else {
-			l = new(lease)
+			l = new(lease[E])
 		}
 		q.nextID++
-		*l = lease{id: q.nextID, deadline: deadline, payload: q.fifo[q.head]}
-		q.fifo[q.head] = nil
+		*l = lease[E]{id: q.nextID, deadline: deadline, payload: q.fifo[q.head]}
+		var zero E
+		q.fifo[q.head] = zero
 		q.head++
 		heap.Push(&q.leases, l)
 		q.byID[l.id] = l
-		dst[i] = Delivery{ID: l.id, Payload: l.payload}
+		dst[i] = Delivery[E]{ID: l.id, Payload: l.payload}
 	}
 	if q.head > 1024 && q.head*2 > len(q.fifo) { // compact the consumed front
 		n := copy(q.fifo, q.fifo[q.head:])
@@ -160,7 +163,7 @@ func (q *Queue) leaseLocked(now time.Time, dst []Delivery) int {
 }
 
 // Ack deletes a leased message.
-func (q *Queue) Ack(id uint64) error {
+func (q *Queue[E]) Ack(id uint64) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	l, ok := q.byID[id]
@@ -173,15 +176,15 @@ func (q *Queue) Ack(id uint64) error {
 	return nil
 }
 
-func (q *Queue) recycle(l *lease) {
-	*l = lease{}
+func (q *Queue[E]) recycle(l *lease[E]) {
+	*l = lease[E]{}
 	if len(q.free) < 1024 {
 		q.free = append(q.free, l)
 	}
 }
 
 // Len returns the visible and the leased messages.
-func (q *Queue) Len() (visible, leased int) {
+func (q *Queue[E]) Len() (visible, leased int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.fifo) - q.head, len(q.leases)

@@ -9,11 +9,11 @@ import (
 
 func TestLeaseAckExpire(t *testing.T) {
 	now := time.Unix(0, 0)
-	q := New(func() time.Time { return now }, time.Second)
+	q := New[[]byte](func() time.Time { return now }, time.Second)
 	for i := range 5 {
 		q.Publish([]byte{byte(i)})
 	}
-	buf := make([]Delivery, 3)
+	buf := make([]Delivery[[]byte], 3)
 	if n := q.TryPoll(buf); n != 3 || buf[0].Payload[0] != 0 || buf[2].Payload[0] != 2 {
 		t.Fatalf("TryPoll = %d %v, want the first 3 in order", n, buf)
 	}
@@ -49,10 +49,10 @@ func TestLeaseAckExpire(t *testing.T) {
 }
 
 func TestPollWaits(t *testing.T) {
-	q := New(time.Now, time.Minute)
+	q := New[[]byte](time.Now, time.Minute)
 	done := make(chan int)
 	go func() {
-		n, _ := q.Poll(context.Background(), make([]Delivery, 10))
+		n, _ := q.Poll(context.Background(), make([]Delivery[[]byte], 10))
 		done <- n
 	}()
 	q.Publish([]byte("x")) // before or after the Poll parks: either way it must return 1
@@ -61,15 +61,15 @@ func TestPollWaits(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := q.Poll(ctx, make([]Delivery, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := q.Poll(ctx, make([]Delivery[[]byte], 1)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Poll on a cancelled ctx = %v", err)
 	}
 }
 
 func TestPollWakesOnExpiry(t *testing.T) {
-	q := New(time.Now, 20*time.Millisecond)
+	q := New[[]byte](time.Now, 20*time.Millisecond)
 	q.Publish([]byte("x"))
-	buf := make([]Delivery, 1)
+	buf := make([]Delivery[[]byte], 1)
 	if n := q.TryPoll(buf); n != 1 {
 		t.Fatal("no lease")
 	}
@@ -81,8 +81,8 @@ func TestPollWakesOnExpiry(t *testing.T) {
 }
 
 func TestCompaction(t *testing.T) {
-	q := New(time.Now, time.Minute)
-	buf := make([]Delivery, 7)
+	q := New[[]byte](time.Now, time.Minute)
+	buf := make([]Delivery[[]byte], 7)
 	next := 0
 	for i := range 5000 {
 		q.Publish([]byte{byte(i)})

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func run(t *testing.T, impl Impl, ph phase) []time.Duration {
 // checks what was delivered: the adapters are what the benchmarks measure,
 // so they must move every message, once.
 func TestAdapters(t *testing.T) {
-	for _, impl := range Impls {
+	for _, impl := range append(slices.Clone(Impls), ContractFloors...) {
 		t.Run(impl.Name, func(t *testing.T) {
 			t.Parallel()
 			t.Run("W1", func(t *testing.T) {

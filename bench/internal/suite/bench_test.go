@@ -35,11 +35,22 @@ func BenchmarkSubs(b *testing.B) {
 	}
 }
 
+// BenchmarkContractFloor runs the contract floors (ContractFloors) on
+// W1–W4: run it beside the table's rows, as in
+// -bench 'W1/(leasebus|leasebus-poll|leasefloor)$|ContractFloor/W1'.
+func BenchmarkContractFloor(b *testing.B) {
+	for _, w := range []Workload{W1, W2, W3, W4} {
+		b.Run(w.Bench, func(b *testing.B) { benchList(b, w, ContractFloors) })
+	}
+}
+
 // runs counts the runs of every impl/workload with a limit (Impl.Runs).
 var runs sync.Map
 
-func benchImpls(b *testing.B, w Workload) {
-	for _, impl := range Impls {
+func benchImpls(b *testing.B, w Workload) { benchList(b, w, Impls) }
+
+func benchList(b *testing.B, w Workload, impls []Impl) {
+	for _, impl := range impls {
 		b.Run(impl.Name, func(b *testing.B) {
 			short := isShort()
 			if why := impl.Skip(w, short); why != "" {

@@ -82,16 +82,16 @@ var LeaseFloor = Impl{
 	New:    newLeaseFloor,
 }
 
-type floorSystem struct{ subs []*leasefloor.Queue }
+type floorSystem struct{ subs []*leasefloor.Queue[[]byte] }
 
 func newLeaseFloor(s Setup) (System, error) {
 	now := time.Now
 	if s.Clock != nil {
 		now = s.Clock.Now
 	}
-	f := &floorSystem{subs: make([]*leasefloor.Queue, s.Subs)}
+	f := &floorSystem{subs: make([]*leasefloor.Queue[[]byte], s.Subs)}
 	for i := range f.subs {
-		f.subs[i] = leasefloor.New(now, visibility(s))
+		f.subs[i] = leasefloor.New[[]byte](now, visibility(s))
 	}
 	return f, nil
 }
@@ -108,13 +108,13 @@ func (f *floorSystem) Consumer(sub int) Consumer { return &floorConsumer{q: f.su
 func (f *floorSystem) Close() error { return nil }
 
 type floorConsumer struct {
-	q   *leasefloor.Queue
-	buf []leasefloor.Delivery
+	q   *leasefloor.Queue[[]byte]
+	buf []leasefloor.Delivery[[]byte]
 }
 
 func (c *floorConsumer) Take(ctx context.Context, max int, fn func([]byte)) (int, error) {
 	if cap(c.buf) < max {
-		c.buf = make([]leasefloor.Delivery, max)
+		c.buf = make([]leasefloor.Delivery[[]byte], max)
 	}
 	n, err := c.q.Poll(ctx, c.buf[:max])
 	for i := range n {
@@ -130,7 +130,7 @@ func (c *floorConsumer) Take(ctx context.Context, max int, fn func([]byte)) (int
 
 func (c *floorConsumer) Lease(max int) (int, error) {
 	if cap(c.buf) < max {
-		c.buf = make([]leasefloor.Delivery, max)
+		c.buf = make([]leasefloor.Delivery[[]byte], max)
 	}
 	return c.q.TryPoll(c.buf[:max]), nil
 }
