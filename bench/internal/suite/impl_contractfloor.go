@@ -18,7 +18,7 @@ import (
 // clock), and a consumer gets each delivery as a queue.Delivery, by value:
 // into a buffer it reuses (ContractFloor, as PollInto) or into a fresh
 // slice each poll (ContractFloorPoll, as Poll). Each part is as cheap as
-// leasebus makes it: the ID a random prefix and a counter, the time one
+// leasebus makes it: the ID a fixed prefix and a counter, the time one
 // reading of the monotonic clock. Nothing else: no priorities, attempts,
 // dead letters or bounds, as in the floor.
 //
