@@ -16,10 +16,14 @@ import (
 type TxHandler[T any] func(ctx context.Context, tx *sql.Tx, d queue.Delivery[T]) error
 
 // Handler returns a poller.Handler that runs h in a transaction which
-// also records d's message ID in the inbox table, and commits the two
+// also records the message in the inbox table, and commits the two
 // together: a delivery of a message already recorded (the handler's
 // commit went through, the ack did not: a crash, an expired lease) is
-// acked without running h again, so h's effects happen once. If h returns
+// acked without running h again, so h's effects happen once. A message a
+// relay published is recorded by its row's dedup ID (the HeaderDedupID
+// header), which every publish of the row carries, so a row published
+// again after the backend's dedup window (a relay down longer than it) is
+// still handled once; any other message, by its message ID. If h returns
 // an error the transaction rolls back, nothing is recorded, and the
 // error goes to the pool (a retry). Concurrent deliveries of one message
 // (after a lease expired) take turns on the inbox row: the second sees
@@ -34,7 +38,7 @@ func (o *Outbox[T]) Handler(h TxHandler[T]) poller.Handler[T] {
 			return fmt.Errorf("outbox: inbox: begin: %w", err)
 		}
 		defer rollbackOnPanic(tx)
-		res, err := tx.ExecContext(ctx, o.sql.inboxMark, d.ID.String(), o.clk.Now().UnixNano())
+		res, err := tx.ExecContext(ctx, o.sql.inboxMark, inboxKey(d.Message), o.clk.Now().UnixNano())
 		if err != nil {
 			return joinRollback(fmt.Errorf("outbox: inbox: %w", err), tx)
 		}
@@ -52,6 +56,16 @@ func (o *Outbox[T]) Handler(h TxHandler[T]) poller.Handler[T] {
 		o.Wake() // h may have enqueued
 		return nil
 	}
+}
+
+// inboxKey is what the inbox records of m: the dedup ID of the outbox row
+// it was published from, or its message ID. The two never collide: a
+// dedup ID is recorded with a prefix a UUID's text never has.
+func inboxKey[T any](m queue.Message[T]) string {
+	if id, ok := m.Headers.Lookup(HeaderDedupID); ok {
+		return "dedup:" + id
+	}
+	return m.ID.String()
 }
 
 func joinRollback(err error, tx *sql.Tx) error {

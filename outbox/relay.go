@@ -13,11 +13,18 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
+// HeaderDedupID is the header the relay gives every message it publishes:
+// the row's dedup ID (Message.DedupID), which stays the same however often
+// the row is published. Handler's inbox keys on it.
+const HeaderDedupID = "leasebus-outbox-dedup-id"
+
 // Publisher publishes one message of the outbox to a backend, with
-// m.DedupID as its dedup ID: a publish that repeats one made before (the
-// relay crashed before it deleted the row) must be dropped by the backend,
-// which is what makes the relay's at-least-once exactly once in the
-// queue. ToBroker is one for a broker.
+// m.DedupID as its dedup ID and m.Headers as its headers: a publish that
+// repeats one made before (the relay crashed before it deleted the row)
+// must be dropped by the backend, which is what makes the relay's
+// at-least-once exactly once in the queue within the backend's dedup
+// window; the headers carry HeaderDedupID, which makes Handler's effects
+// once past it too. ToBroker is one for a broker.
 type Publisher[T any] interface {
 	Publish(ctx context.Context, m Message[T]) error
 }
@@ -209,6 +216,10 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 	ids := make([]any, 0, len(msgs))
 	var perr error
 	for _, m := range msgs {
+		if m.Headers == nil {
+			m.Headers = make(map[string]string, 1)
+		}
+		m.Headers[HeaderDedupID] = m.DedupID
 		if perr = r.pub.Publish(ctx, m); perr != nil {
 			perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", m.ID, m.Topic, perr)
 			break
