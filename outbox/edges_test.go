@@ -84,3 +84,41 @@ func TestInboxRunsAnEffectOnceAcrossTheWindow(t *testing.T) {
 		}
 	})
 }
+
+// TestBatchAboveTheParameterLimit: a batch larger than the statement
+// parameters a database takes (SQLite 32,766; Postgres 65,535) deletes
+// what it published in statements that fit, so it publishes each row once
+// rather than failing its delete and publishing them all again.
+func TestBatchAboveTheParameterLimit(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx := context.Background()
+		o := open(t, d)
+		rows := 33_000
+		fill := `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?)
+INSERT INTO ` + d.prefix + ` (topic, payload, dedup_id, enqueued_at) SELECT 'orders', CAST('x' AS BLOB), 'row-' || n, 0 FROM g`
+		if d.dialect == outbox.Postgres {
+			rows = 66_000
+			fill = `INSERT INTO ` + d.prefix + ` (topic, payload, dedup_id, enqueued_at) SELECT 'orders', '\x78'::bytea, 'row-' || n, 0 FROM generate_series(1, ?) AS n`
+		}
+		if _, err := d.db.ExecContext(ctx, rebind(d, fill), rows); err != nil {
+			t.Fatal(err)
+		}
+		var published int
+		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(context.Context, outbox.Message[string]) error {
+			published++
+			return nil
+		}), outbox.WithBatch(rows+7_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := relay.RunOnce(ctx); err != nil || n != rows {
+			t.Fatalf("RunOnce: %d, %v; want %d", n, err, rows)
+		}
+		if n, err := relay.RunOnce(ctx); err != nil || n != 0 {
+			t.Fatalf("RunOnce again: %d, %v; want nothing left", n, err)
+		}
+		if published != rows {
+			t.Fatalf("published %d for %d rows", published, rows)
+		}
+	})
+}

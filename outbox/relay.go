@@ -46,7 +46,9 @@ type relayConfig struct {
 }
 
 // WithBatch sets how many rows a relay reads, publishes and deletes in
-// one transaction (default 100); n >= 1.
+// one transaction (default 100); n >= 1. A batch of any size deletes its
+// rows in statements of at most 900 of them, within what every
+// database takes as a statement's parameters.
 func WithBatch(n int) RelayOption {
 	return RelayOption{func(c *relayConfig) {
 		if n < 1 {
@@ -81,6 +83,11 @@ func WithRetry(p queue.RetryPolicy) RelayOption {
 		c.retry = p
 	}}
 }
+
+// deleteChunk is the most rows one DELETE of a batch names: each is a
+// statement parameter, and SQLite takes 32,766 at most (999 before 3.32),
+// Postgres 65,535.
+const deleteChunk = 900
 
 // Relay publishes the outbox's committed rows, oldest first, and deletes
 // each one published, in batches: each batch is one transaction that
@@ -227,8 +234,12 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 		ids = append(ids, m.ID)
 	}
 	if len(ids) > 0 {
-		if _, err := tx.ExecContext(ctx, r.o.sql.deleteRows(len(ids)), ids...); err != nil {
-			return 0, false, fmt.Errorf("outbox: relay: delete: %w", err)
+		for rest := ids; len(rest) > 0; {
+			chunk := rest[:min(len(rest), deleteChunk)]
+			if _, err := tx.ExecContext(ctx, r.o.sql.deleteRows(len(chunk)), chunk...); err != nil {
+				return 0, false, fmt.Errorf("outbox: relay: delete: %w", err)
+			}
+			rest = rest[len(chunk):]
 		}
 		if err := tx.Commit(); err != nil {
 			return 0, false, fmt.Errorf("outbox: relay: commit: %w", err)
