@@ -11,6 +11,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/leasebus/leasebus/queue"
@@ -22,4 +23,16 @@ import (
 //	return backend.Invalid("MaxAttempts = %d, must be >= 1", n)
 func Invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", queue.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// Permanent reports whether err refuses a publish for good: the same
+// publish made again would be refused again, whatever the backend's state.
+// That is an error matching queue.ErrInvalidArgument (a topic name, a
+// dedup ID or a message the backend does not accept) or
+// errors.ErrUnsupported (an option the backend cannot carry). A message
+// its backend cannot find a topic or queue for is not: one may be made.
+// The outbox's relay moves a row whose publish is refused for good aside,
+// and retries any other failure in order.
+func Permanent(err error) bool {
+	return errors.Is(err, queue.ErrInvalidArgument) || errors.Is(err, errors.ErrUnsupported)
 }

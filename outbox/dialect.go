@@ -47,6 +47,12 @@ type sqlText struct {
 	deleteRows func(n int) string
 	inboxMark  string
 	inboxPrune string
+	deadMove   string // copies a row to the dead-row table, with its error and time
+	deadList   string
+	deadCount  string
+	requeue    func(n int) string // copies dead rows back to the outbox, as new rows
+	deadDelete func(n int) string
+	notify     string // wakes the relays of every process at commit ("" when the dialect has no NOTIFY)
 	channel    string // the LISTEN/NOTIFY channel
 }
 
@@ -54,7 +60,7 @@ func newSQL(d Dialect, prefix string) (*sqlText, error) {
 	if !tableName.MatchString(prefix) {
 		return nil, invalid("table prefix %q: want [a-z_][a-z0-9_]*, at most 51 characters", prefix)
 	}
-	outbox, inbox := prefix, prefix+"_inbox"
+	outbox, inbox, dead := prefix, prefix+"_inbox", prefix+"_dead"
 	ph := func(i int) string { return "?" }
 	if d == Postgres {
 		ph = func(i int) string { return "$" + strconv.Itoa(i) }
@@ -98,6 +104,19 @@ func newSQL(d Dialect, prefix string) (*sqlText, error) {
 	processed_at ` + big + ` NOT NULL
 )`,
 		`CREATE INDEX IF NOT EXISTS ` + inbox + `_processed_at ON ` + inbox + ` (processed_at)`,
+		`CREATE TABLE IF NOT EXISTS ` + dead + ` (
+	id          ` + big + ` PRIMARY KEY,
+	topic       TEXT NOT NULL,
+	payload     ` + blob + ` NOT NULL,
+	msg_key     TEXT NOT NULL DEFAULT '',
+	priority    ` + small + ` NOT NULL DEFAULT 0,
+	headers     TEXT NOT NULL DEFAULT '',
+	delay_ns    ` + big + ` NOT NULL DEFAULT 0,
+	dedup_id    TEXT NOT NULL DEFAULT '',
+	enqueued_at ` + big + ` NOT NULL,
+	error       TEXT NOT NULL,
+	dead_at     ` + big + ` NOT NULL
+)`,
 	}
 	cols := `(topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at)`
 	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 8) + `)`
@@ -115,6 +134,17 @@ SELECT pg_notify(` + ph(10) + `, '') FROM ins`
 	s.deleteRows = func(n int) string { return `DELETE FROM ` + outbox + ` WHERE id IN (` + phs(1, n) + `)` }
 	s.inboxMark = `INSERT INTO ` + inbox + ` (message_id, processed_at) VALUES (` + phs(1, 2) + `) ON CONFLICT (message_id) DO NOTHING`
 	s.inboxPrune = `DELETE FROM ` + inbox + ` WHERE processed_at < ` + ph(1)
+	rowCols := `id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at`
+	s.deadMove = `INSERT INTO ` + dead + ` (` + rowCols + `, error, dead_at) SELECT ` + rowCols + `, ` + ph(1) + `, ` + ph(2) + ` FROM ` + outbox + ` WHERE id = ` + ph(3)
+	s.deadList = `SELECT ` + rowCols + `, error, dead_at FROM ` + dead + ` WHERE id > ` + ph(1) + ` ORDER BY id LIMIT ` + ph(2)
+	s.deadCount = `SELECT count(*) FROM ` + dead
+	s.requeue = func(n int) string {
+		return `INSERT INTO ` + outbox + ` ` + cols + ` SELECT topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + dead + ` WHERE id IN (` + phs(1, n) + `) ORDER BY id`
+	}
+	if d == Postgres {
+		s.notify = `SELECT pg_notify(` + ph(1) + `, '')`
+	}
+	s.deadDelete = func(n int) string { return `DELETE FROM ` + dead + ` WHERE id IN (` + phs(1, n) + `)` }
 	return s, nil
 }
 

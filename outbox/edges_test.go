@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,99 @@ INSERT INTO ` + d.prefix + ` (topic, payload, dedup_id, enqueued_at) SELECT 'ord
 		}
 		if published != rows {
 			t.Fatalf("published %d for %d rows", published, rows)
+		}
+	})
+}
+
+// TestARefusedRowIsMovedAside: a row whose publish the backend refuses for
+// good (a topic name it does not take) or whose payload does not decode
+// is moved to the dead-row table with its error, and the rows after it
+// are published; a transient failure still stops the batch there, to be
+// retried in order. A dead row can be requeued, or discarded.
+func TestARefusedRowIsMovedAside(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx := context.Background()
+		type order struct{ N int }
+		o, err := outbox.New[order](d.db, d.dialect, queue.JSONCodec[order](), outbox.WithTablePrefix(d.prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := brokertest.New[order](t)
+		sub := brokertest.Subscribe(t, b, "orders", "billing")
+		if err := o.InTx(ctx, func(tx *sql.Tx) error {
+			if _, err := o.Enqueue(ctx, tx, "orders..x", order{1}); err != nil { // a name the broker refuses
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, rebind(d, "INSERT INTO "+d.prefix+" (topic, payload, dedup_id, enqueued_at) VALUES ('orders', ?, 'bad-json', 0)"), []byte("{not json")); err != nil {
+				return err
+			}
+			_, err := o.Enqueue(ctx, tx, "orders", order{3})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		down := true // the broker is down, then back: a transient failure
+		to := outbox.ToBroker(b)
+		relay, err := o.NewRelay(outbox.PublisherFunc[order](func(ctx context.Context, m outbox.Message[order]) error {
+			if down && m.Payload.N == 3 {
+				return errors.New("connection refused")
+			}
+			return to.Publish(ctx, m)
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := relay.RunOnce(ctx); n != 0 || err == nil || !strings.Contains(err.Error(), "connection refused") {
+			t.Fatalf("RunOnce with the broker down: %d, %v", n, err)
+		}
+		if st := relay.Stats(); st.DeadRows != 2 || st.Published != 0 || st.Failures != 1 {
+			t.Fatalf("stats %+v: want the two bad rows moved aside and the good one's failure", st)
+		}
+		down = false
+		if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+			t.Fatalf("RunOnce: %d, %v; want the good row", n, err)
+		}
+		if ds := sub.TryPoll(10); len(ds) != 1 || ds[0].Payload.N != 3 {
+			t.Fatalf("delivered %+v", ds)
+		}
+		dead, err := o.DeadRows(ctx, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dead) != 2 || dead[0].Topic != "orders..x" || !strings.Contains(dead[0].Error, "empty dot-separated segment") ||
+			dead[1].DedupID != "bad-json" || !strings.Contains(dead[1].Error, "decode the payload") || string(dead[1].Payload) != "{not json" {
+			t.Fatalf("dead rows %+v", dead)
+		}
+		if n, err := o.DeadRowCount(ctx); n != 2 || err != nil {
+			t.Fatalf("DeadRowCount: %d, %v", n, err)
+		}
+		if page, err := o.DeadRows(ctx, dead[0].ID, 10); err != nil || len(page) != 1 || page[0].ID != dead[1].ID {
+			t.Fatalf("the page after the first: %+v, %v", page, err)
+		}
+		// The JSON row fixed by hand in the table, then requeued: published.
+		if _, err := d.db.ExecContext(ctx, rebind(d, "UPDATE "+d.prefix+"_dead SET payload = ? WHERE id = ?"), []byte(`{"N":2}`), dead[1].ID); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := o.RequeueDeadRows(ctx, dead[1].ID, 12345); n != 1 || err != nil {
+			t.Fatalf("RequeueDeadRows: %d, %v", n, err)
+		}
+		if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+			t.Fatalf("RunOnce after the requeue: %d, %v", n, err)
+		}
+		if ds := sub.TryPoll(10); len(ds) != 1 || ds[0].Payload.N != 2 || ds[0].Headers.Get(outbox.HeaderDedupID) != "bad-json" {
+			t.Fatalf("delivered %+v", ds)
+		}
+		if n, err := o.DiscardDeadRows(ctx, dead[0].ID, dead[1].ID); n != 1 || err != nil {
+			t.Fatalf("DiscardDeadRows: %d, %v", n, err)
+		}
+		if n, err := o.DeadRowCount(ctx); n != 0 || err != nil {
+			t.Fatalf("DeadRowCount: %d, %v", n, err)
+		}
+		if _, err := o.DeadRows(ctx, 0, 0); !errors.Is(err, queue.ErrInvalidArgument) {
+			t.Fatalf("DeadRows limit 0: %v", err)
 		}
 	})
 }

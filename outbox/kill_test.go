@@ -158,9 +158,18 @@ func TestKillRelayAndHandlers(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}
+		// Among the good rows, a poison row every 100: a topic name no
+		// backend takes, written past Enqueue's checks as a row of an
+		// older version's would be. The relay moves each aside, once.
+		poison := rebind(d, "INSERT INTO "+d.prefix+" (topic, payload, dedup_id, enqueued_at) VALUES ('orders..bad', ?, ?, 0)")
 		for i := 0; i < killRows; i += 100 {
 			if err := o.InTx(ctx, func(tx *sql.Tx) error {
 				for j := i; j < i+100 && j < killRows; j++ {
+					if j == i+50 {
+						if _, err := tx.ExecContext(ctx, poison, []byte(fmt.Sprint("poison-", j)), fmt.Sprint("poison-", j)); err != nil {
+							return err
+						}
+					}
 					if _, err := o.Enqueue(ctx, tx, "orders", fmt.Sprintf("k%d-%04d", j%killKeys, j), outbox.WithKey(fmt.Sprint("k", j%killKeys))); err != nil {
 						return err
 					}
@@ -249,6 +258,18 @@ func TestKillRelayAndHandlers(t *testing.T) {
 		var left int
 		if err := d.db.QueryRow("SELECT count(*) FROM " + d.prefix).Scan(&left); err != nil || left != 0 {
 			t.Fatalf("%d rows left in the outbox (%v)", left, err)
+		}
+		dead, err := o.DeadRows(ctx, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (killRows + 99) / 100; len(dead) != want {
+			t.Fatalf("%d dead rows, want the %d poison rows", len(dead), want)
+		}
+		for _, r := range dead {
+			if r.Topic != "orders..bad" || r.DedupID != string(r.Payload) || !strings.Contains(r.Error, "empty dot-separated segment") {
+				t.Fatalf("dead row %+v", r)
+			}
 		}
 		b, err = broker.Open(dir, queue.StringCodec())
 		if err != nil {

@@ -93,7 +93,11 @@ const deleteChunk = 900
 // each one published, in batches: each batch is one transaction that
 // reads its rows, publishes them in order, and deletes those published.
 // A crash anywhere in it leaves the rows to the next batch, which
-// publishes them again with the same dedup IDs. Run one relay per outbox
+// publishes them again with the same dedup IDs. A row whose publish is
+// refused for good (backend.Permanent), or which does not decode, is
+// moved to the dead-row table (DeadRows) in the same transaction, and the
+// rows after it go on; any other failure ends the batch at that row, which
+// the next batch tries again first, so a key's rows keep their order. Run one relay per outbox
 // (more are safe: on Postgres their batches take turns; on SQLite the
 // database does).
 type Relay[T any] struct {
@@ -103,6 +107,7 @@ type Relay[T any] struct {
 
 	mu        sync.Mutex // guards the stats below
 	published uint64
+	deadRows  uint64
 	batches   uint64
 	failures  uint64
 	lastErr   error
@@ -111,6 +116,7 @@ type Relay[T any] struct {
 // RelayStats is what a Relay did.
 type RelayStats struct {
 	Published uint64 // rows published and deleted
+	DeadRows  uint64 // rows moved aside: their publish was refused for good, or they did not decode
 	Batches   uint64 // batches that committed
 	Failures  uint64 // batches that failed (and were retried)
 	LastError error  // the latest failure, or nil
@@ -138,7 +144,7 @@ func (o *Outbox[T]) NewRelay(pub Publisher[T], opts ...RelayOption) (*Relay[T], 
 func (r *Relay[T]) Stats() RelayStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RelayStats{Published: r.published, Batches: r.batches, Failures: r.failures, LastError: r.lastErr}
+	return RelayStats{Published: r.published, DeadRows: r.deadRows, Batches: r.batches, Failures: r.failures, LastError: r.lastErr}
 }
 
 // RunOnce publishes every row committed when it is called (and any that
@@ -187,9 +193,11 @@ func (r *Relay[T]) Run(ctx context.Context) error {
 // transaction, publishes them in order, and deletes those published
 // before it commits. more reports a full batch (there may be more).
 func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
+	var dead int
 	defer func() {
 		r.mu.Lock()
 		r.published += uint64(n)
+		r.deadRows += uint64(dead)
 		if err != nil {
 			r.failures++
 			r.lastErr = err
@@ -213,75 +221,95 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 			return 0, false, fmt.Errorf("outbox: relay: %w", err)
 		}
 	}
-	msgs, err := r.read(ctx, tx)
+	rows, err := r.read(ctx, tx)
 	if err != nil {
 		return 0, false, err
 	}
-	if len(msgs) == 0 {
+	if len(rows) == 0 {
 		return 0, false, rollback(tx)
 	}
-	ids := make([]any, 0, len(msgs))
+	done := make([]any, 0, len(rows)) // published or moved aside: deleted
 	var perr error
-	for _, m := range msgs {
-		if m.Headers == nil {
-			m.Headers = make(map[string]string, 1)
+	for _, row := range rows {
+		m := row.msg
+		if row.err == nil {
+			if m.Headers == nil {
+				m.Headers = make(map[string]string, 1)
+			}
+			m.Headers[HeaderDedupID] = m.DedupID
+			row.err = r.pub.Publish(ctx, m)
+			if row.err == nil {
+				n++
+				done = append(done, m.ID)
+				continue
+			}
+			if !backend.Permanent(row.err) {
+				perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", m.ID, m.Topic, row.err)
+				break
+			}
 		}
-		m.Headers[HeaderDedupID] = m.DedupID
-		if perr = r.pub.Publish(ctx, m); perr != nil {
-			perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", m.ID, m.Topic, perr)
-			break
+		if _, err := tx.ExecContext(ctx, r.o.sql.deadMove, row.err.Error(), r.o.clk.Now().UnixNano(), m.ID); err != nil {
+			return 0, false, errors.Join(perr, fmt.Errorf("outbox: relay: move row %d aside: %w", m.ID, err))
 		}
-		ids = append(ids, m.ID)
+		dead++
+		done = append(done, m.ID)
 	}
-	if len(ids) > 0 {
-		for rest := ids; len(rest) > 0; {
+	if len(done) > 0 {
+		for rest := done; len(rest) > 0; {
 			chunk := rest[:min(len(rest), deleteChunk)]
 			if _, err := tx.ExecContext(ctx, r.o.sql.deleteRows(len(chunk)), chunk...); err != nil {
-				return 0, false, fmt.Errorf("outbox: relay: delete: %w", err)
+				return 0, false, errors.Join(perr, fmt.Errorf("outbox: relay: delete: %w", err))
 			}
 			rest = rest[len(chunk):]
 		}
 		if err := tx.Commit(); err != nil {
-			return 0, false, fmt.Errorf("outbox: relay: commit: %w", err)
+			return 0, false, errors.Join(perr, fmt.Errorf("outbox: relay: commit: %w", err))
 		}
 	} else if err := rollback(tx); err != nil {
 		return 0, false, errors.Join(perr, err)
 	}
-	return len(ids), perr == nil && len(msgs) == r.cfg.batch, perr
+	return n, perr == nil && len(rows) == r.cfg.batch, perr
+}
+
+// row is one row a batch read: its message, or why it cannot be one (its
+// payload or headers do not decode).
+type row[T any] struct {
+	msg Message[T]
+	err error
 }
 
 // read reads the batch's rows, oldest first.
-func (r *Relay[T]) read(ctx context.Context, tx *sql.Tx) ([]Message[T], error) {
-	rows, err := tx.QueryContext(ctx, r.o.sql.selectRows, r.cfg.batch)
+func (r *Relay[T]) read(ctx context.Context, tx *sql.Tx) ([]row[T], error) {
+	rs, err := tx.QueryContext(ctx, r.o.sql.selectRows, r.cfg.batch)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: relay: read: %w", err)
 	}
-	defer rows.Close()
-	var msgs []Message[T]
-	for rows.Next() {
+	defer rs.Close()
+	var rows []row[T]
+	for rs.Next() {
 		var (
-			m                 Message[T]
+			rw                row[T]
 			headers           string
 			body              []byte
 			prio              int64
 			delay, enqueuedAt int64
 		)
-		if err := rows.Scan(&m.ID, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
+		m := &rw.msg
+		if err := rs.Scan(&m.ID, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
 			return nil, fmt.Errorf("outbox: relay: read: %w", err)
 		}
+		m.Priority, m.Delay, m.EnqueuedAt = queue.Priority(prio), time.Duration(delay), time.Unix(0, enqueuedAt)
 		if m.Payload, err = r.o.codec.Decode(body); err != nil {
-			return nil, fmt.Errorf("outbox: relay: row %d: decode: %w", m.ID, err)
-		}
-		if headers != "" {
+			rw.err = fmt.Errorf("outbox: decode the payload: %w", err)
+		} else if headers != "" {
 			if err := json.Unmarshal([]byte(headers), &m.Headers); err != nil {
-				return nil, fmt.Errorf("outbox: relay: row %d: headers: %w", m.ID, err)
+				rw.err = fmt.Errorf("outbox: decode the headers: %w", err)
 			}
 		}
-		m.Priority, m.Delay, m.EnqueuedAt = queue.Priority(prio), time.Duration(delay), time.Unix(0, enqueuedAt)
-		msgs = append(msgs, m)
+		rows = append(rows, rw)
 	}
-	if err := rows.Err(); err != nil {
+	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("outbox: relay: read: %w", err)
 	}
-	return msgs, nil
+	return rows, nil
 }
