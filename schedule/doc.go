@@ -26,13 +26,15 @@
 // # Missed slots
 //
 // A slot that passes while Run runs fires, late if the clock moved past
-// several at once (up to the catch-up limit, WithCatchUpLimit). Slots that passed while no Run was running for the
-// schedule (the process was down, with a Store to say where it was; Run
-// was stopped; the schedule was added later than its Store's last slot)
-// follow the schedule's policy (WithMissed): fire the latest once (the
-// default), skip them, or fire each up to a limit. Slots that pass while
-// a schedule is paused are skipped. Status counts what was skipped, and
-// why.
+// several at once (each of them, whatever the policy, up to the catch-up
+// limit, WithCatchUpLimit). Slots that passed while no Run was running for
+// the schedule (the process was down, with a Store to say where it was;
+// Run was stopped; the schedule was added later than its Store's last
+// slot), and slots that passed while its job kept failing (a later slot
+// passed before a retry of the one that failed succeeded), follow the
+// schedule's policy (WithMissed): fire the latest once (the default), skip
+// them, or fire each up to a limit. Slots that pass while a schedule is
+// paused are skipped. Status counts what was skipped, and why.
 //
 // # Time
 //

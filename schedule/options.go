@@ -55,7 +55,9 @@ func WithStore(st Store) Option {
 
 // WithRetry sets the backoff after a job returns an error: the slot is
 // tried again after p.Delay(failures), on the scheduler's clock, until it
-// succeeds or the missed-slot policy gives it up for a later slot. The
+// succeeds or a later slot passes: then the slots from the failed one on
+// are missed slots, and the missed-slot policy decides which fire
+// (MissedLatest: the latest; the backoff starts again for it). The
 // zero policy (the default) waits 1s, doubling to 1m. A policy with
 // NoBackoff is refused: it would retry a failing job in a busy loop.
 func WithRetry(p queue.RetryPolicy) Option {
@@ -70,14 +72,17 @@ func WithRetry(p queue.RetryPolicy) Option {
 }
 
 // Missed is what a schedule does with slots that passed without firing:
-// while the process was down (with a Store), while a job failed, or when
-// the clock moved past more than one slot at once.
+// while no Run ran for the schedule (the process down, with a Store; Run
+// stopped), or while its job failed (a later slot passed before a retry of
+// the failed one succeeded). Slots that pass while Run runs and the job
+// succeeds (a clock that jumps, a job that ran long) are not missed: each
+// fires, up to the catch-up limit (WithCatchUpLimit), whatever the policy.
 type Missed uint8
 
 const (
 	// MissedLatest fires the latest of the passed slots, once, and skips
 	// the rest. It is the default: a nightly job that missed three nights
-	// runs once.
+	// (down, or failing) runs once.
 	MissedLatest Missed = iota
 	// MissedSkip fires none of them: only a slot found due within its
 	// grace (WithGrace) fires, late by at most that.
@@ -137,8 +142,8 @@ func WithMissed(m Missed) AddOption {
 }
 
 // WithCatchUpLimit bounds how many passed slots fire at once (default
-// DefaultCatchUpLimit), n >= 1: of the slots missed while no Run ran,
-// those MissedEach fires; of the slots that passed while Run ran (a clock
+// DefaultCatchUpLimit), n >= 1: of the slots missed (while no Run ran, or
+// while the job failed), those MissedEach fires; of the slots that passed while Run ran (a clock
 // that jumped), all, whatever the policy. The older ones are skipped and
 // counted in Status.SkippedMissed. A test that moves a mock clock past
 // more slots than this in one move, while Run runs, may see fewer fires

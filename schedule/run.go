@@ -88,27 +88,36 @@ func (s *Scheduler) dueLocked(now time.Time) (due *entry, wake time.Time) {
 // and returns the slots to fire, oldest first, and the Store save of the
 // slots it skips (nil if none).
 //
-// The slots up to e.since passed while no Run was running for e: they
-// follow its missed-slot policy, judged at e.since. The slots after it
-// passed while Run was: each fires (late, if the clock moved past several
-// at once), up to the catch-up limit. Neither depends on which readings of
-// the clock Run happened to take between two moves of a mock.
+// The slots up to e.since passed while no Run was running for e, and
+// those up to a failed fire's retry, if any passed after the slot that
+// failed, passed while the job failed: they follow its missed-slot policy,
+// judged at that time. The slots after it passed while Run was: each
+// fires (late, if the clock moved past several at once), up to the
+// catch-up limit. Neither depends on which readings of the clock Run
+// happened to take between two moves of a mock: a retry is judged at the
+// time it was due, not at the reading that found it due.
 func (s *Scheduler) planLocked(e *entry, now time.Time) (fires []time.Time, save func() error) {
 	var skipped int64
 	var lastSkipped time.Time
 	cursor := e.cursor
-	if cursor.Before(e.since) {
+	missedUpTo := e.since
+	if e.failures > 0 {
+		if n, _ := e.spec.slotsThrough(cursor, e.retryAt); n > 1 {
+			missedUpTo = laterOf(missedUpTo, e.retryAt)
+		}
+	}
+	if cursor.Before(missedUpTo) {
 		keep := 1
 		if e.cfg.missed == MissedEach {
 			keep = e.cfg.limit
 		}
-		before, lastBefore, missed := candidates(e.spec, cursor, e.since, keep)
+		before, lastBefore, missed := candidates(e.spec, cursor, missedUpTo, keep)
 		skipped, lastSkipped = before, lastBefore
-		if e.cfg.missed == MissedSkip && len(missed) == 1 && e.since.Sub(missed[0].Add(e.jitterOf(missed[0]))) > e.cfg.grace {
+		if e.cfg.missed == MissedSkip && len(missed) == 1 && missedUpTo.Sub(missed[0].Add(e.jitterOf(missed[0]))) > e.cfg.grace {
 			skipped, lastSkipped, missed = skipped+1, missed[0], nil
 		}
 		fires = missed
-		cursor = e.since
+		cursor = missedUpTo
 	}
 	// Slots within the jitter of now may not be due yet; take enough of
 	// the last ones that, without them, the limit remains.
