@@ -30,6 +30,12 @@ import (
 // that finds visible messages and no token waits, parked, until the next
 // token is due (on a mock clock, the Add that reaches it). Default: none.
 // n must be >= 1 and per > 0, at most a token a nanosecond.
+//
+// On a durable broker the limit holds across restarts, crashes included:
+// Open starts the bucket empty (its own, and each key's for
+// WithKeyRateLimit), since it cannot know what was delivered before. The
+// cost is the first delivery after a restart, which waits for a token
+// (per/n).
 func WithRateLimit(n int, per time.Duration) SubscribeOption {
 	return rateOption("WithRateLimit", n, per, func(c *subConfig, r queue.Rate) { c.queue.RateLimit = r })
 }

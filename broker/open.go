@@ -214,8 +214,11 @@ type limboLetter[T any] struct {
 //     before publishing: until then a recovered subscription takes every
 //     message of its topic.
 //
-// What does not: leases (no lease ID survives) and counters (Stats start
-// from zero, and restored messages count as Published).
+// What does not: leases (no lease ID survives), counters (Stats start
+// from zero, and restored messages count as Published) and the tokens of
+// rate limits (WithRateLimit, WithKeyRateLimit): each bucket starts empty,
+// so a limit holds across a restart or a crash, and the first delivery
+// after it waits for a token.
 //
 // An operation that changes more than one thing is one journal record, so
 // that after a crash it is there whole or not at all: a publish that fans

@@ -297,6 +297,7 @@ func (r *restorer[T]) sub(rsub *rsub) error {
 		if rsub.paused {
 			s.q.RestorePaused()
 		}
+		s.q.EmptyBuckets() // a restart must not refill a rate limit
 	}
 	rms := rsub.msgs.inPlaceOrder()
 	es := make([]core.Entry[T], 0, min(len(rms), restoreChunk))

@@ -24,7 +24,10 @@ import (
 func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
 	r := q.cfg.KeyRateLimit
 	key := e.msg.Key
-	full := q.keyFull[key]
+	full, ok := q.keyFull[key]
+	if !ok {
+		full = q.keyFloor
+	}
 	if r.Tokens(full, now) > 0 {
 		q.setKeyFullLocked(now, key, r.Take(full, now, 1))
 		return true
@@ -51,6 +54,26 @@ func (q *Queue[T]) setKeyFullLocked(now time.Time, key string, full time.Time) {
 		q.keyFullKept, q.keyFullAt = len(q.keyFull), now
 	}
 	q.keyFull[key] = full
+}
+
+// EmptyBuckets empties the rate limits' buckets at now, the
+// subscription's and every key's: each is full again a Per from now. A
+// durable store calls it on each queue it restores, because a restart, a
+// crash included, must not refill them: whatever was delivered before it,
+// a bucket holds at least as many tokens as an empty one, so a limit held
+// before the restart holds across it. The cost is the first delivery
+// after a restart: it waits for a token (Per/N).
+func (q *Queue[T]) EmptyBuckets() {
+	now := q.clock.Now()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if r := q.cfg.RateLimit; !r.IsZero() {
+		q.rateFull = now.Add(r.Per)
+	}
+	if r := q.cfg.KeyRateLimit; !r.IsZero() {
+		q.keyFloor = now.Add(r.Per)
+		clear(q.keyFull)
+	}
 }
 
 // undelayLocked notes that e, taken out of the delayed heap, no longer

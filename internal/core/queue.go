@@ -66,6 +66,7 @@ type Queue[T any] struct {
 	heldBack     int                     // entries held back behind their key's out ones
 	rateFull     time.Time               // when RateLimit's bucket is full again (see limits.go)
 	keyFull      map[string]time.Time    // when each key's KeyRateLimit bucket is full again, for keys not forgotten
+	keyFloor     time.Time               // when the bucket of a key not in keyFull is full again (EmptyBuckets); zero: full
 	keyFullKept  int                     // len(keyFull) after its last forgetting
 	keyFullAt    time.Time               // when that was
 	keyLimited   int                     // entries in delayed waiting only for their key's token (flag keyLimited)
