@@ -81,7 +81,7 @@ func (o *Outbox[T]) Prune(ctx context.Context, age time.Duration) (int64, error)
 	if age <= 0 {
 		return 0, invalid("Prune(%v): age must be > 0", age)
 	}
-	res, err := o.db.ExecContext(ctx, o.sql.inboxPrune, o.clk.Now().Add(-age).UnixNano())
+	res, err := o.db.ExecContext(ctx, o.sql.inboxPrune, o.clk.Now().UnixNano()-int64(age)) // no overflow: now is after 1970
 	if err != nil {
 		return 0, fmt.Errorf("outbox: prune: %w", err)
 	}

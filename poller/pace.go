@@ -2,6 +2,7 @@ package poller
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -81,7 +82,7 @@ type pace struct {
 
 // slowDown pauses the run until d from now, or later if it already is.
 func (r *run[T]) slowDown(d time.Duration) {
-	until := r.p.cfg.clock.Now().Add(d).UnixNano()
+	until := unixNano(r.p.cfg.clock.Now().Add(d))
 	for {
 		cur := r.pace.until.Load()
 		if cur >= until || r.pace.until.CompareAndSwap(cur, until) {
@@ -94,7 +95,7 @@ func (r *run[T]) slowDown(d time.Duration) {
 // paused reports whether a SlowDown's pause is on at the clock's now.
 func (r *run[T]) paused() bool {
 	at := r.pace.until.Load()
-	return at != 0 && r.p.cfg.clock.Now().UnixNano() < at
+	return at != 0 && unixNano(r.p.cfg.clock.Now()) < at
 }
 
 // gate waits until the pool may start a handler (no pause, and a token if
@@ -108,7 +109,7 @@ func (r *run[T]) gate(n int) (int, bool) {
 	for {
 		now := r.p.cfg.clock.Now()
 		var at time.Time // when to look again; zero: go on now
-		if until := r.pace.until.Load(); until != 0 && now.UnixNano() < until {
+		if until := r.pace.until.Load(); until != 0 && unixNano(now) < until {
 			at = time.Unix(0, until)
 		}
 		k := n
@@ -134,4 +135,19 @@ func (r *run[T]) took(k int) {
 	if rate := r.p.cfg.rate; !rate.IsZero() && k > 0 {
 		r.pace.full = rate.Take(r.pace.full, r.p.cfg.clock.Now(), k)
 	}
+}
+
+// unixNano is t.UnixNano, saturated to what an int64 holds: a time past
+// 2262 (a pause of centuries) reads as the last nanosecond an int64 holds,
+// which the clock never reaches, and one before 1678 as the first, instead
+// of a number that wrapped round.
+func unixNano(t time.Time) int64 {
+	const maxSec, maxNsec int64 = math.MaxInt64 / int64(time.Second), math.MaxInt64 % int64(time.Second)
+	switch sec, nsec := t.Unix(), int64(t.Nanosecond()); {
+	case sec > maxSec || sec == maxSec && nsec > maxNsec:
+		return math.MaxInt64
+	case sec < -maxSec-1:
+		return math.MinInt64
+	}
+	return t.UnixNano()
 }

@@ -162,3 +162,52 @@ func TestWithRateRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A pace whose times pass what a time.Duration or Unix nanoseconds hold
+// is still a pace: WithRate(1, 150 years) starts one handler, and
+// SlowDown(250 years) pauses the pool, however far the clock moves.
+func TestPaceFarDurations(t *testing.T) {
+	year := 365 * 24 * time.Hour
+	mock, b, sub := newBroker(t)
+	mock.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) // 250 years on is past 2262, where Unix nanoseconds end
+	publish(t, b, "a", "b", "c")
+	ev := newEvents[string]()
+	p, err := poller.New(sub, ack, poller.WithRate(1, 150*year), ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, p)
+	ev.acked(t, 1)
+	awaitQuiet(t, p)
+	mock.Add(24 * time.Hour)
+	awaitQuiet(t, p)
+	ev.none(t)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+
+	slowed := false
+	p, err = poller.New(sub, func(context.Context, queue.Delivery[string]) error {
+		if !slowed {
+			slowed = true
+			return poller.SlowDown(250*year, errTooMany)
+		}
+		return nil
+	}, ev.option())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = start(t, p)
+	ev.next(t, poller.OutcomeReleased)
+	awaitQuiet(t, p)
+	mock.Add(24 * time.Hour)
+	awaitQuiet(t, p)
+	ev.none(t)
+	if st := sub.Stats(); st.Delivered != 2 {
+		t.Fatalf("%v: want nothing started after the SlowDown", st)
+	}
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+}

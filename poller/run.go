@@ -35,7 +35,7 @@ func (r *run[T]) drain(err error) {
 	default:
 		at := p.cfg.clock.Now().Add(p.cfg.drainTimeout)
 		drain = backend.At(p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
-		r.rest.drainAt.Store(at.UnixNano())
+		r.rest.drainAt.Store(unixNano(at))
 	}
 	close(r.work)
 	for it := range r.work { // the workers release what they take, too
@@ -213,7 +213,7 @@ func (r *run[T]) wait(d time.Duration) bool {
 	at := r.p.cfg.clock.Now().Add(d)
 	t := backend.At(r.p.cfg.clock, at) // for the time AwaitQuiet reads, however the clock moves meanwhile
 	defer t.Stop()
-	r.rest.backoffUntil.Store(at.UnixNano())
+	r.rest.backoffUntil.Store(unixNano(at))
 	r.loopTo(loopMoving, loopBackoff)
 	defer r.loopTo(loopBackoff, loopMoving)
 	select {

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -67,5 +68,42 @@ func TestRateValidate(t *testing.T) {
 	}
 	if s := (queue.Rate{}).String(); s != "none" {
 		t.Errorf("zero String = %q", s)
+	}
+}
+
+// The bucket's arithmetic holds past what a time.Duration holds: a
+// period near math.MaxInt64 takes its tokens and gives them back no
+// sooner than it should.
+func TestRateFarPeriods(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, r := range []queue.Rate{{N: 2, Per: math.MaxInt64}, {N: math.MaxInt64 / 2, Per: math.MaxInt64}} {
+		if err := r.Validate(); !errors.Is(err, queue.ErrInvalidArgument) {
+			t.Errorf("%v: Validate = %v, want its N tokens too long for a time.Duration", r, err)
+		}
+	}
+	for _, r := range []queue.Rate{
+		{N: 1, Per: math.MaxInt64}, {N: 2, Per: math.MaxInt64 - 1}, {N: 3, Per: math.MaxInt64 - 1},
+		{N: math.MaxInt64 / 2, Per: math.MaxInt64 - 1}, {N: 1, Per: 150 * 365 * 24 * time.Hour},
+	} {
+		if err := r.Validate(); err != nil {
+			t.Fatalf("%v: %v", r, err)
+		}
+		full := r.Take(time.Time{}, now, r.N)
+		if got := r.Tokens(full, now); got != 0 {
+			t.Errorf("%v: %d tokens after taking all, want 0", r, got)
+		}
+		if got := r.Tokens(full, now.Add(100*365*24*time.Hour)); got != 0 && r.N < 3 {
+			t.Errorf("%v: %d tokens a hundred years on, want 0", r, got)
+		}
+		next := r.NextToken(full, now)
+		if !next.After(now) {
+			t.Errorf("%v: next token at %v, want after %v", r, next, now)
+		}
+		if got := r.Tokens(full, next); got != 1 {
+			t.Errorf("%v: %d tokens at the next token's time, want 1", r, got)
+		}
+		if got := r.Tokens(full, full); got != r.N {
+			t.Errorf("%v: %d tokens when full again, want %d", r, got, r.N)
+		}
 	}
 }
