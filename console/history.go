@@ -206,7 +206,10 @@ func (c *Console[T]) historyOf(keep func(topic, name string) bool) HistoryView {
 }
 
 // seriesOf returns the history r keeps of the subscription k (topic, name)
-// as points: each step's counts are the differences of its samples.
+// as points: each step's counts are the differences of its samples. A
+// counter that went down between two samples (the subscription was made
+// again, or its broker opened again, and counts from zero) starts a new
+// run: that step counts what the new samples say.
 func seriesOf(k [2]string, r *ring) HistorySeries {
 	ss := r.all()
 	hs := HistorySeries{Topic: k[0], Name: k[1], Points: make([]HistoryPoint, len(ss))}
@@ -214,6 +217,10 @@ func seriesOf(k [2]string, r *ring) HistorySeries {
 		p := HistoryPoint{At: time.Unix(0, s.at).UTC(), Depth: s.depth}
 		if i > 0 {
 			b := ss[i-1]
+			if s.published < b.published || s.delivered < b.delivered || s.acked < b.acked ||
+				s.redelivered < b.redelivered || s.dead < b.dead || s.dropped < b.dropped {
+				b = sample{} // a reset: the counters start from zero
+			}
 			p.Published, p.Delivered, p.Acked = s.published-b.published, s.delivered-b.delivered, s.acked-b.acked
 			p.Retried, p.DeadLettered, p.Dropped = s.redelivered-b.redelivered, s.dead-b.dead, s.dropped-b.dropped
 		}

@@ -140,3 +140,35 @@ func mustConsole(t *testing.T, b *broker.Broker[string], opts ...console.Option)
 	require.NoError(t, err)
 	return c
 }
+
+// A subscription made again between two samples starts its counters from
+// zero: the step's counts are what the new one counted, never a
+// difference that went below zero.
+func TestHistorySurvivesACounterReset(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "orders", "billing")
+	c, err := console.New(b, console.WithHistory(time.Minute, 10))
+	require.NoError(t, err)
+	url := newServer(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Record(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitHistory(t, url, brokertest.Epoch)
+	brokertest.Publish(t, b, "orders", "a", "b", "c", "d")
+	ds := sub.TryPoll(4)
+	require.Len(t, ds, 4)
+	for _, d := range ds {
+		require.NoError(t, sub.Ack(d.LeaseID))
+	}
+	mock.Add(time.Minute)
+	waitHistory(t, url, brokertest.Epoch.Add(time.Minute))
+	require.NoError(t, b.Unsubscribe("orders", "billing"))
+	brokertest.Subscribe(t, b, "orders", "billing")
+	brokertest.Publish(t, b, "orders", "e")
+	mock.Add(time.Minute)
+	hs := waitHistory(t, url, brokertest.Epoch.Add(2*time.Minute))
+	last := hs.Points[len(hs.Points)-1]
+	assert.Equal(t, console.HistoryPoint{At: brokertest.Epoch.Add(2 * time.Minute), Published: 1, Depth: 1}, last,
+		"the step after the subscription was made again counts what the new one counted")
+}
