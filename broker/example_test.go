@@ -46,7 +46,7 @@ func Example() {
 	// Output:
 	// password reset bob attempt 1
 	// welcome alice attempt 1
-	// visible=0 delayed=0 in-flight=0 held-back=0 published=2 delivered=2 acked=2 redelivered=0 dead-lettered=0 dropped=0 redriven=0 rejected=0 oldest-visible=0s
+	// visible=0 delayed=0 in-flight=0 held-back=0 published=2 delivered=2 acked=2 redelivered=0 dead-lettered=0 dropped=0 redriven=0 publishes-refused=0 oldest-visible=0s
 }
 
 // An unsettled lease expires on the mock clock and the message comes back

@@ -108,7 +108,8 @@ func TestOverviewListsEverySubscription(t *testing.T) {
 	srv := serve(t, s.b)
 	status, body := get(t, srv.URL+"/")
 	require.Equal(t, http.StatusOK, status)
-	for _, want := range []string{"billing", "shipping", "orders.&gt;", "pattern", "1 held", "max-attempts 1"} {
+	for _, want := range []string{"billing", "shipping", "orders.&gt;", "pattern", "1 held",
+		`· since start: <span class="reason">max-attempts 1</span>`, `1 held</a> (of those: <span class="reason">max-attempts 1</span>)`} {
 		assert.Contains(t, body, want)
 	}
 

@@ -121,7 +121,9 @@ type Stats struct {
 // String formats the stats on one line for a log, each count named:
 // "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7
 // acked=5 redelivered=1 dead-lettered=1 (max-attempts=1) dropped=0
-// redriven=0 rejected=0 oldest-visible=2s". The dead letters by reason
+// redriven=0 publishes-refused=0 oldest-visible=2s" (publishes-refused
+// is Rejected: publishes refused for overflow, not dead letters of
+// ReasonRejected, which the parenthesis counts). The dead letters by reason
 // appear only when there are some, " limited=N" (after held-back) only
 // while a rate limit holds messages back, and " paused" only while paused.
 func (s Stats) String() string {
@@ -147,7 +149,7 @@ func (s Stats) String() string {
 			b.WriteString(")")
 		}
 	}
-	fmt.Fprintf(&b, " dropped=%d redriven=%d rejected=%d oldest-visible=%v", s.Dropped, s.Redriven, s.Rejected, s.OldestVisibleAge)
+	fmt.Fprintf(&b, " dropped=%d redriven=%d publishes-refused=%d oldest-visible=%v", s.Dropped, s.Redriven, s.Rejected, s.OldestVisibleAge)
 	if s.Paused {
 		b.WriteString(" paused")
 	}

@@ -111,11 +111,11 @@ func TestParseReason(t *testing.T) {
 func TestStatsString(t *testing.T) {
 	s := Stats{Visible: 3, InFlight: 1, Published: 9, Delivered: 7, Acked: 5, Redelivered: 1, DeadLettered: 2,
 		DeadLetteredBy: DeadLetterCounts{MaxAttempts: 1, Rejected: 1}, OldestVisibleAge: 2 * time.Second}
-	want := "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7 acked=5 redelivered=1 dead-lettered=2 (max-attempts=1 rejected=1) dropped=0 redriven=0 rejected=0 oldest-visible=2s"
+	want := "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7 acked=5 redelivered=1 dead-lettered=2 (max-attempts=1 rejected=1) dropped=0 redriven=0 publishes-refused=0 oldest-visible=2s"
 	if got := s.String(); got != want {
 		t.Errorf("String() =\n %s\nwant\n %s", got, want)
 	}
-	if got, want := (Stats{}).String(), "visible=0 delayed=0 in-flight=0 held-back=0 published=0 delivered=0 acked=0 redelivered=0 dead-lettered=0 dropped=0 redriven=0 rejected=0 oldest-visible=0s"; got != want {
+	if got, want := (Stats{}).String(), "visible=0 delayed=0 in-flight=0 held-back=0 published=0 delivered=0 acked=0 redelivered=0 dead-lettered=0 dropped=0 redriven=0 publishes-refused=0 oldest-visible=0s"; got != want {
 		t.Errorf("zero String() = %s, want %s", got, want)
 	}
 }
