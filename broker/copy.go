@@ -27,8 +27,13 @@ func (st *store[T]) path() string {
 //
 // The copy is a snapshot. Nothing done to it reaches dir, and nothing the
 // owner does after it is taken shows in it. A message the owner had leased
-// shows in flight, with no deadline and no lease anyone can settle; a
-// record the owner is still writing is left out. Codec is the one the
+// shows in flight, with no deadline and no lease anyone can settle, while
+// the owner runs; once no process holds dir (its owner closed it, or died)
+// it shows as the next Open will bring it back: visible, its attempt spent
+// (or dead-lettered, if that was its last). Whether a process holds dir is
+// read from the system's list of locks (Linux: /proc/locks), never by
+// taking the lock; where the system keeps no such list, leased messages
+// show in flight. A record the owner is still writing is left out. Codec is the one the
 // owner uses (queue.BytesCodec shows any payload as its encoded bytes). Options
 // are New's; the copy is closed as any broker is.
 //
@@ -63,7 +68,8 @@ func OpenCopy[T any](dir string, codec queue.Codec[T], opts ...Option) (*Broker[
 	}
 	st := &store[T]{b: b, codec: codec, copyOf: dir}
 	st.info = RecoveryInfo{Records: info.Records, TruncatedBytes: info.TruncatedBytes}
-	if err := b.restoreWith(rs, st, true); err != nil {
+	owned, known := journal.Owned(dir)
+	if err := b.restoreWith(rs, st, owned || !known); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("open a copy of %s: %w", dir, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -218,4 +219,63 @@ func TestOpenCopyDuringCompactions(t *testing.T) {
 	wg.Wait()
 	sort.Ints(depths)
 	assert.LessOrEqual(t, depths[len(depths)-1], 1, "the owner never held more than one")
+}
+
+// A copy of a directory no process holds shows what the next Open will
+// bring back: a message its owner had leased when it closed is visible,
+// its attempt spent, or dead-lettered if that was its last.
+func TestOpenCopyOfAClosedDirectoryShowsWhatOpenWill(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("whether a process holds a directory is read from /proc/locks")
+	}
+	dir := t.TempDir()
+	b, err := broker.Open(dir, queue.StringCodec())
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("orders"))
+	sub, err := b.Subscribe("orders", "billing", broker.WithMaxAttempts(2))
+	require.NoError(t, err)
+	for _, p := range []string{"a", "b"} {
+		_, err := b.Publish(ctx, "orders", p)
+		require.NoError(t, err)
+	}
+	ds, err := sub.Poll(ctx, 1) // a: attempt 1 of 2
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+	require.NoError(t, sub.Nack(ds[0].LeaseID, 0))
+	_, err = sub.Poll(ctx, 2) // a: attempt 2 of 2, b: attempt 1
+	require.NoError(t, err)
+
+	cp, err := broker.OpenCopy(dir, queue.StringCodec())
+	require.NoError(t, err)
+	cs, err := cp.Subscription("orders", "billing")
+	require.NoError(t, err)
+	assert.Equal(t, 2, cs.Stats().InFlight, "while the owner runs, its leases show in flight")
+	require.NoError(t, cp.Close())
+
+	require.NoError(t, b.Close())
+	cp, err = broker.OpenCopy(dir, queue.StringCodec())
+	require.NoError(t, err)
+	defer cp.Close()
+	cs, err = cp.Subscription("orders", "billing")
+	require.NoError(t, err)
+	held, err := cs.Peek(queue.PeekQuery{Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	assert.Equal(t, "b", held[0].Payload)
+	assert.Equal(t, queue.StateVisible, held[0].State, "b comes back visible")
+	assert.Equal(t, 1, held[0].Attempts, "with its attempt spent")
+	dls := cp.DeadLetters()
+	require.Len(t, dls, 1, "a was on its last attempt")
+	assert.Equal(t, "a", dls[0].Message.Payload)
+	assert.Equal(t, queue.ReasonMaxAttempts, dls[0].Reason)
+
+	b, err = broker.Open(dir, queue.StringCodec())
+	require.NoError(t, err)
+	defer b.Close()
+	sub, err = b.Subscription("orders", "billing")
+	require.NoError(t, err)
+	reopened, err := sub.Peek(queue.PeekQuery{Limit: 10})
+	require.NoError(t, err)
+	assert.Equal(t, held, reopened, "Open brings back what the copy showed")
+	assert.Len(t, b.DeadLetters(), 1)
 }

@@ -22,10 +22,10 @@ func (b *Broker[T]) restore(rs *replay) error { return b.restoreWith(rs, b.durab
 
 // restoreWith is restore with the store whose codec decodes the messages
 // and whose info it fills in. A copy (OpenCopy) has a store without a
-// journal, keeps the messages in flight at the copy as in flight, and
-// commits nothing.
-func (b *Broker[T]) restoreWith(rs *replay, st *store[T], copied bool) error {
-	r := &restorer[T]{b: b, st: st, rs: rs, copied: copied}
+// journal and commits nothing; one of a directory its owner holds keeps
+// the messages in flight as in flight (holdLeases).
+func (b *Broker[T]) restoreWith(rs *replay, st *store[T], holdLeases bool) error {
+	r := &restorer[T]{b: b, st: st, rs: rs, holdLeases: holdLeases}
 	r.own = make([]unpacker, decoders())
 	copies := copiesDecoded(st.codec)
 	for i := range r.own {
@@ -102,18 +102,18 @@ func (o *unpacker) own(p []byte) []byte {
 
 // restorer is the state of a restore in progress.
 type restorer[T any] struct {
-	b       *Broker[T]
-	st      *store[T]
-	rs      *replay
-	copied  bool                // a copy's: leases stay in flight (core.Entry.StillLeased)
-	decoded []decoded[T]        // the first decoded of each ID, if kept (nil: not)
-	byID    idRuns              // finds them
-	letters []letter[T]         // recovered dead letters, to order by seq
-	fresh   []restored[T]       // queues with dead letters the restore itself made
-	live    int64               // about what a snapshot would take
-	own     []unpacker          // one for each decoding goroutine
-	ms      []*queue.Message[T] // a chunk's messages (decodeAll)
-	todo    []todo              // a chunk's messages to decode (decodeAll)
+	b          *Broker[T]
+	st         *store[T]
+	rs         *replay
+	holdLeases bool                // a copy of a directory its owner holds: leases stay in flight (core.Entry.StillLeased)
+	decoded    []decoded[T]        // the first decoded of each ID, if kept (nil: not)
+	byID       idRuns              // finds them
+	letters    []letter[T]         // recovered dead letters, to order by seq
+	fresh      []restored[T]       // queues with dead letters the restore itself made
+	live       int64               // about what a snapshot would take
+	own        []unpacker          // one for each decoding goroutine
+	ms         []*queue.Message[T] // a chunk's messages (decodeAll)
+	todo       []todo              // a chunk's messages to decode (decodeAll)
 }
 
 // todo is a message of a chunk to decode: its index, and whether it is the
@@ -357,7 +357,7 @@ func (r *restorer[T]) entries(es []core.Entry[T], seqs []uint64, rms []*rmsg) ([
 		ttl, expiresAt := rm.ttl()
 		r.live += int64(len(rm.env) + len(lastErr) + putOverhead)
 		e := core.Entry[T]{
-			Message: ms[i], Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.copied,
+			Message: ms[i], Place: rm.place, Attempts: rm.attempts, InFlight: rm.inFlight, StillLeased: r.holdLeases,
 			VisibleAt: unstamp(rm.visibleAt), TTL: ttl, ExpiresAt: unstamp(expiresAt), LastError: lastErr,
 			Dead: rm.dead,
 		}

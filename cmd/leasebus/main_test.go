@@ -103,8 +103,8 @@ func TestReadingWhileTheOwnerRuns(t *testing.T) {
 
 	code, out, errOut := leasebus("inspect", r.dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "1 topics, 2 subscriptions")
-	assert.Contains(t, out, "1 dead letters")
+	assert.Contains(t, out, "1 topic, 2 subscriptions")
+	assert.Contains(t, out, "1 dead letter")
 	lines := strings.Split(out, "\n")
 	var billing, shipping string
 	for _, l := range lines {
@@ -188,7 +188,7 @@ func TestFixAPayloadRedriveAndTheOwnerAcksIt(t *testing.T) {
 	require.NoError(t, os.WriteFile(fixed, []byte(`{"order":1002,"card":"5555"}`), 0o644))
 	code, out, errOut := leasebus("redrive", "-ref", r.dead.ID.String()+"/billing", "-payload", fixed, r.dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Equal(t, "redrove 1 dead letters\n", out)
+	assert.Equal(t, "redrove 1 dead letter\n", out)
 
 	r.open(t) // the owner starts again
 	billing, err := r.b.Subscribe("orders", "billing", broker.WithMaxAttempts(1))
@@ -201,7 +201,7 @@ func TestFixAPayloadRedriveAndTheOwnerAcksIt(t *testing.T) {
 
 	code, out, errOut = leasebus("inspect", r.dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Contains(t, out, "1 dead letters")
+	assert.Contains(t, out, "1 dead letter")
 	for _, l := range strings.Split(out, "\n") {
 		if strings.Contains(l, "billing") {
 			assert.Equal(t, "orders billing 0 0 0 0 0 - 1 (max-attempts 1)", strings.Join(strings.Fields(l), " "))
@@ -218,13 +218,13 @@ func TestDiscardAndSalvageTakeTheLock(t *testing.T) {
 	require.NoError(t, r.b.Close())
 	code, out, errOut := leasebus("discard", "-error", "declined", r.dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Equal(t, "discarded 1 dead letters\n", out)
+	assert.Equal(t, "discarded 1 dead letter\n", out)
 	code, out, _ = leasebus("dead-letters", r.dir)
 	require.Equal(t, 0, code)
 	assert.Contains(t, out, "lease expired", "1003, dead when the discard's Open ended the stopped owner's lease")
 	code, out, errOut = leasebus("discard", "-all", r.dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Equal(t, "discarded 1 dead letters\n", out)
+	assert.Equal(t, "discarded 1 dead letter\n", out)
 	code, out, _ = leasebus("dead-letters", r.dir)
 	require.Equal(t, 0, code)
 	assert.Equal(t, "0 dead letters\n", out)
@@ -301,11 +301,11 @@ func TestOneNameOnTwoTopics(t *testing.T) {
 
 	code, out, errOut = leasebus("discard", "-ref", m.ID.String()+"/worker orders.eu", dir)
 	require.Equal(t, 0, code, errOut)
-	assert.Equal(t, "discarded 1 dead letters\n", out)
+	assert.Equal(t, "discarded 1 dead letter\n", out)
 	code, out, errOut = leasebus("dead-letters", dir)
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "boom on orders.*", "the pattern's letter stays")
-	assert.Contains(t, out, "1 dead letters")
+	assert.Contains(t, out, "1 dead letter")
 }
 
 // inspect says how each subscription paces its deliveries.
@@ -344,4 +344,43 @@ func TestInspectShowsSchedules(t *testing.T) {
 	code, out, errOut := leasebus("inspect", "-schedules", storePath, filepath.Join(dir, "queue"))
 	require.Equal(t, 0, code, errOut)
 	assert.Regexp(t, `SCHEDULE +LAST SLOT\s+hourly +2026-12-05T09:00:00Z\s+nightly +2026-12-05T02:00:00Z`, out)
+}
+
+// Over a directory its owner closed, peek shows what the next Open brings
+// back: a message that was leased is visible again with its attempt
+// spent, not in flight under a lease no one holds.
+func TestPeekAfterACleanClose(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Open(dir, queue.JSONCodec[order]())
+	require.NoError(t, err)
+	require.NoError(t, b.CreateTopic("orders"))
+	sub, err := b.Subscribe("orders", "billing")
+	require.NoError(t, err)
+	_, err = b.Publish(ctx, "orders", order{Order: 7})
+	require.NoError(t, err)
+	_, err = sub.Poll(ctx, 1)
+	require.NoError(t, err)
+	code, out, errOut := leasebus("peek", dir, "orders", "billing")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "in-flight")
+	assert.Contains(t, out, "(a running broker holds it: in-flight messages are its leases)")
+	require.NoError(t, b.Close())
+
+	code, out, errOut = leasebus("peek", dir, "orders", "billing")
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	assert.Equal(t, []string{"1", "visible", "1"}, strings.Fields(lines[1])[:3], "visible, attempt 1 spent: %s", out)
+	code, out, errOut = leasebus("inspect", dir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "(no broker holds it: shown as the next Open brings it back")
+
+	b, err = broker.Open(dir, queue.JSONCodec[order]())
+	require.NoError(t, err)
+	defer b.Close()
+	sub, err = b.Subscription("orders", "billing")
+	require.NoError(t, err)
+	ds, err := sub.Poll(ctx, 1)
+	require.NoError(t, err)
+	assert.Equal(t, 2, ds[0].Attempt, "as peek said")
 }

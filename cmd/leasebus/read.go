@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/console"
+	"github.com/leasebus/leasebus/internal/journal"
 	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/schedule"
 )
@@ -42,8 +43,9 @@ func inspect(args []string, out io.Writer) error {
 	defer b.Close()
 	info := b.Recovery()
 	letters := b.DeadLetters()
-	fmt.Fprintf(out, "%s: %d topics, %d subscriptions, %d messages, %d dead letters\n",
-		pos[0], info.Topics, info.Subscriptions, info.Messages, len(letters))
+	fmt.Fprintf(out, "%s: %s, %s, %s, %s\n", pos[0], count(info.Topics, "topic"), count(info.Subscriptions, "subscription"),
+		count(info.Messages, "message"), count(len(letters), "dead letter"))
+	fmt.Fprintln(out, ownerNote(pos[0]))
 	if info.TruncatedBytes > 0 {
 		fmt.Fprintf(out, "(%d bytes at the journal's end were being written, or are torn: left out)\n", info.TruncatedBytes)
 	}
@@ -214,7 +216,33 @@ func peek(args []string, out io.Writer) error {
 	if more && len(held) > 0 {
 		fmt.Fprintf(out, "(more: -after %d)\n", held[len(held)-1].Seq)
 	}
+	if slices.ContainsFunc(held, func(h queue.Held[[]byte]) bool { return h.State == queue.StateInFlight }) {
+		fmt.Fprintln(out, ownerNote(pos[0]))
+	}
 	return nil
+}
+
+// ownerNote says what an in-flight message of dir means: a lease of the
+// broker that holds dir, or, with none holding it, nothing (OpenCopy then
+// shows leased messages as the next Open brings them back).
+func ownerNote(dir string) string {
+	switch owned, known := journal.Owned(dir); {
+	case !known:
+		return "(whether a broker holds it cannot be told here: in-flight messages are leases of its last owner; if it has stopped, the next Open makes them visible again, their attempts spent)"
+	case owned:
+		return "(a running broker holds it: in-flight messages are its leases)"
+	default:
+		return "(no broker holds it: shown as the next Open brings it back, messages leased when it stopped visible again with their attempts spent)"
+	}
+}
+
+// count says n of a thing, with the thing's plural when n is not 1: "1
+// dead letter", "2 dead letters".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }
 
 func orDash(s string) string {
@@ -321,8 +349,8 @@ func deadLetters(args []string, out io.Writer) error {
 			}
 			continue
 		}
-		fmt.Fprintf(out, "%s/%s\n  subscription  %s on %s (published to %s)\n  reason        %s after %d attempts, %s\n  last error    %s\n",
-			v.ID, v.Subscription, v.Subscription, v.SubscriptionTopic, v.Topic, v.Reason, v.Attempts, v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
+		fmt.Fprintf(out, "%s/%s\n  subscription  %s on %s (published to %s)\n  reason        %s after %s, %s\n  last error    %s\n",
+			v.ID, v.Subscription, v.Subscription, v.SubscriptionTopic, v.Topic, v.Reason, count(v.Attempts, "attempt"), v.At.UTC().Format(time.RFC3339Nano), oneLine(v.LastError))
 		for _, a := range v.History {
 			fmt.Fprintf(out, "  attempt %-5d %s at %s, held %v", a.Attempt, a.Outcome, a.At.Format(time.RFC3339Nano), time.Duration(a.HeldSeconds*float64(time.Second)))
 			if a.Error != "" {
@@ -343,7 +371,7 @@ func deadLetters(args []string, out io.Writer) error {
 		fmt.Fprintln(out)
 	}
 	if !*asJSON {
-		fmt.Fprintf(out, "%d dead letters\n", n)
+		fmt.Fprintln(out, count(n, "dead letter"))
 	}
 	return nil
 }

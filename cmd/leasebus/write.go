@@ -128,7 +128,7 @@ func redrive(args []string, out io.Writer) error {
 	} else {
 		n, err = b.Redrive(match)
 	}
-	fmt.Fprintf(out, "redrove %d dead letters\n", n)
+	fmt.Fprintf(out, "redrove %s\n", count(n, "dead letter"))
 	return errors.Join(err, b.Close())
 }
 
@@ -149,7 +149,7 @@ func discard(args []string, out io.Writer) error {
 		return err
 	}
 	n, err := b.DiscardDeadLetters(match)
-	fmt.Fprintf(out, "discarded %d dead letters\n", n)
+	fmt.Fprintf(out, "discarded %s\n", count(n, "dead letter"))
 	return errors.Join(err, b.Close())
 }
 
