@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -215,4 +217,85 @@ func TestARefusedRowIsMovedAside(t *testing.T) {
 			t.Fatalf("DeadRows limit 0: %v", err)
 		}
 	})
+}
+
+// TestRelayAwaitQuiet: a test waits for a running relay to be at rest,
+// after a commit, after its poll interval passes on a mock clock, and
+// after a failure, without a sleep.
+func TestRelayAwaitQuiet(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+		defer cancel()
+		b, mock := brokertest.New[string](t)
+		o := open(t, d, outbox.WithClock(mock))
+		sub := brokertest.Subscribe(t, b, "orders", "billing")
+		to := outbox.ToBroker(b)
+		var fail atomic.Bool
+		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(ctx context.Context, m outbox.Message[string]) error {
+			if fail.Load() {
+				return errors.New("broker unreachable")
+			}
+			return to.Publish(ctx, m)
+		}), outbox.WithPollInterval(time.Minute), outbox.WithRetry(queue.RetryPolicy{Initial: time.Second}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.AwaitQuiet(canceledCtx()); !errors.Is(err, context.Canceled) {
+			t.Fatalf("AwaitQuiet with no Run: %v", err)
+		}
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(runCtx) }()
+		defer func() { stop(); <-done }()
+		quiet := func(what string, published uint64) {
+			t.Helper()
+			if err := relay.AwaitQuiet(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if st := relay.Stats(); st.Published != published {
+				t.Fatalf("%s: %+v, want %d published", what, st, published)
+			}
+		}
+		quiet("at rest", 0)
+		for i := range 20 { // each commit is relayed when AwaitQuiet returns
+			if err := o.InTx(ctx, func(tx *sql.Tx) error {
+				_, err := o.Enqueue(ctx, tx, "orders", fmt.Sprint("order-", i))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			quiet("after a commit", uint64(i+1))
+		}
+		// A commit no Wake follows (another process's) waits for the poll.
+		if _, err := d.db.ExecContext(ctx, rebind(d, "INSERT INTO "+d.prefix+" (topic, payload, dedup_id, enqueued_at) VALUES ('orders', ?, 'other', 0)"), []byte("other")); err != nil {
+			t.Fatal(err)
+		}
+		mock.Add(time.Minute - time.Nanosecond)
+		quiet("short of the poll interval", 20)
+		mock.Add(time.Nanosecond)
+		quiet("at the poll interval", 21)
+		fail.Store(true)
+		if err := o.InTx(ctx, func(tx *sql.Tx) error {
+			_, err := o.Enqueue(ctx, tx, "orders", "late")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		quiet("a failure", 21)
+		if st := relay.Stats(); st.Failures != 1 {
+			t.Fatalf("%+v, want one failure", st)
+		}
+		fail.Store(false)
+		mock.Add(time.Second)
+		quiet("the retry", 22)
+		if n := len(sub.TryPoll(100)); n != 22 {
+			t.Fatalf("%d delivered, want 22", n)
+		}
+	})
+}
+
+func canceledCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
 }

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -26,6 +28,10 @@ type Outbox[T any] struct {
 	clk     clock.Clock
 	sql     *sqlText
 	wake    chan struct{} // Wake's signal to the relays of this Outbox; buffered 1
+
+	mu       sync.Mutex                    // guards the two below
+	wakes    uint64                        // Wakes so far: a relay that saw one since it last looked does not park
+	parkings map[*backend.Parking]struct{} // the parked-or-not marks of the relays running
 }
 
 // Option configures an Outbox (New).
@@ -246,6 +252,12 @@ func rollback(tx *sql.Tx) error {
 // Wake tells the relays of this Outbox (in this process) that a
 // transaction with messages committed. It never blocks.
 func (o *Outbox[T]) Wake() {
+	o.mu.Lock()
+	o.wakes++
+	for pk := range o.parkings {
+		pk.Unpark()
+	}
+	o.mu.Unlock()
 	select {
 	case o.wake <- struct{}{}:
 	default:

@@ -105,6 +105,10 @@ type Relay[T any] struct {
 	pub Publisher[T]
 	cfg relayConfig
 
+	pk  *backend.Parking // marked while Run waits with nothing due (AwaitQuiet)
+	qmu sync.Mutex       // guards qch
+	qch chan struct{}    // closed and replaced at every change of pk
+
 	mu        sync.Mutex // guards the stats below
 	published uint64
 	deadRows  uint64
@@ -137,7 +141,43 @@ func (o *Outbox[T]) NewRelay(pub Publisher[T], opts ...RelayOption) (*Relay[T], 
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	return &Relay[T]{o: o, pub: pub, cfg: cfg}, nil
+	r := &Relay[T]{o: o, pub: pub, cfg: cfg, qch: make(chan struct{})}
+	r.pk = backend.NewParking(r.changed)
+	return r, nil
+}
+
+// changed is the Parking's notify: it wakes every AwaitQuiet.
+func (r *Relay[T]) changed() {
+	r.qmu.Lock()
+	close(r.qch)
+	r.qch = make(chan struct{})
+	r.qmu.Unlock()
+}
+
+// AwaitQuiet blocks until Run is at rest: waiting for a Wake, its poll
+// interval or its retry backoff, none of them due at the outbox's clock's
+// time, after every Wake made before the call (InTx's, Listen's) was
+// looked at. It returns nil then, or ctx's error if ctx ends first (also
+// while Run is not running). A test commits with InTx, or moves a mock
+// clock, and calls AwaitQuiet: then every row it committed in this
+// process has been relayed (or its failure counted):
+//
+//	err := o.InTx(ctx, enqueue) // wakes the relay
+//	err = relay.AwaitQuiet(ctx)  // and the relay has published it
+func (r *Relay[T]) AwaitQuiet(ctx context.Context) error {
+	for {
+		r.qmu.Lock()
+		ch := r.qch
+		r.qmu.Unlock()
+		if r.pk.Parked(r.o.clk.Now()) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Stats returns what the relay did so far.
@@ -166,10 +206,26 @@ func (r *Relay[T]) RunOnce(ctx context.Context) (int, error) {
 // are there, then waits for a Wake (an InTx commit, or a Postgres NOTIFY
 // when Listen runs), or for the poll interval, on the outbox's clock. A
 // failed batch is counted and tried again after the retry policy's
-// backoff.
+// backoff. A test waits for it to be at rest with AwaitQuiet.
 func (r *Relay[T]) Run(ctx context.Context) error {
+	o := r.o
+	o.mu.Lock()
+	if o.parkings == nil {
+		o.parkings = make(map[*backend.Parking]struct{})
+	}
+	o.parkings[r.pk] = struct{}{}
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		delete(o.parkings, r.pk)
+		o.mu.Unlock()
+		r.pk.Unpark()
+	}()
 	failures := 0
 	for ctx.Err() == nil {
+		o.mu.Lock()
+		seen := o.wakes
+		o.mu.Unlock()
 		_, err := r.RunOnce(ctx)
 		wait := r.cfg.poll
 		if err != nil && ctx.Err() == nil {
@@ -178,12 +234,22 @@ func (r *Relay[T]) Run(ctx context.Context) error {
 		} else {
 			failures = 0
 		}
-		t := backend.After(r.o.clk, wait)
+		at := o.clk.Now().Add(wait)
+		t := backend.At(o.clk, at)
+		o.mu.Lock()
+		if o.wakes != seen { // a Wake since RunOnce read: look again
+			o.mu.Unlock()
+			t.Stop()
+			continue
+		}
+		r.pk.Park(at)
+		o.mu.Unlock()
 		select {
 		case <-t.C:
-		case <-r.o.wake:
+		case <-o.wake:
 		case <-ctx.Done():
 		}
+		r.pk.Unpark()
 		t.Stop()
 	}
 	return nil
