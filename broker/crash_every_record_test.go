@@ -26,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -202,6 +203,7 @@ func erFrames(data []byte) []int {
 }
 
 func TestDurableCrashAtEveryRecord(t *testing.T) {
+	testkit.Long(t, "a crash at every record of a long script")
 	ops, final, base := erWorkload(t, t.TempDir())
 	kinds := map[string]int{}
 	for _, op := range ops {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -106,6 +107,7 @@ func TestDeadLettersSeqUnderChange(t *testing.T) {
 // a chunk at a time: it allocates what it matches, not a copy of the store
 // (the copy of 100,000 letters was over 20 MiB).
 func TestBulkActionsDoNotCopyTheStore(t *testing.T) {
+	testkit.Long(t, "a store of 100,000 dead letters")
 	b, _ := overflowed(t, 100_000)
 	allocated := func(f func()) uint64 {
 		var before, after runtime.MemStats

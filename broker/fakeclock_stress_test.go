@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/leasebus/leasebus/broker"
+	"github.com/leasebus/leasebus/internal/testkit"
 )
 
 // TestFakeClockMovedWhilePollsWait moves a mock clock from one goroutine
@@ -24,10 +25,8 @@ import (
 // The rounds are bounded; the wall-clock limit is a watchdog for a hang,
 // not a wait for state.
 func TestFakeClockMovedWhilePollsWait(t *testing.T) {
-	const (
-		pollers = 8
-		rounds  = 1500
-	)
+	const pollers = 8
+	rounds := testkit.Scale(1500, 150)
 	mock := clock.NewMock()
 	b, err := broker.New[int](broker.WithClock(mock))
 	require.NoError(t, err)

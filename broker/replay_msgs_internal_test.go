@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/internal/testkit"
 )
 
 // TestRmsgsModel drives a replay's message table and a map with the same
@@ -21,7 +23,7 @@ import (
 // purges, and compares every lookup and what the restore would get. The
 // sizes make it compact its holes, spill runs to its index, and sort.
 func TestRmsgsModel(t *testing.T) {
-	for seed := range uint64(8) {
+	for seed := range uint64(testkit.Scale(8, 1)) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			var tab rmsgs

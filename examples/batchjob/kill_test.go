@@ -75,6 +75,7 @@ func TestBatchJobKillAndRerun(t *testing.T) {
 		killChild(dir, time.Unix(sec, 0))
 		return
 	}
+	testkit.Long(t, "a batch job killed with SIGKILL again and again")
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(13, 1))
 	epoch := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"github.com/leasebus/leasebus/queue"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/leasebus/leasebus/internal/testkit"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // inboxQueue returns a queue whose inbox has n slots.
@@ -66,7 +68,8 @@ func TestInboxRingWrapsAround(t *testing.T) {
 // in every one of the 4,096 orders exactly the first 5 are taken and the
 // other 7 refused, as without an inbox.
 func TestInboxKeepsTheBound(t *testing.T) {
-	const offers, limit = 12, 5
+	const limit = 5
+	offers := testkit.Scale(12, 9)
 	for reads := range 1 << offers {
 		q := inboxQueue(t, queue.Config{MaxQueue: limit, Overflow: queue.OverflowReject}, 2)
 		var taken []int

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/internal/testkit"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -20,7 +21,7 @@ func offerKeyed(t *testing.T, q *Queue[string], key, payload string) {
 // while it has visible messages: the memory of 10^5 keys served is let go
 // once their period has passed, not kept for every key ever seen.
 func TestLimitsForgetKeys(t *testing.T) {
-	const keys = 100_000
+	keys := testkit.Scale(100_000, 10_000)
 	q, mock := newIdleQueue(t, queue.Config{
 		KeyRateLimit: queue.Rate{N: 1, Per: time.Second},
 		FairKeys:     true,

@@ -4,6 +4,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/leasebus/leasebus/internal/testkit"
 )
 
 // A fragment that compiles passes; one that passes a subscription's
@@ -12,6 +14,7 @@ import (
 // a given comment declares what the fragment leaves to its reader; a file
 // comment names the file the snippet must be.
 func TestCheck(t *testing.T) {
+	testkit.Long(t, "type-checks fragments against the packages, from source")
 	c := newChecker()
 	md := "text\n```go\nb, err := broker.New[Order]()\n_ = b.CreateTopic(\"t\")\n```\n" +
 		"```go\nb, err := broker.Open(dir, queue.JSONCodec[Item](), broker.WithMaxQueue(maxItems))\n```\n" +
