@@ -10,8 +10,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -191,19 +193,35 @@ func TestOverflowDropOldest(t *testing.T) {
 	assert.Empty(t, b.DeadLetters())
 }
 
-func TestOverflowBlock(t *testing.T) {
-	b, _ := brokertest.New[int](t)
+func TestOverflowBlock(t *testing.T) { synctest.Test(t, testOverflowBlock) }
+
+func testOverflowBlock(t *testing.T) {
+	b, err := broker.New[int](broker.WithClock(clock.New()))
+	require.NoError(t, err)
+	defer b.Close()
 	s := brokertest.Subscribe(t, b, "t", "s", broker.WithMaxQueue(1), broker.WithOverflow(queue.OverflowBlock))
 	brokertest.Publish(t, b, "t", 1)
 
-	// ctx ends first: refused, counted, nothing held beyond the bound.
+	// A ctx done before the publish: nothing published, nothing counted.
 	short, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err := b.Publish(short, "t", 2)
+	_, err = b.Publish(short, "t", 2)
+	assert.Equal(t, context.Canceled, err)
+
+	// ctx ends while the publish waits: refused, counted, nothing held
+	// beyond the bound.
+	short, cancel = context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Publish(short, "t", 2)
+		done <- err
+	}()
+	synctest.Wait() // the publisher waits for room
+	cancel()
+	err = <-done
 	assert.ErrorIs(t, err, queue.ErrQueueFull)
 	assert.ErrorIs(t, err, context.Canceled)
 
-	done := make(chan error, 1)
 	go func() {
 		_, err := b.Publish(ctx, "t", 3)
 		done <- err

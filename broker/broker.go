@@ -26,9 +26,9 @@ import (
 // after Close match queue.ErrClosed.
 var (
 	// ErrTopicNotFound: no topic has that name (Publish, Subscribe, DeleteTopic, …).
-	ErrTopicNotFound = errors.New("broker: topic not found")
+	ErrTopicNotFound = queue.ErrTopicNotFound
 	// ErrSubscriptionNotFound: the topic (or pattern) has no subscription of that name.
-	ErrSubscriptionNotFound = errors.New("broker: subscription not found")
+	ErrSubscriptionNotFound = queue.ErrSubscriptionNotFound
 	// ErrAlreadySubscribed: Subscribe with a (topic, name) that exists; use
 	// Broker.Subscription to share it between competing consumers.
 	ErrAlreadySubscribed = errors.New("broker: already subscribed")

@@ -180,7 +180,7 @@ func (b *Broker[T]) route(s *Subscription[T], dlTopic string, dl core.Letter[T])
 	h[backend.HeaderTopic] = s.topic
 	h[backend.HeaderMessageID] = dl.Message.ID.String()
 	h[backend.HeaderAt] = dl.At.Format(time.RFC3339Nano)
-	pc := publishConfig{priority: dl.Message.Priority, headers: h, key: dl.Message.Key}
+	pc := publishConfig{PublishOptions: queue.PublishOptions{Priority: dl.Message.Priority, Headers: h, Key: dl.Message.Key}}
 	// A done context: a full OverflowBlock subscription on the
 	// dead-letter topic refuses at once rather than stall the consumer
 	// whose call dead-lettered the message.

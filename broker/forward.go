@@ -41,12 +41,10 @@ func (s *Subscription[T]) Forward(ctx context.Context, id lease.ID, topic string
 		return queue.Message[T]{}, backend.Invalid("Forward: nil context")
 	}
 	var pc publishConfig
-	for _, o := range opts {
-		if err := pc.apply(o); err != nil {
-			return queue.Message[T]{}, err
-		}
+	if err := pc.Apply(opts...); err != nil {
+		return queue.Message[T]{}, err
 	}
-	if pc.dedupIDs != nil {
+	if pc.DedupIDs != nil {
 		return queue.Message[T]{}, backend.Invalid("Forward: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
 	}
 	if err := s.q.Current(id); err != nil {

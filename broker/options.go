@@ -2,13 +2,11 @@ package broker
 
 import (
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/internal/core"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -280,39 +278,17 @@ func WithFilter[T any](f func(queue.Message[T]) bool) SubscribeOption {
 	}}
 }
 
-// PublishOption configures one Publish. It is a small value, not a
-// closure, so options cost Publish no allocation; make them with the With
-// functions (the zero PublishOption is invalid).
-type PublishOption struct {
-	kind     publishKind
-	priority queue.Priority
-	delay    time.Duration // the delay, or the TTL
-	headers  map[string]string
-	text     string   // the key, or the dedup ID
-	texts    []string // the dedup IDs of a batch
-}
+// PublishOption configures one Publish: it is queue.PublishOption, the
+// one vocabulary of a publish that every backend reads, so the options
+// below work for any backend's publisher (backend.Publisher) too. It is a
+// small value, not a closure, so options cost Publish no allocation; make
+// them with the With functions (the zero PublishOption is invalid).
+type PublishOption = queue.PublishOption
 
-type publishKind uint8
-
-const (
-	_ publishKind = iota
-	optPriority
-	optHeaders
-	optDelay
-	optKey
-	optTTL
-	optDedup
-	optDedupIDs
-)
-
+// publishConfig is a publish's options and what the broker adds for a
+// publish of its own.
 type publishConfig struct {
-	priority queue.Priority
-	headers  map[string]string
-	delay    time.Duration
-	key      string
-	ttl      time.Duration
-	dedupID  string
-	dedupIDs []string // PublishBatch's, one per payload
+	queue.PublishOptions
 	// forget, for a dead letter routed to its topic: the letter leaves its
 	// subscription's store in the publish's group.
 	forget *dlKey
@@ -326,108 +302,39 @@ type publishConfig struct {
 	duplicate bool
 }
 
-func (c *publishConfig) apply(o PublishOption) error {
-	switch o.kind {
-	case optPriority:
-		if !core.ValidPriority(o.priority) {
-			return backend.Invalid("WithPriority: %v, must be queue.PriorityLow..queue.PriorityCritical", o.priority)
-		}
-		c.priority = o.priority
-	case optHeaders:
-		c.addHeaders(o.headers)
-	case optDelay:
-		if o.delay < 0 {
-			return backend.Invalid("WithDelay: %v, must be >= 0", o.delay)
-		}
-		c.delay = o.delay
-	case optKey:
-		c.key = o.text
-	case optTTL:
-		if o.delay <= 0 {
-			return backend.Invalid("WithTTL: %v, must be > 0", o.delay)
-		}
-		c.ttl = o.delay
-	case optDedup:
-		switch {
-		case o.text == "":
-			return backend.Invalid("WithDedupID: empty id")
-		case len(o.text) > MaxDedupID:
-			return backend.Invalid("WithDedupID: id of %d bytes, at most %d", len(o.text), MaxDedupID)
-		}
-		c.dedupID = o.text
-	case optDedupIDs:
-		for i, id := range o.texts {
-			switch {
-			case id == "":
-				return backend.Invalid("WithDedupIDs: empty id at %d", i)
-			case len(id) > MaxDedupID:
-				return backend.Invalid("WithDedupIDs: id %d of %d bytes, at most %d", i, len(id), MaxDedupID)
-			}
-		}
-		c.dedupIDs = o.texts
-	default:
-		return backend.Invalid("zero PublishOption: make options with the With functions")
-	}
-	return nil
-}
-
 // WithPriority sets the message's priority (default queue.PriorityNormal).
-// Higher priorities are delivered first; within one, publish order.
-func WithPriority(p queue.Priority) PublishOption {
-	return PublishOption{kind: optPriority, priority: p}
-}
-
-// addHeaders adds h to the headers: a second WithHeaders adds its pairs
-// (replacing a key's value) rather than replacing the first. The caller's
-// maps are never written: two are merged into a new one.
-func (c *publishConfig) addHeaders(h map[string]string) {
-	switch {
-	case len(h) == 0:
-	case len(c.headers) == 0:
-		c.headers = h // NewHeaders copies it at publish
-	default:
-		merged := make(map[string]string, len(c.headers)+len(h))
-		maps.Copy(merged, c.headers)
-		maps.Copy(merged, h)
-		c.headers = merged
-	}
-}
+// Higher priorities are delivered first; within one, publish order. It is
+// queue.WithPriority.
+func WithPriority(p queue.Priority) PublishOption { return queue.WithPriority(p) }
 
 // WithHeaders sets the message's headers, copied: later changes to h do
 // not show, and consumers can only read them. Several WithHeaders add up,
 // a later one's value winning for a key they share (so a middleware can add
-// a trace context to a caller's headers).
-func WithHeaders(h map[string]string) PublishOption {
-	return PublishOption{kind: optHeaders, headers: h}
-}
+// a trace context to a caller's headers). It is queue.WithHeaders.
+func WithHeaders(h map[string]string) PublishOption { return queue.WithHeaders(h) }
 
 // WithDelay makes the message visible d after publish (default 0: at
-// once). d must be >= 0.
-func WithDelay(d time.Duration) PublishOption {
-	return PublishOption{kind: optDelay, delay: d}
-}
+// once). d must be >= 0. It is queue.WithDelay.
+func WithDelay(d time.Duration) PublishOption { return queue.WithDelay(d) }
 
 // WithKey sets the message's ordering key (SQS FIFO message group). On each
 // subscription, messages with the same key are delivered in publish order
 // and one at a time: while one is leased or waiting out a retry delay, the
 // later ones are held back (Stats.HeldBack); other keys flow freely. A
-// dead-lettered message lets its key go on. "" means no key.
-func WithKey(key string) PublishOption {
-	return PublishOption{kind: optKey, text: key}
-}
+// dead-lettered message lets its key go on. "" means no key. It is
+// queue.WithKey.
+func WithKey(key string) PublishOption { return queue.WithKey(key) }
 
 // WithTTL gives the message a time to live from publish, overriding each
 // subscription's WithDefaultTTL: a message not acked by PublishedAt + d is
 // dead-lettered with reason queue.ReasonExpired instead of being delivered
 // (one in flight may still be acked, and expires if it comes back). d must
-// be > 0.
-func WithTTL(d time.Duration) PublishOption {
-	return PublishOption{kind: optTTL, delay: d}
-}
+// be > 0. It is queue.WithTTL.
+func WithTTL(d time.Duration) PublishOption { return queue.WithTTL(d) }
 
 // MaxDedupID is the longest publish dedup ID, in bytes (SQS allows 128
 // characters): IDs are kept in memory and in a durable broker's journal.
-const MaxDedupID = 1024
+const MaxDedupID = queue.MaxDedupID
 
 // WithDedupID makes the publish idempotent (SQS FIFO deduplication ID,
 // JetStream Nats-Msg-Id): a second publish with the same id on the same
@@ -442,10 +349,8 @@ const MaxDedupID = 1024
 // with the message) keeps its ID: a retry returns the original and queues
 // no second copy. IDs are
 // remembered per topic: deleting a topic forgets them. id must not be
-// empty, and at most MaxDedupID bytes long.
-func WithDedupID(id string) PublishOption {
-	return PublishOption{kind: optDedup, text: id}
-}
+// empty, and at most MaxDedupID bytes long. It is queue.WithDedupID.
+func WithDedupID(id string) PublishOption { return queue.WithDedupID(id) }
 
 // WithDedupIDs gives each message of a PublishBatch its dedup ID, as
 // WithDedupID gives one to a Publish: ids[i] is the ID of payloads[i], and
@@ -454,7 +359,5 @@ func WithDedupID(id string) PublishOption {
 // message in its place. This is how a batch job enqueues its input
 // idempotently at batch speed. len(ids) must equal the number of payloads;
 // each ID must be valid for WithDedupID. The slice is read during the call
-// only. Publish rejects this option.
-func WithDedupIDs(ids []string) PublishOption {
-	return PublishOption{kind: optDedupIDs, texts: ids}
-}
+// only. Publish rejects this option. It is queue.WithDedupIDs.
+func WithDedupIDs(ids []string) PublishOption { return queue.WithDedupIDs(ids) }

@@ -26,6 +26,9 @@ import (
 // with the ID returns it and queues nothing (the subscriptions that
 // refused it stay without it); only a message no subscription took leaves
 // its ID free.
+// A ctx already done returns its error and publishes nothing; one that
+// ends while a full OverflowBlock subscription blocks the publish ends the
+// wait (a *queue.FullError that wraps ctx's error).
 // A missing topic is ErrTopicNotFound; after Close, queue.ErrClosed. A
 // Publish racing Close returns queue.ErrClosed unless every subscription
 // took the message first: a nil error means that every subscription that
@@ -34,13 +37,14 @@ func (b *Broker[T]) Publish(ctx context.Context, topic string, payload T, opts .
 	if ctx == nil {
 		return queue.Message[T]{}, backend.Invalid("Publish: nil context")
 	}
-	var pc publishConfig
-	for _, o := range opts {
-		if err := pc.apply(o); err != nil {
-			return queue.Message[T]{}, err
-		}
+	if err := ctx.Err(); err != nil {
+		return queue.Message[T]{}, err
 	}
-	if pc.dedupIDs != nil {
+	var pc publishConfig
+	if err := pc.Apply(opts...); err != nil {
+		return queue.Message[T]{}, err
+	}
+	if pc.DedupIDs != nil {
 		return queue.Message[T]{}, backend.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
 	}
 	m, _, err := b.publish(ctx, topic, payload, &pc)
@@ -64,15 +68,16 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	if ctx == nil {
 		return nil, backend.Invalid("PublishBatch: nil context")
 	}
-	var pc publishConfig
-	for _, o := range opts {
-		if err := pc.apply(o); err != nil {
-			return nil, err
-		}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	ids := pc.dedupIDs
+	var pc publishConfig
+	if err := pc.Apply(opts...); err != nil {
+		return nil, err
+	}
+	ids := pc.DedupIDs
 	switch {
-	case pc.dedupID != "":
+	case pc.DedupID != "":
 		return nil, backend.Invalid("PublishBatch: WithDedupID cannot name a batch (WithDedupIDs names each message)")
 	case ids != nil && len(ids) != len(payloads):
 		return nil, backend.Invalid("PublishBatch: %d dedup IDs for %d payloads", len(ids), len(payloads))
@@ -95,7 +100,7 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 	var inBatch map[string]int // the message each dedup ID of the group names
 	for i, p := range payloads {
 		if ids != nil {
-			pc.dedupID = ids[i]
+			pc.DedupID = ids[i]
 			if j, ok := inBatch[ids[i]]; ok { // its ID's group is not flushed yet
 				ms[i] = ms[j] // the original, stored a moment ago
 				continue
@@ -133,6 +138,23 @@ func (b *Broker[T]) PublishBatch(ctx context.Context, topic string, payloads []T
 		}
 	}
 	return ms, errors.Join(errs...)
+}
+
+// CheckPublish returns the error Publish returns for a publish to topic
+// with o that is refused whatever the broker holds (a topic name it does
+// not take, an option out of range, WithDedupIDs on one message), or nil:
+// the backend.PublishChecker that the outbox checks a row with before it
+// writes it. It does not look topic up (a missing topic is made by
+// CreateTopic, so Publish's ErrTopicNotFound is not for good), and cannot
+// know the size of a payload it is not given (a durable broker's limit).
+func (b *Broker[T]) CheckPublish(topic string, o queue.PublishOptions) error {
+	if err := validTopic(topic); err != nil {
+		return fmt.Errorf("publish %q: %w", topic, err)
+	}
+	if o.DedupIDs != nil {
+		return backend.Invalid("Publish: WithDedupIDs is for PublishBatch (WithDedupID names one message)")
+	}
+	return o.Validate()
 }
 
 // lookup returns a topic and its subscriptions as of now. A nil error
@@ -192,7 +214,7 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	}
 	defer b.leave()
 	var g *group[T]
-	if len(subs) > 1 || pc.dedupID != "" || pc.forget != nil || pc.settle != nil {
+	if len(subs) > 1 || pc.DedupID != "" || pc.forget != nil || pc.settle != nil {
 		g = b.dur.newGroup() // more than one record: one commit
 	}
 	m, accepted, err := b.publishTo(ctx, t, subs, payload, pc, b.now.Now(), g)
@@ -201,8 +223,8 @@ func (b *Broker[T]) publish(ctx context.Context, topic string, payload T, pc *pu
 	}
 	if len(subs) > 0 && (err == nil || accepted > 0) {
 		if cerr := b.commit(); cerr != nil {
-			if pc.dedupID != "" && m != nil {
-				t.dedup.forgetMessage(pc.dedupID, *m) // not stored after all
+			if pc.DedupID != "" && m != nil {
+				t.dedup.forgetMessage(pc.DedupID, *m) // not stored after all
 			}
 			err = errors.Join(err, cerr)
 		}
@@ -219,16 +241,16 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 	m := &queue.Message[T]{
 		ID:          t.ids.newID(),
 		Topic:       t.name,
-		Key:         pc.key,
+		Key:         pc.Key,
 		Payload:     payload,
-		Priority:    pc.priority,
-		Headers:     queue.NewHeaders(pc.headers),
+		Priority:    pc.Priority,
+		Headers:     queue.NewHeaders(pc.Headers),
 		PublishedAt: now,
 	}
 	var opts [3]core.OfferOption
 	offer := opts[:0]
-	if pc.ttl > 0 {
-		offer = append(offer, core.WithTTL(pc.ttl))
+	if pc.TTL > 0 {
+		offer = append(offer, core.WithTTL(pc.TTL))
 	}
 	env, err := b.dur.prepare(m)
 	if err != nil {
@@ -240,8 +262,8 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		defer b.dur.release(env)
 	}
 	var reserved *dedupEntry[T]
-	if pc.dedupID != "" {
-		e, orig, dup, err := t.dedup.reserve(ctx, pc.dedupID, m, b.dedupWindow, b.dedupLimit)
+	if pc.DedupID != "" {
+		e, orig, dup, err := t.dedup.reserve(ctx, pc.DedupID, m, b.dedupWindow, b.dedupLimit)
 		switch {
 		case err != nil:
 			return nil, 0, fmt.Errorf("publish to %q: %w", t.name, err)
@@ -257,7 +279,7 @@ func (b *Broker[T]) publishTo(ctx context.Context, t *topicEntry[T], subs []*Sub
 		if !s.accepts(m) {
 			continue
 		}
-		switch err := s.q.Offer(ctx, m, pc.delay, offer...); {
+		switch err := s.q.Offer(ctx, m, pc.Delay, offer...); {
 		case err == nil:
 			accepted++
 		case errors.Is(err, queue.ErrClosed) && !b.isClosed():

@@ -8,14 +8,16 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
 // Backend is what a console shows and acts on when it is not a
 // *broker.Broker (New serves one of those): another backend's
-// subscriptions and dead letters, served through NewFor. Every method
-// gets the request's context and must be safe for concurrent use.
+// subscriptions and dead letters, served through NewFor. It is
+// backend.Inspector, declared there so that a backend offers one without
+// importing this package; so are SubscriptionInfo and Setting.
 //
 // A Backend may do more, and the console offers what it does: a backend
 // that also implements Peeker shows the messages a subscription holds;
@@ -24,33 +26,15 @@ import (
 // MessageActor (with Peeker) deletes, makes visible or edits held messages.
 // The pages leave out what the backend cannot do and say so, and its
 // actions answer 501 Not Implemented.
-type Backend[T any] interface {
-	// Now returns the time on the backend's clock: the overview's time,
-	// and what ages are measured from.
-	Now() time.Time
-	// Subscriptions returns every subscription, wildcard ones included.
-	Subscriptions(ctx context.Context) ([]SubscriptionInfo, error)
-	// Subscription returns the subscription name of topic (a pattern for
-	// a wildcard one), or an error matching broker.ErrSubscriptionNotFound.
-	Subscription(ctx context.Context, topic, name string) (SubscriptionInfo, error)
-	// DeadLetters returns the dead letters the backend holds.
-	DeadLetters(ctx context.Context) ([]queue.DeadLetter[T], error)
-	// Redrive puts back on its subscription every dead letter for which
-	// match returns true, as a fresh message, and returns how many.
-	Redrive(ctx context.Context, match func(queue.DeadLetter[T]) bool) (int, error)
-}
+type Backend[T any] = backend.Inspector[T]
 
-// SubscriptionInfo is one subscription as a Backend describes it.
-type SubscriptionInfo struct {
-	Topic   string      // the topic, or the pattern of a wildcard subscription
-	Name    string      // the subscription's name
-	Stats   queue.Stats // what the backend knows of it now
-	Options []Setting   // its settings, each named as its option
-	// Note says what the backend does not know or cannot do for it
-	// (such as counters it does not keep), shown beside its figures;
-	// empty when there is nothing to say.
-	Note string
-}
+// SubscriptionInfo is one subscription as a Backend describes it
+// (backend.SubscriptionInfo).
+type SubscriptionInfo = backend.SubscriptionInfo
+
+// Setting is one option of a subscription, named as its With function
+// (backend.Setting).
+type Setting = backend.Setting
 
 // Peeker is a Backend that shows what a subscription holds without
 // leasing or changing anything (see broker.Subscription.Peek).

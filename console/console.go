@@ -244,7 +244,7 @@ func statusOf(err error) int {
 		return se.status
 	}
 	switch {
-	case errors.Is(err, broker.ErrSubscriptionNotFound), errors.Is(err, broker.ErrTopicNotFound), errors.Is(err, schedule.ErrNotFound),
+	case errors.Is(err, queue.ErrSubscriptionNotFound), errors.Is(err, queue.ErrTopicNotFound), errors.Is(err, schedule.ErrNotFound),
 		errors.Is(err, queue.ErrMessageNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, queue.ErrInvalidArgument):

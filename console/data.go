@@ -71,12 +71,6 @@ type SubscriptionView struct {
 	Span        string        `json:"-"` // what they span
 }
 
-// Setting is one option of a subscription, named as its With function.
-type Setting struct {
-	Option string `json:"option"`
-	Value  string `json:"value"`
-}
-
 // HeldView is one held message (queue.Held) as the console shows it.
 type HeldView struct {
 	Seq       uint64            `json:"seq"`
@@ -302,29 +296,29 @@ func row(s SubscriptionInfo, held int) SubscriptionRow {
 
 func settings(cfg queue.Config) []Setting {
 	s := []Setting{
-		{"WithVisibilityTimeout", cfg.VisibilityTimeout.String()},
-		{"WithMaxAttempts", attemptsText(cfg.MaxAttempts)},
-		{"WithRetry", retryText(cfg.Retry)},
-		{"WithMaxQueue", itoa(cfg.MaxQueue)},
-		{"WithOverflow", cfg.Overflow.String()},
+		{Option: "WithVisibilityTimeout", Value: cfg.VisibilityTimeout.String()},
+		{Option: "WithMaxAttempts", Value: attemptsText(cfg.MaxAttempts)},
+		{Option: "WithRetry", Value: retryText(cfg.Retry)},
+		{Option: "WithMaxQueue", Value: itoa(cfg.MaxQueue)},
+		{Option: "WithOverflow", Value: cfg.Overflow.String()},
 	}
 	if cfg.MaxInFlight > 0 {
-		s = append(s, Setting{"WithMaxInFlight", itoa(cfg.MaxInFlight)})
+		s = append(s, Setting{Option: "WithMaxInFlight", Value: itoa(cfg.MaxInFlight)})
 	}
 	if cfg.TTL > 0 {
-		s = append(s, Setting{"WithDefaultTTL", cfg.TTL.String()})
+		s = append(s, Setting{Option: "WithDefaultTTL", Value: cfg.TTL.String()})
 	}
 	if !cfg.RateLimit.IsZero() {
-		s = append(s, Setting{"WithRateLimit", rateText(cfg.RateLimit)})
+		s = append(s, Setting{Option: "WithRateLimit", Value: rateText(cfg.RateLimit)})
 	}
 	if !cfg.KeyRateLimit.IsZero() {
-		s = append(s, Setting{"WithKeyRateLimit", rateText(cfg.KeyRateLimit) + " a key"})
+		s = append(s, Setting{Option: "WithKeyRateLimit", Value: rateText(cfg.KeyRateLimit) + " a key"})
 	}
 	if cfg.KeyConcurrency > 1 {
-		s = append(s, Setting{"WithKeyConcurrency", itoa(cfg.KeyConcurrency) + " of a key at once"})
+		s = append(s, Setting{Option: "WithKeyConcurrency", Value: itoa(cfg.KeyConcurrency) + " of a key at once"})
 	}
 	if cfg.FairKeys {
-		s = append(s, Setting{"WithFairKeys", "keys take turns"})
+		s = append(s, Setting{Option: "WithFairKeys", Value: "keys take turns"})
 	}
 	return s
 }

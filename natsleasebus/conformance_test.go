@@ -37,9 +37,9 @@ func (h *jsHarness) Capabilities() sourcetest.Capabilities {
 		// ErrLeaseExpired; to another: that handle's lease is then void).
 		LateAck: true,
 		// Not: FakeClock (the server keeps time), Priorities (refused:
-		// natsleasebus.WithPriority). The harness does not
+		// natsleasebus.Publisher). The harness does not
 		// implement sourcetest.KeyPublisher: ordering keys are refused
-		// (natsleasebus.WithKey); nor sourcetest.Peeker: JetStream
+		// (queue.WithKey, refused by Publisher); nor sourcetest.Peeker: JetStream
 		// cannot show a consumer's pending messages without delivering
 		// them.
 	}
@@ -114,7 +114,7 @@ func (h *jsHarness) PublishBatch(ctx context.Context, topic string, payloads []s
 }
 
 func (h *jsHarness) PublishDedup(ctx context.Context, topic, payload, id string) (queue.Message[string], error) {
-	return natsleasebus.Publish(ctx, h.bus, topic, payload, natsleasebus.WithDedupID(id))
+	return natsleasebus.Publish(ctx, h.bus, topic, payload, queue.WithDedupID(id))
 }
 
 func (h *jsHarness) TryPoll(sub sourcetest.Subscription, n int) []queue.Delivery[string] {
@@ -175,7 +175,7 @@ var (
 )
 
 func (h *jsHarness) PublishTTL(ctx context.Context, topic, payload string, ttl time.Duration) error {
-	_, err := natsleasebus.Publish(ctx, h.bus, topic, payload, natsleasebus.WithTTL(ttl))
+	_, err := natsleasebus.Publish(ctx, h.bus, topic, payload, queue.WithTTL(ttl))
 	return err
 }
 
@@ -189,6 +189,6 @@ func (h *jsHarness) SubscribeFiltered(ctx context.Context, topic, name string, o
 }
 
 func (h *jsHarness) PublishDelay(ctx context.Context, topic, payload string, delay time.Duration) error {
-	_, err := natsleasebus.Publish(ctx, h.bus, topic, payload, natsleasebus.WithDelay(delay))
+	_, err := natsleasebus.Publish(ctx, h.bus, topic, payload, queue.WithDelay(delay))
 	return err
 }

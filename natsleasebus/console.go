@@ -10,8 +10,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -38,7 +36,7 @@ const consoleNote = "JetStream keeps no publish, ack or dead-letter counters for
 // Every page reads the server afresh: the subscriptions are one request,
 // and each subscription's dead letters are read from its dead-letter
 // subject, so a page costs a few round trips per subscription.
-func ConsoleBackend[T any](b *Bus, opts ...SubscribeOption) (console.Backend[T], error) {
+func ConsoleBackend[T any](b *Bus, opts ...SubscribeOption) (backend.Inspector[T], error) {
 	if b == nil {
 		return nil, backend.Invalid("ConsoleBackend: nil bus")
 	}
@@ -57,9 +55,9 @@ type consoleBackend[T any] struct {
 
 func (c *consoleBackend[T]) Now() time.Time { return time.Now() }
 
-func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]console.SubscriptionInfo, error) {
+func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]backend.SubscriptionInfo, error) {
 	l := c.b.stream.ListConsumers(ctx)
-	var out []console.SubscriptionInfo
+	var out []backend.SubscriptionInfo
 	for info := range l.Info() {
 		if si, ok := c.info(info); ok {
 			out = append(out, si)
@@ -73,7 +71,7 @@ func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]console.Subscr
 
 // info describes a subscription's consumer; ok is false for a consumer
 // that is not a subscription's.
-func (c *consoleBackend[T]) info(info *js.ConsumerInfo) (si console.SubscriptionInfo, ok bool) {
+func (c *consoleBackend[T]) info(info *js.ConsumerInfo) (si backend.SubscriptionInfo, ok bool) {
 	cfg := &info.Config
 	var topic string
 	for _, f := range filters(cfg) {
@@ -85,12 +83,12 @@ func (c *consoleBackend[T]) info(info *js.ConsumerInfo) (si console.Subscription
 	if topic == "" || !found || name == "" || durableName(topic, name) != cfg.Durable {
 		return si, false
 	}
-	opts := []console.Setting{
+	opts := []backend.Setting{
 		{Option: "WithVisibilityTimeout", Value: cfg.AckWait.String()},
 		{Option: "WithMaxAttempts", Value: attemptsText(attemptsOf(cfg))},
 		{Option: "WithMaxInFlight", Value: fmt.Sprint(cfg.MaxAckPending)},
 	}
-	return console.SubscriptionInfo{
+	return backend.SubscriptionInfo{
 		Topic: topic, Name: name, Note: consoleNote, Options: opts,
 		Stats: queue.Stats{
 			Visible: int(info.NumPending), InFlight: info.NumAckPending,
@@ -107,7 +105,7 @@ func attemptsText(n int) string {
 }
 
 // consumer returns the consumer of the subscription name of topic, or an
-// error matching broker.ErrSubscriptionNotFound.
+// error matching queue.ErrSubscriptionNotFound.
 func (c *consoleBackend[T]) consumer(ctx context.Context, topic, name string) (js.Consumer, error) {
 	if err := validTopic(topic, true); err != nil {
 		return nil, err
@@ -117,7 +115,7 @@ func (c *consoleBackend[T]) consumer(ctx context.Context, topic, name string) (j
 	}
 	cons, err := c.b.stream.Consumer(ctx, durableName(normalTopic(topic), name))
 	if errors.Is(err, js.ErrConsumerNotFound) {
-		err = broker.ErrSubscriptionNotFound
+		err = queue.ErrSubscriptionNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("subscription %s/%s: %w", topic, name, err)
@@ -125,14 +123,14 @@ func (c *consoleBackend[T]) consumer(ctx context.Context, topic, name string) (j
 	return cons, nil
 }
 
-func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string) (console.SubscriptionInfo, error) {
+func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string) (backend.SubscriptionInfo, error) {
 	cons, err := c.consumer(ctx, topic, name)
 	if err != nil {
-		return console.SubscriptionInfo{}, err
+		return backend.SubscriptionInfo{}, err
 	}
 	si, ok := c.info(cons.CachedInfo())
 	if !ok {
-		return si, fmt.Errorf("subscription %s/%s: %w", topic, name, broker.ErrSubscriptionNotFound)
+		return si, fmt.Errorf("subscription %s/%s: %w", topic, name, queue.ErrSubscriptionNotFound)
 	}
 	return si, nil
 }
@@ -140,7 +138,7 @@ func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string
 // letters calls fn with every dead letter of every subscription, with
 // the letter's message and its sequence in the dead letters' stream,
 // until fn fails.
-func (c *consoleBackend[T]) letters(ctx context.Context, fn func(si console.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error) error {
+func (c *consoleBackend[T]) letters(ctx context.Context, fn func(si backend.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error) error {
 	subs, err := c.Subscriptions(ctx)
 	if err != nil {
 		return err
@@ -166,7 +164,7 @@ func (c *consoleBackend[T]) letters(ctx context.Context, fn func(si console.Subs
 
 func (c *consoleBackend[T]) DeadLetters(ctx context.Context) ([]queue.DeadLetter[T], error) {
 	var out []queue.DeadLetter[T]
-	err := c.letters(ctx, func(_ console.SubscriptionInfo, dl queue.DeadLetter[T], _ js.Msg, _ uint64) error {
+	err := c.letters(ctx, func(_ backend.SubscriptionInfo, dl queue.DeadLetter[T], _ js.Msg, _ uint64) error {
 		out = append(out, dl)
 		return nil
 	})
@@ -177,7 +175,7 @@ func (c *consoleBackend[T]) DeadLetters(ctx context.Context) ([]queue.DeadLetter
 // the package's Redrive).
 func (c *consoleBackend[T]) Redrive(ctx context.Context, match func(queue.DeadLetter[T]) bool) (int, error) {
 	n := 0
-	err := c.letters(ctx, func(si console.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error {
+	err := c.letters(ctx, func(si backend.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error {
 		if !match(dl) {
 			return nil
 		}
@@ -194,7 +192,7 @@ func (c *consoleBackend[T]) Redrive(ctx context.Context, match func(queue.DeadLe
 // fix gives it (encoded with the backend's codec).
 func (c *consoleBackend[T]) RedriveWith(ctx context.Context, fix func(queue.DeadLetter[T]) (T, bool)) (int, error) {
 	n := 0
-	err := c.letters(ctx, func(si console.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error {
+	err := c.letters(ctx, func(si backend.SubscriptionInfo, dl queue.DeadLetter[T], m js.Msg, seq uint64) error {
 		payload, ok := fix(dl)
 		if !ok {
 			return nil
@@ -216,7 +214,7 @@ func (c *consoleBackend[T]) RedriveWith(ctx context.Context, fix func(queue.Dead
 // letters' stream.
 func (c *consoleBackend[T]) DiscardDeadLetters(ctx context.Context, match func(queue.DeadLetter[T]) bool) (int, error) {
 	n := 0
-	err := c.letters(ctx, func(_ console.SubscriptionInfo, dl queue.DeadLetter[T], _ js.Msg, seq uint64) error {
+	err := c.letters(ctx, func(_ backend.SubscriptionInfo, dl queue.DeadLetter[T], _ js.Msg, seq uint64) error {
 		if !match(dl) {
 			return nil
 		}

@@ -12,7 +12,6 @@ import (
 	js "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -104,7 +103,7 @@ const headerRedrivenFrom = "Leasebus-Redriven-From"
 // within the topics' stream's duplicate window (2 minutes by default, see
 // WithDedupWindow). A redriven message goes to the back of the queue:
 // it does not keep its place. When the subscription does not exist,
-// Redrive returns an error matching broker.ErrSubscriptionNotFound and
+// Redrive returns an error matching queue.ErrSubscriptionNotFound and
 // changes nothing. match runs on Redrive's goroutine.
 func Redrive[T any](ctx context.Context, b *Bus, topic, name string, match func(queue.DeadLetter[T]) bool, opts ...SubscribeOption) (int, error) {
 	if match == nil {
@@ -116,7 +115,7 @@ func Redrive[T any](ctx context.Context, b *Bus, topic, name string, match func(
 	}
 	if _, err := b.stream.Consumer(ctx, durableName(topic, name)); err != nil {
 		if errors.Is(err, js.ErrConsumerNotFound) {
-			err = broker.ErrSubscriptionNotFound
+			err = queue.ErrSubscriptionNotFound
 		}
 		return 0, fmt.Errorf("redrive %s/%s: %w", topic, name, err)
 	}

@@ -22,12 +22,12 @@ func TestPublishDelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	const delay = 600 * time.Millisecond
-	later, err := natsleasebus.Publish(ctx, bus, "orders", "later", natsleasebus.WithDelay(delay),
-		natsleasebus.WithHeaders(map[string]string{"k": "v"}), natsleasebus.WithTTL(time.Hour))
+	later, err := natsleasebus.Publish(ctx, bus, "orders", "later", queue.WithDelay(delay),
+		queue.WithHeaders(map[string]string{"k": "v"}), queue.WithTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := natsleasebus.PublishBatch(ctx, bus, "orders", []string{"b1", "b2"}, natsleasebus.WithDelay(delay))
+	msgs, err := natsleasebus.PublishBatch(ctx, bus, "orders", []string{"b1", "b2"}, queue.WithDelay(delay))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestPublishDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer late.Close()
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "now", natsleasebus.WithDelay(0)); err != nil {
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "now", queue.WithDelay(0)); err != nil {
 		t.Fatal(err)
 	}
 	subs := []*natsleasebus.Subscription[string]{billing, audit, late}
@@ -126,14 +126,14 @@ func TestPublishOptionsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	for name, c := range map[string]struct {
-		opt  natsleasebus.PublishOption
+		opt  queue.PublishOption
 		want error
 	}{
-		"delay without WithDelays": {natsleasebus.WithDelay(time.Second), natsleasebus.ErrUnsupported},
-		"negative delay":           {natsleasebus.WithDelay(-time.Second), queue.ErrInvalidArgument},
-		"priority":                 {natsleasebus.WithPriority(queue.PriorityHigh), natsleasebus.ErrUnsupported},
-		"invalid priority":         {natsleasebus.WithPriority(queue.Priority(99)), queue.ErrInvalidArgument},
-		"ordering key":             {natsleasebus.WithKey("customer-1"), natsleasebus.ErrUnsupported},
+		"delay without WithDelays": {queue.WithDelay(time.Second), natsleasebus.ErrUnsupported},
+		"negative delay":           {queue.WithDelay(-time.Second), queue.ErrInvalidArgument},
+		"priority":                 {queue.WithPriority(queue.PriorityHigh), natsleasebus.ErrUnsupported},
+		"invalid priority":         {queue.WithPriority(queue.Priority(99)), queue.ErrInvalidArgument},
+		"ordering key":             {queue.WithKey("customer-1"), natsleasebus.ErrUnsupported},
 	} {
 		if _, err := natsleasebus.Publish(ctx, bus, "orders", name, c.opt); !errors.Is(err, c.want) {
 			t.Errorf("Publish with %s: %v, want an error matching %v", name, err, c.want)
@@ -142,11 +142,11 @@ func TestPublishOptionsRefused(t *testing.T) {
 			t.Errorf("PublishBatch with %s: %v, want an error matching %v", name, err, c.want)
 		}
 	}
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "x", natsleasebus.WithKey("k")); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "x", queue.WithKey("k")); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("ErrUnsupported does not match errors.ErrUnsupported: %v", err)
 	}
 	// The defaults of the refused options are accepted.
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "plain", natsleasebus.WithPriority(queue.PriorityNormal), natsleasebus.WithKey(""), natsleasebus.WithDelay(0)); err != nil {
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "plain", queue.WithPriority(queue.PriorityNormal), queue.WithKey(""), queue.WithDelay(0)); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := billing.Poll(ctx, 10)
@@ -161,11 +161,11 @@ func TestPublishDelayDedup(t *testing.T) {
 	bus, billing, _ := twoSubs(t, natsleasebus.WithDelays())
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	first, err := natsleasebus.Publish(ctx, bus, "orders", "original", natsleasebus.WithDelay(300*time.Millisecond), natsleasebus.WithDedupID("d-1"))
+	first, err := natsleasebus.Publish(ctx, bus, "orders", "original", queue.WithDelay(300*time.Millisecond), queue.WithDedupID("d-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := natsleasebus.Publish(ctx, bus, "orders", "copy", natsleasebus.WithDelay(300*time.Millisecond), natsleasebus.WithDedupID("d-1"))
+	again, err := natsleasebus.Publish(ctx, bus, "orders", "copy", queue.WithDelay(300*time.Millisecond), queue.WithDedupID("d-1"))
 	if err != nil || again.ID != first.ID || again.Payload != "original" || !again.PublishedAt.Equal(first.PublishedAt) {
 		t.Fatalf("duplicate: %+v, %v; want the original %+v", again, err, first)
 	}
@@ -214,7 +214,7 @@ func TestOpenWithDelaysOnAnExistingBus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "later", natsleasebus.WithDelay(100*time.Millisecond)); err != nil {
+	if _, err := natsleasebus.Publish(ctx, bus, "orders", "later", queue.WithDelay(100*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := sub.Poll(ctx, 1)

@@ -50,7 +50,7 @@ func ExampleWithDelay() {
 	}
 	defer sub.Close()
 
-	msg, err := natsleasebus.Publish(ctx, bus, "reminders", "renew your plan", natsleasebus.WithDelay(500*time.Millisecond))
+	msg, err := natsleasebus.Publish(ctx, bus, "reminders", "renew your plan", queue.WithDelay(500*time.Millisecond))
 	if err != nil {
 		panic(err)
 	}
@@ -64,7 +64,7 @@ func ExampleWithDelay() {
 		panic(err)
 	}
 
-	_, err = natsleasebus.Publish(ctx, bus, "reminders", "urgent", natsleasebus.WithPriority(queue.PriorityHigh))
+	_, err = natsleasebus.Publish(ctx, bus, "reminders", "urgent", queue.WithPriority(queue.PriorityHigh))
 	fmt.Println(errors.Is(err, natsleasebus.ErrUnsupported))
 	// Output:
 	// "renew your plan" on attempt 1, not before its delay: true

@@ -327,7 +327,7 @@ func killedRun(t *testing.T, ps []*serverProcess, jobs int) *killRun {
 				ids = append(ids, "job-"+strconv.Itoa(i))
 			}
 			for {
-				if _, err := natsleasebus.PublishBatch(ctx, bus, "jobs", payloads, natsleasebus.WithDedupIDs(ids)); err == nil {
+				if _, err := natsleasebus.PublishBatch(ctx, bus, "jobs", payloads, queue.WithDedupIDs(ids)); err == nil {
 					break
 				} else if ctx.Err() != nil {
 					published <- err

@@ -21,7 +21,7 @@ func TestReleaseOnTheLastAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	msg, err := natsleasebus.Publish(ctx, bus, "orders", "o1", natsleasebus.WithHeaders(map[string]string{"k": "v"}))
+	msg, err := natsleasebus.Publish(ctx, bus, "orders", "o1", queue.WithHeaders(map[string]string{"k": "v"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,9 +49,9 @@ func TestRestart(t *testing.T) {
 	defer sub.Close()
 	var firstDue time.Time
 	for i := range n {
-		var opts []natsleasebus.PublishOption
+		var opts []queue.PublishOption
 		if i%delayed == 1 {
-			opts = append(opts, natsleasebus.WithDelay(delay))
+			opts = append(opts, queue.WithDelay(delay))
 		}
 		m, err := natsleasebus.Publish(ctx, bus, "orders", fmt.Sprintf("m%03d", i), opts...)
 		if err != nil {

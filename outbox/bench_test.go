@@ -78,7 +78,7 @@ func BenchmarkRelay(b *testing.B) {
 				if _, err := br.Subscribe("orders", "billing"); err != nil {
 					b.Fatal(err)
 				}
-				relay, err := o.NewRelay(outbox.ToBroker(br), outbox.WithBatch(batch))
+				relay, err := o.NewRelay(br, outbox.WithBatch(batch))
 				if err != nil {
 					b.Fatal(err)
 				}

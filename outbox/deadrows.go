@@ -25,6 +25,7 @@ type DeadRow struct {
 	Headers    map[string]string // nil if none, or if they did not decode
 	Delay      time.Duration
 	DedupID    string
+	TTL        time.Duration // from the publish; 0: none
 	EnqueuedAt time.Time
 	Error      string    // why it was moved aside
 	DeadAt     time.Time // when, on the outbox's clock
@@ -44,17 +45,18 @@ func (o *Outbox[T]) DeadRows(ctx context.Context, after int64, limit int) ([]Dea
 	var out []DeadRow
 	for rs.Next() {
 		var (
-			d                       DeadRow
-			headers                 string
-			prio, delay, at, deadAt int64
+			d                            DeadRow
+			headers                      string
+			prio, delay, at, ttl, deadAt int64
 		)
-		if err := rs.Scan(&d.ID, &d.Topic, &d.Payload, &d.Key, &prio, &headers, &delay, &d.DedupID, &at, &d.Error, &deadAt); err != nil {
+		if err := rs.Scan(&d.ID, &d.Topic, &d.Payload, &d.Key, &prio, &headers, &delay, &d.DedupID, &at, &ttl, &d.Error, &deadAt); err != nil {
 			return nil, fmt.Errorf("outbox: dead rows: %w", err)
 		}
 		if headers != "" {
 			_ = json.Unmarshal([]byte(headers), &d.Headers) // a row may be dead for its headers: Error says so
 		}
-		d.Priority, d.Delay, d.EnqueuedAt, d.DeadAt = queue.Priority(prio), time.Duration(delay), time.Unix(0, at), time.Unix(0, deadAt)
+		d.Priority, d.Delay, d.TTL = queue.Priority(prio), time.Duration(delay), time.Duration(ttl)
+		d.EnqueuedAt, d.DeadAt = time.Unix(0, at), time.Unix(0, deadAt)
 		out = append(out, d)
 	}
 	if err := rs.Err(); err != nil {

@@ -41,6 +41,7 @@ var tableName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
 // sqlText is one dialect's statements over one set of table names.
 type sqlText struct {
 	schema     []string
+	columns    []column // added to a table made before they were (Migrate)
 	insert     string
 	relayLock  string // lets one relay batch run at a time ("" when the dialect needs none)
 	selectRows string
@@ -97,7 +98,8 @@ func newSQL(d Dialect, prefix string) (*sqlText, error) {
 	headers     TEXT NOT NULL DEFAULT '',
 	delay_ns    ` + big + ` NOT NULL DEFAULT 0,
 	dedup_id    TEXT NOT NULL DEFAULT '',
-	enqueued_at ` + big + ` NOT NULL
+	enqueued_at ` + big + ` NOT NULL,
+	ttl_ns      ` + big + ` NOT NULL DEFAULT 0
 )`,
 		`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
 	message_id   TEXT PRIMARY KEY,
@@ -114,39 +116,45 @@ func newSQL(d Dialect, prefix string) (*sqlText, error) {
 	delay_ns    ` + big + ` NOT NULL DEFAULT 0,
 	dedup_id    TEXT NOT NULL DEFAULT '',
 	enqueued_at ` + big + ` NOT NULL,
+	ttl_ns      ` + big + ` NOT NULL DEFAULT 0,
 	error       TEXT NOT NULL,
 	dead_at     ` + big + ` NOT NULL
 )`,
 	}
-	cols := `(topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at)`
-	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 8) + `)`
+	cols := `(topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at, ttl_ns)`
+	s.insert = `INSERT INTO ` + outbox + ` ` + cols + ` VALUES (` + phs(1, 9) + `)`
 	if d == Postgres {
 		// One round trip: the key's lock (taken in the FROM clause, so
 		// before the row's ID is drawn), the insert, and the NOTIFY that
-		// Postgres sends at commit. $9 is the lock's name ("" for no
-		// key: no lock), $10 the channel.
+		// Postgres sends at commit. $10 is the lock's name ("" for no
+		// key: no lock), $11 the channel.
 		s.insert = `WITH ins AS (INSERT INTO ` + outbox + ` ` + cols + `
-	SELECT ` + phs(1, 8) + ` FROM (SELECT CASE WHEN ` + ph(9) + ` = '' THEN NULL ELSE pg_advisory_xact_lock(hashtext(` + ph(9) + `)) END) AS key_lock
+	SELECT ` + phs(1, 9) + ` FROM (SELECT CASE WHEN ` + ph(10) + ` = '' THEN NULL ELSE pg_advisory_xact_lock(hashtext(` + ph(10) + `)) END) AS key_lock
 	RETURNING 1)
-SELECT pg_notify(` + ph(10) + `, '') FROM ins`
+SELECT pg_notify(` + ph(11) + `, '') FROM ins`
 	}
-	s.selectRows = `SELECT id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + outbox + ` ORDER BY id LIMIT ` + ph(1)
+	s.selectRows = `SELECT id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at, ttl_ns FROM ` + outbox + ` ORDER BY id LIMIT ` + ph(1)
 	s.deleteRows = func(n int) string { return `DELETE FROM ` + outbox + ` WHERE id IN (` + phs(1, n) + `)` }
 	s.inboxMark = `INSERT INTO ` + inbox + ` (message_id, processed_at) VALUES (` + phs(1, 2) + `) ON CONFLICT (message_id) DO NOTHING`
 	s.inboxPrune = `DELETE FROM ` + inbox + ` WHERE processed_at < ` + ph(1)
-	rowCols := `id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at`
+	rowCols := `id, topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at, ttl_ns`
 	s.deadMove = `INSERT INTO ` + dead + ` (` + rowCols + `, error, dead_at) SELECT ` + rowCols + `, ` + ph(1) + `, ` + ph(2) + ` FROM ` + outbox + ` WHERE id = ` + ph(3)
 	s.deadList = `SELECT ` + rowCols + `, error, dead_at FROM ` + dead + ` WHERE id > ` + ph(1) + ` ORDER BY id LIMIT ` + ph(2)
 	s.deadCount = `SELECT count(*) FROM ` + dead
 	s.requeue = func(n int) string {
-		return `INSERT INTO ` + outbox + ` ` + cols + ` SELECT topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at FROM ` + dead + ` WHERE id IN (` + phs(1, n) + `) ORDER BY id`
+		return `INSERT INTO ` + outbox + ` ` + cols + ` SELECT topic, payload, msg_key, priority, headers, delay_ns, dedup_id, enqueued_at, ttl_ns FROM ` + dead + ` WHERE id IN (` + phs(1, n) + `) ORDER BY id`
 	}
 	if d == Postgres {
 		s.notify = `SELECT pg_notify(` + ph(1) + `, '')`
 	}
+	s.columns = []column{{outbox, "ttl_ns", big + ` NOT NULL DEFAULT 0`}, {dead, "ttl_ns", big + ` NOT NULL DEFAULT 0`}}
 	s.deadDelete = func(n int) string { return `DELETE FROM ` + dead + ` WHERE id IN (` + phs(1, n) + `)` }
 	return s, nil
 }
+
+// column is a column a table gained after its first version: Migrate adds
+// it to a table that lacks it.
+type column struct{ table, name, def string }
 
 func invalid(format string, args ...any) error {
 	return backend.Invalid("outbox: %s", fmt.Sprintf(format, args...))

@@ -10,10 +10,10 @@
 //		if _, err := tx.ExecContext(ctx, "INSERT INTO orders ...", ...); err != nil {
 //			return err
 //		}
-//		_, err := o.Enqueue(ctx, tx, "orders", order, outbox.WithKey(order.Customer))
+//		_, err := o.Enqueue(ctx, tx, "orders", order, queue.WithKey(order.Customer))
 //		return err
 //	})
-//	relay, err := o.NewRelay(outbox.ToBroker(b))
+//	relay, err := o.NewRelay(b) // any backend's publisher (backend.Publisher)
 //	go relay.Run(ctx)
 //	go o.Listen(ctx) // Postgres: wake the relay at every commit, from any process
 //
@@ -41,8 +41,12 @@
 // order, which on Postgres is the order the rows were inserted, not
 // always the order their transactions committed.
 //
-// A row whose payload the codec cannot decode stops the relay at it
-// (RelayStats.LastError says which): delete it by hand.
+// A row its backend refuses for good (backend.Permanent), or whose payload
+// does not decode, is moved aside to the dead-row table, and the rows
+// after it go on (DeadRows, RequeueDeadRows, DiscardDeadRows); Enqueue
+// refuses such a row at once where it knows the publisher (WithCheck, or
+// a relay made before it). Any other failure stops the batch at its row,
+// to be retried in order.
 //
 // # Waking the relay
 //
@@ -55,7 +59,9 @@
 // # Handlers whose effects commit with their record
 //
 // Handler wraps a handler that writes with a *sql.Tx: its effects and
-// the message's ID (in the inbox table) commit together, and a delivery
-// of a message whose ID is there is acked without running the handler.
-// This is poller.Idempotent kept in the database.
+// the message's record (in the inbox table: the outbox row's dedup ID,
+// which every publish of the row carries, or the message's ID) commit
+// together, and a delivery of a message whose record is there is acked
+// without running the handler. This is poller.Idempotent kept in the
+// database.
 package outbox

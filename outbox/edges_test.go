@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/outbox"
@@ -41,10 +42,10 @@ func TestInboxRunsAnEffectOnceAcrossTheWindow(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		to := outbox.ToBroker(b)
+		to := backend.Publisher[string](b)
 		crash := true
-		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(ctx context.Context, m outbox.Message[string]) error {
-			if err := to.Publish(ctx, m); err != nil {
+		relay, err := o.NewRelay(wrap(to, func(_ string, publish func() error) error {
+			if err := publish(); err != nil {
 				return err
 			}
 			if crash {
@@ -107,7 +108,8 @@ INSERT INTO ` + d.prefix + ` (topic, payload, dedup_id, enqueued_at) SELECT 'ord
 			t.Fatal(err)
 		}
 		var published int
-		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(context.Context, outbox.Message[string]) error {
+		b, _ := brokertest.New[string](t)
+		relay, err := o.NewRelay(wrap(backend.Publisher[string](b), func(string, func() error) error {
 			published++
 			return nil
 		}), outbox.WithBatch(rows+7_000))
@@ -157,12 +159,12 @@ func TestARefusedRowIsMovedAside(t *testing.T) {
 			t.Fatal(err)
 		}
 		down := true // the broker is down, then back: a transient failure
-		to := outbox.ToBroker(b)
-		relay, err := o.NewRelay(outbox.PublisherFunc[order](func(ctx context.Context, m outbox.Message[order]) error {
-			if down && m.Payload.N == 3 {
+		to := backend.Publisher[order](b)
+		relay, err := o.NewRelay(wrap(to, func(payload order, publish func() error) error {
+			if down && payload.N == 3 {
 				return errors.New("connection refused")
 			}
-			return to.Publish(ctx, m)
+			return publish()
 		}))
 		if err != nil {
 			t.Fatal(err)
@@ -229,13 +231,13 @@ func TestRelayAwaitQuiet(t *testing.T) {
 		b, mock := brokertest.New[string](t)
 		o := open(t, d, outbox.WithClock(mock))
 		sub := brokertest.Subscribe(t, b, "orders", "billing")
-		to := outbox.ToBroker(b)
+		to := backend.Publisher[string](b)
 		var fail atomic.Bool
-		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(ctx context.Context, m outbox.Message[string]) error {
+		relay, err := o.NewRelay(wrap(to, func(_ string, publish func() error) error {
 			if fail.Load() {
 				return errors.New("broker unreachable")
 			}
-			return to.Publish(ctx, m)
+			return publish()
 		}), outbox.WithPollInterval(time.Minute), outbox.WithRetry(queue.RetryPolicy{Initial: time.Second}))
 		if err != nil {
 			t.Fatal(err)
@@ -298,4 +300,86 @@ func canceledCtx() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	return ctx
+}
+
+// TestEnqueueRefusesWhatTheRelayCannotPublish: once the outbox knows the
+// publisher its rows go to (its relay's, or WithCheck), a row that
+// publisher refuses for good is refused at Enqueue, in the caller's
+// transaction, and nothing is written; what it takes (a TTL, from the
+// publish) is carried through.
+func TestEnqueueRefusesWhatTheRelayCannotPublish(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx := context.Background()
+		b, mock := brokertest.New[string](t)
+		o := open(t, d, outbox.WithClock(mock))
+		sub := brokertest.Subscribe(t, b, "orders", "billing")
+		relay, err := o.NewRelay(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, enqueue := range map[string]func(tx *sql.Tx) error{
+			"a topic with an empty segment": func(tx *sql.Tx) error { _, err := o.Enqueue(ctx, tx, "orders..x", "x"); return err },
+			"a topic with a space":          func(tx *sql.Tx) error { _, err := o.Enqueue(ctx, tx, "or ders", "x"); return err },
+			"a dedup ID too long": func(tx *sql.Tx) error {
+				_, err := o.Enqueue(ctx, tx, "orders", "x", queue.WithDedupID(strings.Repeat("d", 1025)))
+				return err
+			},
+		} {
+			if err := o.InTx(ctx, enqueue); !errors.Is(err, queue.ErrInvalidArgument) {
+				t.Errorf("%s: %v, want it refused as an invalid argument", name, err)
+			}
+		}
+		if err := o.InTx(ctx, func(tx *sql.Tx) error {
+			_, err := o.Enqueue(ctx, tx, "orders", "expires", queue.WithTTL(time.Minute))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+			t.Fatalf("RunOnce: %d, %v; want the one row written", n, err)
+		}
+		mock.Add(time.Minute)
+		if ds := sub.TryPoll(10); len(ds) != 0 {
+			t.Fatalf("delivered %+v, want it expired a minute after the publish", ds)
+		}
+		if dls := b.DeadLetters(); len(dls) != 1 || dls[0].Reason != queue.ReasonExpired {
+			t.Fatalf("dead letters %+v, want the message expired", dls)
+		}
+	})
+}
+
+// TestMigrateAddsWhatAnOlderTableLacks: a table made by an earlier
+// version, without ttl_ns, gains it, and Migrate again changes nothing.
+func TestMigrateAddsWhatAnOlderTableLacks(t *testing.T) {
+	each(t, func(t *testing.T, d database) {
+		ctx := context.Background()
+		id := "INTEGER"
+		if d.dialect == outbox.Postgres {
+			id = "BIGSERIAL"
+		}
+		if _, err := d.db.Exec(`CREATE TABLE ` + d.prefix + ` (id ` + id + ` PRIMARY KEY, topic TEXT NOT NULL, payload BYTEA NOT NULL,
+	msg_key TEXT NOT NULL DEFAULT '', priority SMALLINT NOT NULL DEFAULT 0, headers TEXT NOT NULL DEFAULT '',
+	delay_ns BIGINT NOT NULL DEFAULT 0, dedup_id TEXT NOT NULL DEFAULT '', enqueued_at BIGINT NOT NULL)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.db.Exec(rebind(d, `INSERT INTO `+d.prefix+` (topic, payload, dedup_id, enqueued_at) VALUES ('orders', ?, 'old', 0)`), []byte("old")); err != nil {
+			t.Fatal(err)
+		}
+		o := open(t, d) // Migrate
+		if err := o.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+		b, _ := brokertest.New[string](t)
+		sub := brokertest.Subscribe(t, b, "orders", "billing")
+		relay, err := o.NewRelay(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := relay.RunOnce(ctx); n != 1 || err != nil {
+			t.Fatalf("RunOnce over the older table: %d, %v", n, err)
+		}
+		if ds := sub.TryPoll(10); len(ds) != 1 || ds[0].Payload != "old" {
+			t.Fatalf("delivered %+v", ds)
+		}
+	})
 }

@@ -14,7 +14,9 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite", pure Go
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/outbox"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // pgEnv names the Postgres the tests use: a URL such as
@@ -107,4 +109,23 @@ func rebind(d database, q string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// pubFunc is a backend.Publisher whose Publish is a func: a test's faults
+// around a real publisher (its CheckPublish is that publisher's).
+type pubFunc[T any] struct {
+	backend.PublishChecker
+	publish func(ctx context.Context, topic string, payload T, opts ...queue.PublishOption) error
+}
+
+func (p pubFunc[T]) Publish(ctx context.Context, topic string, payload T, opts ...queue.PublishOption) (queue.Message[T], error) {
+	return queue.Message[T]{Topic: topic, Payload: payload}, p.publish(ctx, topic, payload, opts...)
+}
+
+// wrap returns a publisher that runs f around pub's Publish: f gets the
+// publish's payload and a func that publishes it with pub.
+func wrap[T any](pub backend.Publisher[T], f func(payload T, publish func() error) error) backend.Publisher[T] {
+	return pubFunc[T]{pub, func(ctx context.Context, topic string, payload T, opts ...queue.PublishOption) error {
+		return f(payload, func() error { _, err := pub.Publish(ctx, topic, payload, opts...); return err })
+	}}
 }

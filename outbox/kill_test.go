@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/outbox"
 	"github.com/leasebus/leasebus/poller"
@@ -66,12 +67,12 @@ func killChild(arg string) {
 	ctx := context.Background()
 	switch role {
 	case "relay":
-		to := outbox.ToBroker(b)
-		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(ctx context.Context, m outbox.Message[string]) error {
-			if err := to.Publish(ctx, m); err != nil {
+		to := backend.Publisher[string](b)
+		relay, err := o.NewRelay(wrap(to, func(payload string, publish func() error) error {
+			if err := publish(); err != nil {
 				return err
 			}
-			fmt.Printf("P %s\n", m.Payload)
+			fmt.Printf("P %s\n", payload)
 			return nil
 		}), outbox.WithBatch(killBatch))
 		if err != nil {
@@ -170,7 +171,7 @@ func TestKillRelayAndHandlers(t *testing.T) {
 							return err
 						}
 					}
-					if _, err := o.Enqueue(ctx, tx, "orders", fmt.Sprintf("k%d-%04d", j%killKeys, j), outbox.WithKey(fmt.Sprint("k", j%killKeys))); err != nil {
+					if _, err := o.Enqueue(ctx, tx, "orders", fmt.Sprintf("k%d-%04d", j%killKeys, j), queue.WithKey(fmt.Sprint("k", j%killKeys))); err != nil {
 						return err
 					}
 				}

@@ -29,7 +29,7 @@ func TestListenWakesTheRelay(t *testing.T) {
 			}
 			return
 		}
-		relay, err := o.NewRelay(outbox.ToBroker(b), outbox.WithPollInterval(time.Hour))
+		relay, err := o.NewRelay(b, outbox.WithPollInterval(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"sync"
-	"time"
 
 	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
@@ -29,9 +28,10 @@ type Outbox[T any] struct {
 	sql     *sqlText
 	wake    chan struct{} // Wake's signal to the relays of this Outbox; buffered 1
 
-	mu       sync.Mutex                    // guards the two below
+	mu       sync.Mutex                    // guards the three below
 	wakes    uint64                        // Wakes so far: a relay that saw one since it last looked does not park
 	parkings map[*backend.Parking]struct{} // the parked-or-not marks of the relays running
+	check    backend.PublishChecker        // what Enqueue checks a row with: WithCheck's, or the first relay's publisher
 }
 
 // Option configures an Outbox (New).
@@ -40,6 +40,7 @@ type Option struct{ apply func(*config) }
 type config struct {
 	prefix string
 	clk    clock.Clock
+	check  backend.PublishChecker
 	err    error
 }
 
@@ -58,6 +59,21 @@ func WithClock(clk clock.Clock) Option {
 			c.err = invalid("WithClock: nil clock")
 		}
 		c.clk = clk
+	}}
+}
+
+// WithCheck makes Enqueue check each row with c (the publisher its relay
+// publishes with: any backend.Publisher is one) before it writes it, so
+// that a row the backend would refuse for good (a topic name it does not
+// take, an option it cannot carry, a dedup ID too long) is refused in the
+// caller's transaction, not moved aside by the relay later. Without it,
+// the first NewRelay's publisher is the check, for the Enqueues after it.
+func WithCheck(c backend.PublishChecker) Option {
+	return Option{func(cfg *config) {
+		if c == nil {
+			cfg.err = invalid("WithCheck: nil checker")
+		}
+		cfg.check = c
 	}}
 }
 
@@ -87,7 +103,7 @@ func New[T any](db *sql.DB, dialect Dialect, codec queue.Codec[T], opts ...Optio
 	if codec == nil {
 		codec = queue.DefaultCodec[T]()
 	}
-	return &Outbox[T]{db: db, dialect: dialect, codec: codec, clk: cfg.clk, sql: st, wake: make(chan struct{}, 1)}, nil
+	return &Outbox[T]{db: db, dialect: dialect, codec: codec, clk: cfg.clk, sql: st, wake: make(chan struct{}, 1), check: cfg.check}, nil
 }
 
 // Migrate creates the tables and the inbox's index if they do not exist
@@ -98,94 +114,51 @@ func (o *Outbox[T]) Migrate(ctx context.Context) error {
 			return fmt.Errorf("outbox: migrate: %w", err)
 		}
 	}
+	for _, c := range o.sql.columns {
+		rows, err := o.db.QueryContext(ctx, `SELECT `+c.name+` FROM `+c.table+` WHERE 1 = 0`)
+		if err == nil {
+			rows.Close()
+			continue // there already
+		}
+		if _, err := o.db.ExecContext(ctx, `ALTER TABLE `+c.table+` ADD COLUMN `+c.name+` `+c.def); err != nil {
+			return fmt.Errorf("outbox: migrate: add %s.%s: %w", c.table, c.name, err)
+		}
+	}
 	return nil
 }
 
-// Schema returns the statements Migrate runs, for a migration tool.
+// Schema returns the statements that make the tables as Migrate does,
+// for a migration tool. (Migrate also adds to tables made by an earlier
+// version the columns they lack: ttl_ns, in both the outbox and the
+// dead-row table.)
 func (o *Outbox[T]) Schema() []string { return append([]string(nil), o.sql.schema...) }
 
-// EnqueueOption sets what a message carries besides its topic and
-// payload: what a publish option of the broker sets.
-type EnqueueOption struct{ apply func(*meta) }
-
-// meta is what the EnqueueOptions set.
-type meta struct {
-	Key      string
-	Priority queue.Priority
-	Headers  map[string]string
-	Delay    time.Duration
-	DedupID  string
-}
-
-// WithKey gives the message an ordering key (broker.WithKey); the relay
-// publishes a key's messages in the order their transactions committed.
-func WithKey(key string) EnqueueOption {
-	return EnqueueOption{func(m *meta) { m.Key = key }}
-}
-
-// WithPriority gives the message a priority (broker.WithPriority).
-func WithPriority(p queue.Priority) EnqueueOption {
-	return EnqueueOption{func(m *meta) { m.Priority = p }}
-}
-
-// WithHeaders gives the message headers (broker.WithHeaders).
-func WithHeaders(h map[string]string) EnqueueOption {
-	return EnqueueOption{func(m *meta) { m.Headers = maps.Clone(h) }}
-}
-
-// WithDelay delays the message's delivery by d from its publish
-// (broker.WithDelay); d >= 0.
-func WithDelay(d time.Duration) EnqueueOption {
-	return EnqueueOption{func(m *meta) { m.Delay = d }}
-}
-
-// WithDedupID publishes the message under the caller's dedup ID instead of
-// the one the outbox makes: a message enqueued twice under one ID (two
-// transactions that both committed) is in the queue once, within the
-// backend's dedup window.
-func WithDedupID(id string) EnqueueOption {
-	return EnqueueOption{func(m *meta) { m.DedupID = id }}
-}
-
-// Message is one row of the outbox, as the relay hands it to a Publisher.
-type Message[T any] struct {
-	ID         int64 // the row's ID: commit order within a key
-	Topic      string
-	Payload    T
-	Key        string
-	Priority   queue.Priority
-	Headers    map[string]string
-	Delay      time.Duration
-	DedupID    string    // the caller's (WithDedupID), or "outbox:" + a UUID made at Enqueue
-	EnqueuedAt time.Time // the outbox clock's time at Enqueue
-}
-
 // Enqueue writes a message to topic in tx: it is published once tx
-// commits, and never if tx rolls back. It returns the message's dedup ID.
-// An empty topic, a negative delay or a payload the codec refuses is an
-// error, and nothing is written. Call Wake after the commit (or use
-// InTx, which does) to have the relay publish at once rather than at its
-// next poll.
-func (o *Outbox[T]) Enqueue(ctx context.Context, tx *sql.Tx, topic string, payload T, opts ...EnqueueOption) (dedupID string, err error) {
+// commits, and never if tx rolls back. It returns the message's dedup ID:
+// the caller's (queue.WithDedupID), or "outbox:" and a UUID it makes. opts
+// are those of any publish (queue.PublishOptions), which the relay
+// publishes the message with; a TTL counts from that publish, not from
+// Enqueue. A nil tx, an empty topic, an invalid option, a payload the
+// codec refuses, or a row the outbox's check (WithCheck, or its first
+// relay's publisher) says its backend would refuse for good is an error,
+// and nothing is written. Call Wake after the commit (or use InTx, which
+// does) to have the relay publish at once rather than at its next poll.
+func (o *Outbox[T]) Enqueue(ctx context.Context, tx *sql.Tx, topic string, payload T, opts ...queue.PublishOption) (dedupID string, err error) {
 	if tx == nil {
 		return "", invalid("Enqueue: nil *sql.Tx")
 	}
 	if topic == "" {
 		return "", invalid("Enqueue: empty topic")
 	}
-	var m meta
-	for _, opt := range opts {
-		if opt.apply == nil {
-			return "", invalid("Enqueue: the zero EnqueueOption")
-		}
-		opt.apply(&m)
+	var m queue.PublishOptions
+	if err := m.Apply(opts...); err != nil {
+		return "", fmt.Errorf("outbox: enqueue: %w", err)
 	}
-	if m.Delay < 0 {
-		return "", invalid("WithDelay(%v): must be >= 0", m.Delay)
+	if m.DedupIDs != nil {
+		return "", invalid("Enqueue: WithDedupIDs names a batch's messages; a row takes WithDedupID")
 	}
-	body, err := o.codec.Encode(nil, payload)
-	if err != nil {
-		return "", fmt.Errorf("outbox: encode: %w", err)
+	if m.DedupID == "" {
+		m.DedupID = "outbox:" + uuid.NewString()
 	}
 	headers := ""
 	if len(m.Headers) > 0 {
@@ -195,10 +168,16 @@ func (o *Outbox[T]) Enqueue(ctx context.Context, tx *sql.Tx, topic string, paylo
 		}
 		headers = string(b)
 	}
-	if m.DedupID == "" {
-		m.DedupID = "outbox:" + uuid.NewString()
+	if c := o.checker(); c != nil {
+		if err := c.CheckPublish(topic, relayed(m)); err != nil {
+			return "", fmt.Errorf("outbox: enqueue to %q: %w", topic, err)
+		}
 	}
-	args := []any{topic, body, m.Key, int64(m.Priority), headers, int64(m.Delay), m.DedupID, o.clk.Now().UnixNano()}
+	body, err := o.codec.Encode(nil, payload)
+	if err != nil {
+		return "", fmt.Errorf("outbox: encode: %w", err)
+	}
+	args := []any{topic, body, m.Key, int64(m.Priority), headers, int64(m.Delay), m.DedupID, o.clk.Now().UnixNano(), int64(m.TTL)}
 	if o.dialect == Postgres {
 		lock := ""
 		if m.Key != "" {
@@ -210,6 +189,24 @@ func (o *Outbox[T]) Enqueue(ctx context.Context, tx *sql.Tx, topic string, paylo
 		return "", fmt.Errorf("outbox: enqueue: %w", err)
 	}
 	return m.DedupID, nil
+}
+
+// relayed returns the options a row of m is published with: m's, with
+// its dedup ID in the HeaderDedupID header too (the inbox keys on it).
+// The caller's maps are not written.
+func relayed(m queue.PublishOptions) queue.PublishOptions {
+	h := make(map[string]string, len(m.Headers)+1)
+	maps.Copy(h, m.Headers)
+	h[HeaderDedupID] = m.DedupID
+	m.Headers = h
+	return m
+}
+
+// checker returns what Enqueue checks a row with, if anything.
+func (o *Outbox[T]) checker() backend.PublishChecker {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.check
 }
 
 // InTx runs fn in a transaction of the outbox's database and commits it

@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/broker/brokertest"
 	"github.com/leasebus/leasebus/outbox"
@@ -23,7 +25,7 @@ func TestRollbackNeverCommitAlways(t *testing.T) {
 		o := open(t, d)
 		b, _ := brokertest.New[string](t)
 		sub := brokertest.Subscribe(t, b, "orders", "billing")
-		relay, err := o.NewRelay(outbox.ToBroker(b))
+		relay, err := o.NewRelay(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,8 +40,8 @@ func TestRollbackNeverCommitAlways(t *testing.T) {
 			t.Fatalf("InTx: %v", err)
 		}
 		err = o.InTx(ctx, func(tx *sql.Tx) error {
-			_, err := o.Enqueue(ctx, tx, "orders", "committed", outbox.WithKey("customer-7"),
-				outbox.WithPriority(queue.PriorityHigh), outbox.WithHeaders(map[string]string{"trace": "abc"}))
+			_, err := o.Enqueue(ctx, tx, "orders", "committed", queue.WithKey("customer-7"),
+				queue.WithPriority(queue.PriorityHigh), queue.WithHeaders(map[string]string{"trace": "abc"}))
 			return err
 		})
 		if err != nil {
@@ -83,13 +85,13 @@ func TestPublishedButNotDeleted(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		to := outbox.ToBroker(b)
+		to := backend.Publisher[string](b)
 		crashes := 2 // publish row 3, then fail, twice
-		relay, err := o.NewRelay(outbox.PublisherFunc[string](func(ctx context.Context, m outbox.Message[string]) error {
-			if err := to.Publish(ctx, m); err != nil {
+		relay, err := o.NewRelay(wrap(to, func(payload string, publish func() error) error {
+			if err := publish(); err != nil {
 				return err
 			}
-			if m.Payload == "order-3" && crashes > 0 {
+			if payload == "order-3" && crashes > 0 {
 				crashes--
 				return errors.New("crashed after the publish")
 			}
@@ -136,13 +138,13 @@ func TestOneKeyWaitsForTheOtherCommit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := o.Enqueue(ctx, first, "orders", "first", outbox.WithKey("k")); err != nil {
+		if _, err := o.Enqueue(ctx, first, "orders", "first", queue.WithKey("k")); err != nil {
 			t.Fatal(err)
 		}
 		second := make(chan error, 1)
 		go func() {
 			second <- o.InTx(ctx, func(tx *sql.Tx) error {
-				_, err := o.Enqueue(ctx, tx, "orders", "second", outbox.WithKey("k"))
+				_, err := o.Enqueue(ctx, tx, "orders", "second", queue.WithKey("k"))
 				return err
 			})
 		}()
@@ -171,7 +173,7 @@ func TestOneKeyWaitsForTheOtherCommit(t *testing.T) {
 		}
 		b, _ := brokertest.New[string](t)
 		sub := brokertest.Subscribe(t, b, "orders", "billing", broker.WithKeyConcurrency(2))
-		relay, err := o.NewRelay(outbox.ToBroker(b))
+		relay, err := o.NewRelay(b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,24 +263,34 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("New(%v): %v", c.dialect, err)
 		}
 	}
-	o := open(t, d)
+	if _, err := outbox.New[string](d.db, outbox.SQLite, nil, outbox.WithCheck(nil)); !errors.Is(err, queue.ErrInvalidArgument) {
+		t.Errorf("WithCheck(nil): %v", err)
+	}
+	b, _ := brokertest.New[string](t)
+	o := open(t, d, outbox.WithCheck(b))
 	tx, err := d.db.Begin()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for what, f := range map[string]func() error{
+		"a topic the broker refuses": func() error { _, err := o.Enqueue(ctx, tx, "orders..x", "x"); return err },
+		"a dedup ID too long": func() error {
+			_, err := o.Enqueue(ctx, tx, "t", "x", queue.WithDedupID(strings.Repeat("d", queue.MaxDedupID+1)))
+			return err
+		},
+		"WithDedupIDs":   func() error { _, err := o.Enqueue(ctx, tx, "t", "x", queue.WithDedupIDs([]string{"a"})); return err },
 		"nil tx":         func() error { _, err := o.Enqueue(ctx, nil, "t", "x"); return err },
 		"empty topic":    func() error { _, err := o.Enqueue(ctx, tx, "", "x"); return err },
-		"negative delay": func() error { _, err := o.Enqueue(ctx, tx, "t", "x", outbox.WithDelay(-1)); return err },
-		"zero option":    func() error { _, err := o.Enqueue(ctx, tx, "t", "x", outbox.EnqueueOption{}); return err },
+		"negative delay": func() error { _, err := o.Enqueue(ctx, tx, "t", "x", queue.WithDelay(-1)); return err },
+		"zero option":    func() error { _, err := o.Enqueue(ctx, tx, "t", "x", queue.PublishOption{}); return err },
 		"nil publisher":  func() error { _, err := o.NewRelay(nil); return err },
-		"batch 0":        func() error { _, err := o.NewRelay(outbox.PublisherFunc[string](nil), outbox.WithBatch(0)); return err },
+		"batch 0":        func() error { _, err := o.NewRelay(b, outbox.WithBatch(0)); return err },
 		"poll 0": func() error {
-			_, err := o.NewRelay(outbox.PublisherFunc[string](nil), outbox.WithPollInterval(0))
+			_, err := o.NewRelay(b, outbox.WithPollInterval(0))
 			return err
 		},
 		"no backoff": func() error {
-			_, err := o.NewRelay(outbox.PublisherFunc[string](nil), outbox.WithRetry(queue.RetryPolicy{NoBackoff: true}))
+			_, err := o.NewRelay(b, outbox.WithRetry(queue.RetryPolicy{NoBackoff: true}))
 			return err
 		},
 		"prune 0": func() error { _, err := o.Prune(ctx, 0); return err },
@@ -315,7 +327,7 @@ func TestAPanicRollsBack(t *testing.T) {
 		}()
 		b, _ := brokertest.New[string](t)
 		sub := brokertest.Subscribe(t, b, "orders", "billing")
-		relay, err := o.NewRelay(outbox.ToBroker(b))
+		relay, err := o.NewRelay(b)
 		if err != nil {
 			t.Fatal(err)
 		}

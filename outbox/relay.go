@@ -18,23 +18,6 @@ import (
 // the row is published. Handler's inbox keys on it.
 const HeaderDedupID = "leasebus-outbox-dedup-id"
 
-// Publisher publishes one message of the outbox to a backend, with
-// m.DedupID as its dedup ID and m.Headers as its headers: a publish that
-// repeats one made before (the relay crashed before it deleted the row)
-// must be dropped by the backend, which is what makes the relay's
-// at-least-once exactly once in the queue within the backend's dedup
-// window; the headers carry HeaderDedupID, which makes Handler's effects
-// once past it too. ToBroker is one for a broker.
-type Publisher[T any] interface {
-	Publish(ctx context.Context, m Message[T]) error
-}
-
-// PublisherFunc is a func as a Publisher.
-type PublisherFunc[T any] func(ctx context.Context, m Message[T]) error
-
-// Publish calls f.
-func (f PublisherFunc[T]) Publish(ctx context.Context, m Message[T]) error { return f(ctx, m) }
-
 // RelayOption configures a Relay.
 type RelayOption struct{ apply func(*relayConfig) }
 
@@ -102,7 +85,7 @@ const deleteChunk = 900
 // database does).
 type Relay[T any] struct {
 	o   *Outbox[T]
-	pub Publisher[T]
+	pub backend.Publisher[T]
 	cfg relayConfig
 
 	pk  *backend.Parking // marked while Run waits with nothing due (AwaitQuiet)
@@ -126,8 +109,16 @@ type RelayStats struct {
 	LastError error  // the latest failure, or nil
 }
 
-// NewRelay returns a relay of o's rows to pub.
-func (o *Outbox[T]) NewRelay(pub Publisher[T], opts ...RelayOption) (*Relay[T], error) {
+// NewRelay returns a relay of o's rows to pub, any backend's publisher (a
+// *broker.Broker, or the JetStream, SQS or PostgreSQL backend's). It
+// publishes each row with the options it was enqueued with, under its
+// dedup ID, with the HeaderDedupID header: the backend's dedup drops a
+// row published again (the relay crashed before it deleted it), which
+// makes the relay's at-least-once exactly once in the queue within the
+// backend's dedup window, and the header makes Handler's effects once past
+// it too. pub is also what the Enqueues after this call check their rows
+// with, unless New was given WithCheck.
+func (o *Outbox[T]) NewRelay(pub backend.Publisher[T], opts ...RelayOption) (*Relay[T], error) {
 	if pub == nil {
 		return nil, invalid("NewRelay: nil Publisher")
 	}
@@ -141,6 +132,11 @@ func (o *Outbox[T]) NewRelay(pub Publisher[T], opts ...RelayOption) (*Relay[T], 
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
+	o.mu.Lock()
+	if o.check == nil {
+		o.check = pub
+	}
+	o.mu.Unlock()
 	r := &Relay[T]{o: o, pub: pub, cfg: cfg, qch: make(chan struct{})}
 	r.pk = backend.NewParking(r.changed)
 	return r, nil
@@ -297,28 +293,23 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 	done := make([]any, 0, len(rows)) // published or moved aside: deleted
 	var perr error
 	for _, row := range rows {
-		m := row.msg
 		if row.err == nil {
-			if m.Headers == nil {
-				m.Headers = make(map[string]string, 1)
-			}
-			m.Headers[HeaderDedupID] = m.DedupID
-			row.err = r.pub.Publish(ctx, m)
+			_, row.err = r.pub.Publish(ctx, row.topic, row.payload, relayed(row.opts).Options()...)
 			if row.err == nil {
 				n++
-				done = append(done, m.ID)
+				done = append(done, row.id)
 				continue
 			}
 			if !backend.Permanent(row.err) {
-				perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", m.ID, m.Topic, row.err)
+				perr = fmt.Errorf("outbox: relay: publish row %d to %q: %w", row.id, row.topic, row.err)
 				break
 			}
 		}
-		if _, err := tx.ExecContext(ctx, r.o.sql.deadMove, row.err.Error(), r.o.clk.Now().UnixNano(), m.ID); err != nil {
-			return 0, false, errors.Join(perr, fmt.Errorf("outbox: relay: move row %d aside: %w", m.ID, err))
+		if _, err := tx.ExecContext(ctx, r.o.sql.deadMove, row.err.Error(), r.o.clk.Now().UnixNano(), row.id); err != nil {
+			return 0, false, errors.Join(perr, fmt.Errorf("outbox: relay: move row %d aside: %w", row.id, err))
 		}
 		dead++
-		done = append(done, m.ID)
+		done = append(done, row.id)
 	}
 	if len(done) > 0 {
 		for rest := done; len(rest) > 0; {
@@ -337,11 +328,14 @@ func (r *Relay[T]) batch(ctx context.Context) (n int, more bool, err error) {
 	return n, perr == nil && len(rows) == r.cfg.batch, perr
 }
 
-// row is one row a batch read: its message, or why it cannot be one (its
-// payload or headers do not decode).
+// row is one row of the outbox, as a batch read it: its message, or why
+// it cannot be one (its payload or headers do not decode).
 type row[T any] struct {
-	msg Message[T]
-	err error
+	id      int64 // commit order within a key
+	topic   string
+	payload T
+	opts    queue.PublishOptions // as enqueued: its dedup ID the caller's, or "outbox:" and a UUID
+	err     error
 }
 
 // read reads the batch's rows, oldest first.
@@ -354,21 +348,20 @@ func (r *Relay[T]) read(ctx context.Context, tx *sql.Tx) ([]row[T], error) {
 	var rows []row[T]
 	for rs.Next() {
 		var (
-			rw                row[T]
-			headers           string
-			body              []byte
-			prio              int64
-			delay, enqueuedAt int64
+			rw                           row[T]
+			headers                      string
+			body                         []byte
+			prio, delay, enqueuedAt, ttl int64
 		)
-		m := &rw.msg
-		if err := rs.Scan(&m.ID, &m.Topic, &body, &m.Key, &prio, &headers, &delay, &m.DedupID, &enqueuedAt); err != nil {
+		o := &rw.opts
+		if err := rs.Scan(&rw.id, &rw.topic, &body, &o.Key, &prio, &headers, &delay, &o.DedupID, &enqueuedAt, &ttl); err != nil {
 			return nil, fmt.Errorf("outbox: relay: read: %w", err)
 		}
-		m.Priority, m.Delay, m.EnqueuedAt = queue.Priority(prio), time.Duration(delay), time.Unix(0, enqueuedAt)
-		if m.Payload, err = r.o.codec.Decode(body); err != nil {
+		o.Priority, o.Delay, o.TTL = queue.Priority(prio), time.Duration(delay), time.Duration(ttl)
+		if rw.payload, err = r.o.codec.Decode(body); err != nil {
 			rw.err = fmt.Errorf("outbox: decode the payload: %w", err)
 		} else if headers != "" {
-			if err := json.Unmarshal([]byte(headers), &m.Headers); err != nil {
+			if err := json.Unmarshal([]byte(headers), &o.Headers); err != nil {
 				rw.err = fmt.Errorf("outbox: decode the headers: %w", err)
 			}
 		}

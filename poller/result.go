@@ -75,22 +75,9 @@ func GiveUp(err error) error { return &giveUpError{err: err} }
 // PanicError is the error a handler's panic turns into: the poller
 // recovers the panic and fails the lease with a *PanicError, so the
 // message is retried and, when its attempts run out, dead-lettered with
-// the panic value in its LastError.
-type PanicError struct {
-	Value any    // what the handler panicked with
-	Stack []byte // the handler's goroutine stack at the panic
-}
-
-// Error returns "handler panicked: " and the panic value. The stack is not
-// included; the poller's logger records it.
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
-
-// Unwrap returns the panic value if it is an error, so errors.Is and
-// errors.As see through a panic(err).
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
-}
+// the panic value in its LastError. It is queue.PanicError, which a
+// schedule's job's panic turns into too.
+type PanicError = queue.PanicError
 
 // errGoexit is the failure of a handler that called runtime.Goexit (for
 // example t.FailNow in a test).

@@ -26,6 +26,15 @@ var (
 	// given (it was settled, dead-lettered or dropped, or never held).
 	ErrMessageNotFound = errors.New("queue: message not found")
 
+	// ErrTopicNotFound: no topic (or stream, or queue) has the name given.
+	// Every backend returns it for a publish or subscribe to a topic that
+	// does not exist; it is not a refusal for good, since one may be made.
+	ErrTopicNotFound = errors.New("queue: topic not found")
+
+	// ErrSubscriptionNotFound: the topic has no subscription of the name
+	// given.
+	ErrSubscriptionNotFound = errors.New("queue: subscription not found")
+
 	// ErrQueueFull: the subscription holds MaxQueue messages and its
 	// overflow policy refused a new one (OverflowReject, or OverflowBlock
 	// when the publisher's context ended first), or a redrive found it
@@ -67,4 +76,25 @@ func (e *FullError) Unwrap() []error {
 // wrong.
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// PanicError is the error user code's panic turns into where leasebus runs
+// it and goes on: a worker pool's handler (the message is failed, so it is
+// retried and, when its attempts run out, dead-lettered with the panic
+// value in its LastError), a schedule's job (the fire fails and is
+// retried).
+type PanicError struct {
+	Value any    // what the code panicked with
+	Stack []byte // its goroutine's stack at the panic
+}
+
+// Error returns "handler panicked: " and the panic value. The stack is not
+// included; a logger records it.
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// Unwrap returns the panic value if it is an error, so errors.Is and
+// errors.As see through a panic(err).
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/poller"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // Run fires the schedules until ctx ends, then returns nil (after the job
@@ -264,13 +264,13 @@ func laterOf(a, b time.Time) time.Time {
 	return b
 }
 
-// call runs job, turning a panic into its error (a *poller.PanicError
+// call runs job, turning a panic into its error (a *queue.PanicError
 // with the stack), so that one schedule's bug fails its fires, which are
 // retried and counted, and does not end Run or the process.
 func call(ctx context.Context, job Job, f Fire) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &poller.PanicError{Value: v, Stack: debug.Stack()}
+			err = &queue.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return job(ctx, f)

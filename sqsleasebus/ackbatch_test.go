@@ -51,7 +51,7 @@ func TestAcksCoalesce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	pub, err := sqsleasebus.NewPublisher[string](client, url, nil)
+	pub, err := sqsleasebus.NewPublisher[string](client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestAcksCoalesce(t *testing.T) {
 	for i := range payloads {
 		payloads[i] = "m"
 	}
-	if _, err := pub.PublishBatch(ctx, payloads); err != nil {
+	if _, err := pub.PublishBatch(ctx, topicOf(url), payloads); err != nil {
 		t.Fatal(err)
 	}
 	ds := pollAllNoAck(t, sub, 40)

@@ -177,8 +177,8 @@ func (h *sqsHarness) DeadLetters(ctx context.Context, sub sourcetest.Subscriptio
 
 // PublishBatch sends with a Publisher to each queue of the topic.
 func (h *sqsHarness) PublishBatch(ctx context.Context, topic string, payloads []string) error {
-	return h.eachPublisher(topic, func(p *sqsleasebus.Publisher[string]) error {
-		_, err := p.PublishBatch(ctx, payloads)
+	return h.eachQueue(topic, func(queueName string) error {
+		_, err := h.publisher().PublishBatch(ctx, queueName, payloads)
 		return err
 	})
 }
@@ -186,23 +186,20 @@ func (h *sqsHarness) PublishBatch(ctx context.Context, topic string, payloads []
 // PublishDelay sends with a Publisher's WithDelay to each queue of the
 // topic.
 func (h *sqsHarness) PublishDelay(ctx context.Context, topic, payload string, delay time.Duration) error {
-	return h.eachPublisher(topic, func(p *sqsleasebus.Publisher[string]) error {
-		_, err := p.Publish(ctx, payload, sqsleasebus.WithDelay(delay))
+	return h.eachQueue(topic, func(queueName string) error {
+		_, err := h.publisher().Publish(ctx, queueName, payload, queue.WithDelay(delay))
 		return err
 	})
 }
 
-func (h *sqsHarness) eachPublisher(topic string, f func(*sqsleasebus.Publisher[string]) error) error {
+// eachQueue calls f with the name of each queue of topic.
+func (h *sqsHarness) eachQueue(topic string, f func(queueName string) error) error {
 	urls, err := h.queues(topic)
 	if err != nil {
 		return err
 	}
 	for _, u := range urls {
-		p, err := sqsleasebus.NewPublisher[string](h.client, u, nil, sqsleasebus.WithClock(h.clk))
-		if err != nil {
-			return err
-		}
-		if err := f(p); err != nil {
+		if err := f(topicOf(u)); err != nil {
 			return err
 		}
 	}
@@ -243,4 +240,13 @@ func (h *sqsHarness) Close() error { return nil }
 
 func TestConformance(t *testing.T) {
 	sourcetest.Run(t, newHarness(t))
+}
+
+// publisher returns a Publisher to the harness's queues, on its clock.
+func (h *sqsHarness) publisher() *sqsleasebus.Publisher[string] {
+	p, err := sqsleasebus.NewPublisher[string](h.client, nil, sqsleasebus.WithClock(h.clk))
+	if err != nil {
+		panic(err) // a client and a clock: nothing to refuse
+	}
+	return p
 }

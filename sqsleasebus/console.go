@@ -12,8 +12,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/broker"
-	"github.com/leasebus/leasebus/console"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -102,7 +100,7 @@ const consoleNote = "SQS counts visible, in-flight and delayed messages approxim
 // receiving it, nor pause or purge it on the console's terms: those
 // actions are not offered. No subscription, a nil one, or two on one
 // queue is refused (queue.ErrInvalidArgument).
-func ConsoleBackend[T any](subs ...*Subscription[T]) (console.Backend[T], error) {
+func ConsoleBackend[T any](subs ...*Subscription[T]) (backend.Inspector[T], error) {
 	if len(subs) == 0 {
 		return nil, backend.Invalid("ConsoleBackend: no subscription")
 	}
@@ -124,15 +122,10 @@ type consoleBackend[T any] struct {
 	byName map[string]*Subscription[T]
 }
 
-var (
-	_ console.Discarder[string] = (*consoleBackend[string])(nil)
-	_ console.Editor[string]    = (*consoleBackend[string])(nil)
-)
-
 func (c *consoleBackend[T]) Now() time.Time { return c.subs[0].cfg.clk.Now() }
 
-func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]console.SubscriptionInfo, error) {
-	out := make([]console.SubscriptionInfo, 0, len(c.subs))
+func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]backend.SubscriptionInfo, error) {
+	out := make([]backend.SubscriptionInfo, 0, len(c.subs))
 	for _, s := range c.subs {
 		si, err := c.info(ctx, s)
 		if err != nil {
@@ -143,19 +136,19 @@ func (c *consoleBackend[T]) Subscriptions(ctx context.Context) ([]console.Subscr
 	return out, nil
 }
 
-func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string) (console.SubscriptionInfo, error) {
+func (c *consoleBackend[T]) Subscription(ctx context.Context, topic, name string) (backend.SubscriptionInfo, error) {
 	s, ok := c.byName[name]
 	if topic != ConsoleTopic || !ok {
-		return console.SubscriptionInfo{}, fmt.Errorf("sqsleasebus: %s/%s: %w", topic, name, broker.ErrSubscriptionNotFound)
+		return backend.SubscriptionInfo{}, fmt.Errorf("sqsleasebus: %s/%s: %w", topic, name, queue.ErrSubscriptionNotFound)
 	}
 	return c.info(ctx, s)
 }
 
 // info describes s's queue as it is now.
-func (c *consoleBackend[T]) info(ctx context.Context, s *Subscription[T]) (console.SubscriptionInfo, error) {
+func (c *consoleBackend[T]) info(ctx context.Context, s *Subscription[T]) (backend.SubscriptionInfo, error) {
 	st, at, err := s.stats(ctx, types.QueueAttributeNameVisibilityTimeout, types.QueueAttributeNameDelaySeconds, types.QueueAttributeNameMessageRetentionPeriod)
 	if err != nil {
-		return console.SubscriptionInfo{}, err
+		return backend.SubscriptionInfo{}, err
 	}
 	maxA := "unlimited (no RedrivePolicy)"
 	note := consoleNote
@@ -165,9 +158,9 @@ func (c *consoleBackend[T]) info(ctx context.Context, s *Subscription[T]) (conso
 			note = fmt.Sprintf("%d in the dead-letter queue. %s", depth, consoleNote)
 		}
 	}
-	return console.SubscriptionInfo{
+	return backend.SubscriptionInfo{
 		Topic: ConsoleTopic, Name: s.name, Stats: st, Note: note,
-		Options: []console.Setting{
+		Options: []backend.Setting{
 			{Option: "WithVisibilityTimeout", Value: secondsText(at["VisibilityTimeout"])},
 			{Option: "WithMaxAttempts", Value: maxA},
 			{Option: "DelaySeconds", Value: secondsText(at["DelaySeconds"])},

@@ -73,11 +73,11 @@ func TestConsoleOverSQS(t *testing.T) {
 	}
 	defer audit.Close()
 	rejectAll(t, srv, billing, `{"order":1,"card":"0000"}`)
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, billing.QueueURL(), nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.PublishBatch(ctx, []string{"waiting 1", "waiting 2"}); err != nil {
+	if _, err := pub.PublishBatch(ctx, topicOf(billing.QueueURL()), []string{"waiting 1", "waiting 2"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -23,8 +23,10 @@ var (
 	ErrMisconfigured = errors.New("sqsleasebus: queue attributes contradict the options")
 	// ErrUnsupported: SQS has no such thing (a priority, a TTL, an
 	// ordering key's concurrency limit, a release that spends no
-	// attempt): the option or call names it.
-	ErrUnsupported = errors.New("sqsleasebus: not supported by SQS")
+	// attempt): the option or call names it. It matches
+	// errors.ErrUnsupported too, as every backend's refusal of an option
+	// does.
+	ErrUnsupported = fmt.Errorf("sqsleasebus: not supported by SQS: %w", errors.ErrUnsupported)
 )
 
 // QueueError is a refusal of a queue: which queue, what was being done,

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/leasebus/leasebus/queue"
 	"github.com/leasebus/leasebus/sqsleasebus"
 	"github.com/leasebus/leasebus/sqsserver"
 	"github.com/leasebus/leasebus/sqsserver/sqstest"
@@ -31,8 +32,8 @@ func ExampleSubscribe() {
 	}
 	url := aws.ToString(q.QueueUrl)
 
-	pub, _ := sqsleasebus.NewPublisher[string](client, url, nil)
-	if _, err := pub.Publish(ctx, "resize photo 7", sqsleasebus.WithHeaders(map[string]string{"tenant": "acme"})); err != nil {
+	pub, _ := sqsleasebus.NewPublisher[string](client, nil)
+	if _, err := pub.Publish(ctx, "jobs", "resize photo 7", queue.WithHeaders(map[string]string{"tenant": "acme"})); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -60,11 +61,11 @@ func ExampleSubscribe() {
 // sent.
 func ExamplePublisher_Publish_refused() {
 	client := sqstest.NewClient("http://127.0.0.1:1", nil) // never reached
-	pub, _ := sqsleasebus.NewPublisher[string](client, "http://127.0.0.1:1/000000000000/jobs", nil)
-	_, err := pub.Publish(context.Background(), "x", sqsleasebus.WithKey("customer-42"))
+	pub, _ := sqsleasebus.NewPublisher[string](client, nil)
+	_, err := pub.Publish(context.Background(), "jobs", "x", queue.WithKey("customer-42"))
 	fmt.Println(errors.Is(err, sqsleasebus.ErrUnsupported))
 	fmt.Println(err)
 	// Output:
 	// true
-	// WithKey("customer-42"): sqsleasebus: not supported by SQS: a standard queue (jobs) has no order to keep; a FIFO queue's message group is a key
+	// WithKey("customer-42"): sqsleasebus: not supported by SQS: unsupported operation: a standard queue (jobs) has no order to keep; a FIFO queue's message group is a key
 }

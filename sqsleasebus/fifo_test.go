@@ -24,12 +24,12 @@ func TestFIFOQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, url, nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range [][2]string{{"a", "a1"}, {"b", "b1"}, {"a", "a2"}} {
-		if _, err := pub.Publish(ctx, m[1], sqsleasebus.WithKey(m[0])); err != nil {
+		if _, err := pub.Publish(ctx, topicOf(url), m[1], queue.WithKey(m[0])); err != nil {
 			t.Fatal(err)
 		}
 	}

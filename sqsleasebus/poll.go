@@ -220,7 +220,7 @@ func (s *Subscription[T]) message(m types.Message, payload T, sent time.Time) qu
 	msg := queue.Message[T]{
 		ID:          messageID(s.url, aws.ToString(m.MessageId)),
 		Topic:       s.name,
-		Key:         m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		Key:         keyOf(m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]),
 		Payload:     payload,
 		PublishedAt: millis(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], sent),
 	}

@@ -102,11 +102,11 @@ func TestPoolKeepsLeaseAndDrains(t *testing.T) {
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unblock) // before the pool's stop, on a failure
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, url, nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(context.Background(), "slow"); err != nil {
+	if _, err := pub.Publish(context.Background(), topicOf(sub.QueueURL()), "slow"); err != nil {
 		t.Fatal(err)
 	}
 	d := <-started
@@ -160,11 +160,11 @@ func TestPoolDeadLettersAfterMaxReceiveCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	runPool(t, p)
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, sub.QueueURL(), nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(ctx, "doomed"); err != nil {
+	if _, err := pub.Publish(ctx, topicOf(sub.QueueURL()), "doomed"); err != nil {
 		t.Fatal(err)
 	}
 	// The default retry: 1s after the first failure, 2s after the second.

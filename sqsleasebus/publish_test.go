@@ -76,7 +76,7 @@ func TestPublishStandard(t *testing.T) {
 	srv := sqstest.Start(t)
 	url := srv.CreateQueue(t, "jobs", nil)
 	ctx := context.Background()
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, url, nil, sqsleasebus.WithClock(srv.Clock))
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil, sqsleasebus.WithClock(srv.Clock))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPublishStandard(t *testing.T) {
 	}
 	defer sub.Close()
 
-	m, err := pub.Publish(ctx, "now", sqsleasebus.WithHeaders(map[string]string{"trace-id": "t1"}))
+	m, err := pub.Publish(ctx, topicOf(url), "now", queue.WithHeaders(map[string]string{"trace-id": "t1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestPublishStandard(t *testing.T) {
 		t.Fatalf("delivered %+v, published %+v", d.Message, m)
 	}
 
-	if _, err := pub.Publish(ctx, "later", sqsleasebus.WithDelay(1500*time.Millisecond)); err != nil {
+	if _, err := pub.Publish(ctx, topicOf(url), "later", queue.WithDelay(1500*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	srv.Clock.Add(time.Second) // the delay is rounded up to 2s
@@ -117,7 +117,7 @@ func TestPublishBatch(t *testing.T) {
 	srv := sqstest.Start(t)
 	url := srv.CreateQueue(t, "batch", nil)
 	ctx := context.Background()
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, url, nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestPublishBatch(t *testing.T) {
 	for i := range 3 {
 		payloads = append(payloads, fmt.Sprint(i)+strings.Repeat("x", 400<<10))
 	}
-	ms, err := pub.PublishBatch(ctx, payloads)
+	ms, err := pub.PublishBatch(ctx, topicOf(url), payloads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestPublishBatch(t *testing.T) {
 	if !slices.Equal(want, have) {
 		t.Fatalf("delivered %d messages, not the %d published", len(have), len(want))
 	}
-	if ms, err := pub.PublishBatch(ctx, nil); ms != nil || err != nil {
+	if ms, err := pub.PublishBatch(ctx, topicOf(url), nil); ms != nil || err != nil {
 		t.Fatalf("empty batch: %v, %v", ms, err)
 	}
 }
@@ -166,7 +166,7 @@ func TestPublishFIFO(t *testing.T) {
 	srv := sqstest.Start(t)
 	url := srv.CreateQueue(t, "orders.fifo", map[string]string{"FifoQueue": "true"})
 	ctx := context.Background()
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, url, nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,11 +176,11 @@ func TestPublishFIFO(t *testing.T) {
 	}
 	defer sub.Close()
 
-	first, err := pub.Publish(ctx, "a1", sqsleasebus.WithKey("a"), sqsleasebus.WithDedupID("order-1"))
+	first, err := pub.Publish(ctx, topicOf(url), "a1", queue.WithKey("a"), queue.WithDedupID("order-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := pub.Publish(ctx, "a1 again", sqsleasebus.WithKey("a"), sqsleasebus.WithDedupID("order-1"))
+	again, err := pub.Publish(ctx, topicOf(url), "a1 again", queue.WithKey("a"), queue.WithDedupID("order-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +188,9 @@ func TestPublishFIFO(t *testing.T) {
 		t.Fatalf("the duplicate's ID %v, want the first's %v", again.ID, first.ID)
 	}
 	batch := []string{"a2", "a3", "b1"}
-	opts := []sqsleasebus.PublishOption{sqsleasebus.WithKey("a"), sqsleasebus.WithDedupIDs([]string{"order-2", "order-3", "order-4"})}
+	opts := []queue.PublishOption{queue.WithKey("a"), queue.WithDedupIDs([]string{"order-2", "order-3", "order-4"})}
 	for range 2 { // resent: stored once
-		if _, err := pub.PublishBatch(ctx, batch, opts...); err != nil {
+		if _, err := pub.PublishBatch(ctx, topicOf(url), batch, opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -217,11 +217,7 @@ func TestPublishRefusals(t *testing.T) {
 	std := srv.CreateQueue(t, "std", nil)
 	fifo := srv.CreateQueue(t, "f.fifo", map[string]string{"FifoQueue": "true"})
 	ctx := context.Background()
-	ps, err := sqsleasebus.NewPublisher[string](srv.Client, std, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pf, err := sqsleasebus.NewPublisher[string](srv.Client, fifo, nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,51 +225,57 @@ func TestPublishRefusals(t *testing.T) {
 	for i := range 11 {
 		many[fmt.Sprint("h", i)] = "v"
 	}
+	ps, pf := topicOf(std), topicOf(fifo)
 	for _, c := range []struct {
-		name string
-		pub  *sqsleasebus.Publisher[string]
-		opts []sqsleasebus.PublishOption
-		want error
+		name  string
+		topic string
+		opts  []queue.PublishOption
+		want  error
 	}{
-		{"priority", ps, []sqsleasebus.PublishOption{sqsleasebus.WithPriority(queue.PriorityHigh)}, sqsleasebus.ErrUnsupported},
-		{"not a priority", ps, []sqsleasebus.PublishOption{sqsleasebus.WithPriority(99)}, queue.ErrInvalidArgument},
-		{"TTL", ps, []sqsleasebus.PublishOption{sqsleasebus.WithTTL(time.Minute)}, sqsleasebus.ErrUnsupported},
-		{"key on a standard queue", ps, []sqsleasebus.PublishOption{sqsleasebus.WithKey("k")}, sqsleasebus.ErrUnsupported},
-		{"dedup on a standard queue", ps, []sqsleasebus.PublishOption{sqsleasebus.WithDedupID("d")}, sqsleasebus.ErrUnsupported},
-		{"delay past 15m", ps, []sqsleasebus.PublishOption{sqsleasebus.WithDelay(16 * time.Minute)}, queue.ErrInvalidArgument},
-		{"negative delay", ps, []sqsleasebus.PublishOption{sqsleasebus.WithDelay(-time.Second)}, queue.ErrInvalidArgument},
-		{"11 headers", ps, []sqsleasebus.PublishOption{sqsleasebus.WithHeaders(many)}, queue.ErrInvalidArgument},
-		{"a header name SQS refuses", ps, []sqsleasebus.PublishOption{sqsleasebus.WithHeaders(map[string]string{"a b": "v"})}, queue.ErrInvalidArgument},
-		{"a header name of the package's", ps, []sqsleasebus.PublishOption{sqsleasebus.WithHeaders(map[string]string{"leasebus-dead-letter": "{}"})}, queue.ErrInvalidArgument},
-		{"zero option", ps, []sqsleasebus.PublishOption{{}}, queue.ErrInvalidArgument},
-		{"FIFO without a key", pf, nil, queue.ErrInvalidArgument},
-		{"FIFO with a delay", pf, []sqsleasebus.PublishOption{sqsleasebus.WithKey("k"), sqsleasebus.WithDelay(time.Second)}, sqsleasebus.ErrUnsupported},
-		{"dedup IDs in Publish", pf, []sqsleasebus.PublishOption{sqsleasebus.WithKey("k"), sqsleasebus.WithDedupIDs([]string{"x"})}, queue.ErrInvalidArgument},
+		{"priority", ps, []queue.PublishOption{queue.WithPriority(queue.PriorityHigh)}, sqsleasebus.ErrUnsupported},
+		{"not a priority", ps, []queue.PublishOption{queue.WithPriority(99)}, queue.ErrInvalidArgument},
+		{"TTL", ps, []queue.PublishOption{queue.WithTTL(time.Minute)}, sqsleasebus.ErrUnsupported},
+		{"key on a standard queue", ps, []queue.PublishOption{queue.WithKey("k")}, sqsleasebus.ErrUnsupported},
+		{"dedup on a standard queue", ps, []queue.PublishOption{queue.WithDedupID("d")}, sqsleasebus.ErrUnsupported},
+		{"delay past 15m", ps, []queue.PublishOption{queue.WithDelay(16 * time.Minute)}, queue.ErrInvalidArgument},
+		{"negative delay", ps, []queue.PublishOption{queue.WithDelay(-time.Second)}, queue.ErrInvalidArgument},
+		{"11 headers", ps, []queue.PublishOption{queue.WithHeaders(many)}, queue.ErrInvalidArgument},
+		{"a header name SQS refuses", ps, []queue.PublishOption{queue.WithHeaders(map[string]string{"a b": "v"})}, queue.ErrInvalidArgument},
+		{"a header name of the package's", ps, []queue.PublishOption{queue.WithHeaders(map[string]string{"leasebus-dead-letter": "{}"})}, queue.ErrInvalidArgument},
+		{"zero option", ps, []queue.PublishOption{{}}, queue.ErrInvalidArgument},
+		{"a topic no queue can be named", "no queue!", nil, queue.ErrInvalidArgument},
+		{"a dedup ID SQS does not take", pf, []queue.PublishOption{queue.WithDedupID("with space")}, queue.ErrInvalidArgument},
+		{"a key of the package's", pf, []queue.PublishOption{queue.WithKey("leasebus-unkeyed-x")}, queue.ErrInvalidArgument},
+		{"FIFO with a delay", pf, []queue.PublishOption{queue.WithKey("k"), queue.WithDelay(time.Second)}, sqsleasebus.ErrUnsupported},
+		{"dedup IDs in Publish", pf, []queue.PublishOption{queue.WithKey("k"), queue.WithDedupIDs([]string{"x"})}, queue.ErrInvalidArgument},
 	} {
-		if _, err := c.pub.Publish(ctx, "p", c.opts...); !errors.Is(err, c.want) {
+		if _, err := pub.Publish(ctx, c.topic, "p", c.opts...); !errors.Is(err, c.want) {
 			t.Errorf("%s: err = %v, want one matching %v", c.name, err, c.want)
 		}
+		var o queue.PublishOptions
+		if o.Apply(c.opts...) == nil && o.DedupIDs == nil { // a batch's IDs are Publish's own refusal
+			if err := pub.CheckPublish(c.topic, o); !errors.Is(err, c.want) {
+				t.Errorf("%s: CheckPublish = %v, want one matching %v", c.name, err, c.want)
+			}
+		}
 	}
-	if _, err := ps.Publish(ctx, strings.Repeat("x", 1<<20+1)); !errors.Is(err, sqsleasebus.ErrTooLarge) {
+	if _, err := pub.Publish(ctx, ps, strings.Repeat("x", 1<<20+1)); !errors.Is(err, sqsleasebus.ErrTooLarge) {
 		t.Errorf("a body over 1 MiB: %v", err)
 	}
-	if _, err := ps.PublishBatch(ctx, []string{"a", strings.Repeat("x", 1<<20+1)}); !errors.Is(err, sqsleasebus.ErrTooLarge) {
+	if _, err := pub.PublishBatch(ctx, ps, []string{"a", strings.Repeat("x", 1<<20+1)}); !errors.Is(err, sqsleasebus.ErrTooLarge) {
 		t.Errorf("a batch entry over 1 MiB: %v", err)
 	}
-	if _, err := pf.PublishBatch(ctx, []string{"a", "b"}, sqsleasebus.WithKey("k"), sqsleasebus.WithDedupIDs([]string{"x"})); !errors.Is(err, queue.ErrInvalidArgument) {
+	if _, err := pub.PublishBatch(ctx, pf, []string{"a", "b"}, queue.WithKey("k"), queue.WithDedupIDs([]string{"x"})); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Errorf("one dedup ID for two payloads: %v", err)
 	}
-	if _, err := pf.PublishBatch(ctx, []string{"a"}, sqsleasebus.WithKey("k"), sqsleasebus.WithDedupID("x")); !errors.Is(err, queue.ErrInvalidArgument) {
+	if _, err := pub.PublishBatch(ctx, pf, []string{"a"}, queue.WithKey("k"), queue.WithDedupID("x")); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Errorf("WithDedupID in a batch: %v", err)
 	}
-	if _, err := sqsleasebus.NewPublisher[string](srv.Client, std, nil, sqsleasebus.WithVisibilityTimeout(time.Second)); !errors.Is(err, queue.ErrInvalidArgument) {
+	if _, err := sqsleasebus.NewPublisher[string](srv.Client, nil, sqsleasebus.WithVisibilityTimeout(time.Second)); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Errorf("NewPublisher with a Subscription's option: %v", err)
 	}
-	if _, err := sqsleasebus.NewPublisher[string](nil, std, nil); !errors.Is(err, queue.ErrInvalidArgument) {
+	if _, err := sqsleasebus.NewPublisher[string](nil, nil); !errors.Is(err, queue.ErrInvalidArgument) {
 		t.Errorf("NewPublisher(nil client): %v", err)
-	}
-	if _, err := sqsleasebus.NewPublisher[string](srv.Client, "", nil); !errors.Is(err, queue.ErrInvalidArgument) {
-		t.Errorf("NewPublisher(no URL): %v", err)
 	}
 	// Nothing refused was sent.
 	out, err := srv.Client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(std), AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
@@ -283,13 +285,13 @@ func TestPublishRefusals(t *testing.T) {
 	if n := out.Attributes["ApproximateNumberOfMessages"]; n != "0" {
 		t.Fatalf("%s messages in the queue after refusals", n)
 	}
-	// A queue that does not exist is the first Publish's error.
-	gone, err := sqsleasebus.NewPublisher[string](srv.Client, srv.URL+"/000000000000/nope", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A queue that does not exist is the first Publish's error: not found,
+	// not refused for good (it may be made).
 	var qe *sqsleasebus.QueueError
-	if _, err := gone.Publish(ctx, "p"); !errors.Is(err, sqsleasebus.ErrQueueNotFound) || !errors.As(err, &qe) {
+	if _, err := pub.Publish(ctx, "nope", "p"); !errors.Is(err, sqsleasebus.ErrQueueNotFound) || !errors.Is(err, queue.ErrTopicNotFound) || !errors.As(err, &qe) {
 		t.Fatalf("Publish to a missing queue: %v", err)
 	}
 }
+
+// topicOf is the topic of the queue at url, to a Publisher: its name.
+func topicOf(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }

@@ -36,11 +36,11 @@ func withDLQ(t *testing.T, srv *sqstest.Server, name string, maxReceive int) *sq
 func rejectAll(t *testing.T, srv *sqstest.Server, sub *sqsleasebus.Subscription[string], payloads ...string) {
 	t.Helper()
 	ctx := context.Background()
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, sub.QueueURL(), nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.PublishBatch(ctx, payloads); err != nil {
+	if _, err := pub.PublishBatch(ctx, topicOf(sub.QueueURL()), payloads); err != nil {
 		t.Fatal(err)
 	}
 	for n := 0; n < len(payloads); {

@@ -82,11 +82,11 @@ func TestMaxAttemptsRefreshed(t *testing.T) {
 	srv := sqstest.Start(t)
 	ctx := context.Background()
 	sub := withDLQ(t, srv, "policy", 3)
-	pub, err := sqsleasebus.NewPublisher[string](srv.Client, sub.QueueURL(), nil)
+	pub, err := sqsleasebus.NewPublisher[string](srv.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.PublishBatch(ctx, []string{"before", "after"}); err != nil {
+	if _, err := pub.PublishBatch(ctx, topicOf(sub.QueueURL()), []string{"before", "after"}); err != nil {
 		t.Fatal(err)
 	}
 	if d := pollAll(t, sub, 1)[0]; d.MaxAttempts != 3 {

@@ -151,7 +151,7 @@ func (rc *request) publish(q *sqsQueue, st settings, o *outgoing) (sendMessageOu
 		}
 		o.msg.Sequence = n
 	}
-	m, err := rc.s.b.Publish(rc.ctx(), q.name, o.msg, o.options(q, st)...)
+	m, err := rc.s.b.Publish(rc.storeCtx(), q.name, o.msg, o.options(q, st)...)
 	if err != nil {
 		return sendMessageOutput{}, rc.s.publishError(err)
 	}
@@ -302,7 +302,7 @@ func (rc *request) publishStandard(q *sqsQueue, st settings, entries []sendMessa
 		for j, i := range idx {
 			payloads[j] = ready[i].msg
 		}
-		ms, err := rc.s.b.PublishBatch(rc.ctx(), q.name, payloads, ready[idx[0]].options(q, st)...)
+		ms, err := rc.s.b.PublishBatch(rc.storeCtx(), q.name, payloads, ready[idx[0]].options(q, st)...)
 		for j, i := range idx {
 			id := *entries[i].ID
 			if err != nil {

@@ -261,6 +261,13 @@ type request struct {
 
 func (rc *request) ctx() context.Context { return rc.r.Context() }
 
+// storeCtx is the context a send stores its messages with: the request's
+// without its end, so that a send the server has read is stored whole
+// even when its client goes away or the server shuts down meanwhile (a
+// publish with a done context stores nothing). A queue never blocks a
+// send (its overflow policy refuses), so nothing waits on it.
+func (rc *request) storeCtx() context.Context { return context.WithoutCancel(rc.r.Context()) }
+
 // baseURL is the scheme and host of the queue URLs this request gets.
 func (rc *request) baseURL() string {
 	if rc.s.cfg.baseURL != "" {

@@ -82,7 +82,7 @@ func run(ctx context.Context, path string, signups []string, out io.Writer) erro
 			if _, err := tx.ExecContext(ctx, `INSERT INTO users (email) VALUES (?)`, email); err != nil {
 				return err
 			}
-			if _, err := o.Enqueue(ctx, tx, "welcome", welcome{Email: email}, outbox.WithKey(email)); err != nil {
+			if _, err := o.Enqueue(ctx, tx, "welcome", welcome{Email: email}, queue.WithKey(email)); err != nil {
 				return err
 			}
 			if !strings.Contains(email, "@") { // found out after the writes: all of it rolls back
@@ -113,7 +113,7 @@ func run(ctx context.Context, path string, signups []string, out io.Writer) erro
 	if err != nil {
 		return err
 	}
-	relay, err := o.NewRelay(outbox.ToBroker(b))
+	relay, err := o.NewRelay(b)
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,12 @@ func run(ctx context.Context, client *sqs.Client, clk clock.Clock, out io.Writer
 	if err != nil {
 		return err
 	}
-	pub, err := sqsleasebus.NewPublisher[Signup](client, url, nil, sqsleasebus.WithClock(clk))
+	pub, err := sqsleasebus.NewPublisher[Signup](client, nil, sqsleasebus.WithClock(clk))
 	if err != nil {
 		return err
 	}
 	signups := []Signup{{1, "ada@example.com"}, {2, "grace@example.com"}, {3, "edsger(at)example.com"}, {4, "barbara@example.com"}}
-	if _, err := pub.PublishBatch(ctx, signups); err != nil {
+	if _, err := pub.PublishBatch(ctx, queueName, signups); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "published %d signups to %s\n", len(signups), queueName)
