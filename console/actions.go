@@ -57,6 +57,10 @@ func (r Result) message() string {
 		fmt.Fprintf(&b, "Resumed schedule %s: the slots it was paused for are skipped.", r.Schedule)
 	case "schedule-trigger":
 		fmt.Fprintf(&b, "Fired schedule %s now.", r.Schedule)
+	case "outbox-requeue":
+		fmt.Fprintf(&b, "Requeued %d dead row%s: the relay publishes them next.", r.Count, plural(r.Count))
+	case "outbox-discard":
+		fmt.Fprintf(&b, "Discarded %d dead row%s.", r.Count, plural(r.Count))
 	}
 	if r.Error != "" {
 		fmt.Fprintf(&b, " Not done: %s", r.Error)

@@ -69,6 +69,7 @@ type config struct {
 	readOnly bool
 	title    string
 	sched    *schedule.Scheduler // WithSchedules
+	outbox   Outbox              // WithOutbox
 	workers  *poller.Registry    // WithWorkers
 	step     time.Duration       // WithHistory
 	points   int
@@ -171,7 +172,9 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /message", c.messagePage)
 	m.HandleFunc("GET /api/message", c.messageJSON)
 	m.HandleFunc("GET /api/workers", c.workersJSON)
-	for _, a := range slices.Concat(actions[T](), messageActions[T](), scheduleActions[T]()) {
+	m.HandleFunc("GET /outbox", c.outboxPage)
+	m.HandleFunc("GET /api/outbox", c.outboxJSON)
+	for _, a := range slices.Concat(actions[T](), messageActions[T](), scheduleActions[T](), outboxActions[T]()) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))
 		m.HandleFunc("POST /api/actions/"+a.name, c.action(a, true))
 	}

@@ -22,6 +22,10 @@ type Overview struct {
 	Time          time.Time         `json:"time"` // the broker clock's now
 	Subscriptions []SubscriptionRow `json:"subscriptions"`
 	DeadLetters   StoreCounts       `json:"deadLetters"`
+	// OutboxDeadRows counts an outbox's dead rows (WithOutbox); nil
+	// without one, or when they could not be counted (OutboxError says why).
+	OutboxDeadRows *int64 `json:"outboxDeadRows,omitempty"`
+	OutboxError    string `json:"outboxError,omitempty"`
 }
 
 // SubscriptionRow is one subscription in the overview. The counters
@@ -241,6 +245,11 @@ func (c *Console[T]) overview(ctx context.Context) (Overview, error) {
 	}
 	o := Overview{Time: now, DeadLetters: store, Subscriptions: []SubscriptionRow{}}
 	o.Recording, o.Span = c.recording(), ago(time.Duration(c.cfg.points)*c.cfg.step)
+	if n, why := c.outboxCount(ctx); n >= 0 {
+		o.OutboxDeadRows = &n
+	} else {
+		o.OutboxError = why
+	}
 	for _, s := range subs {
 		r := row(s, held.of(s))
 		if hs := c.series(s.Topic, s.Name); hs != nil {

@@ -49,9 +49,10 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 		},
 		"u64":  func(n uint64) string { return strconv.FormatUint(n, 10) },
 		"list": func(s ...string) []string { return s },
+		"deref": func(n *int64) int64 { return *n },
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "workers", "search", "message", "error"} {
+	for _, name := range []string{"overview", "subscription", "deadletters", "deadletter", "schedules", "workers", "search", "message", "outbox", "error"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "assets/templates/layout.html", "assets/templates/"+name+".html")
 		if err != nil {
 			return nil, err
@@ -68,6 +69,7 @@ type page struct {
 	Can      can    // what the backend does beyond the Backend interface
 	Sched    bool   // the console shows schedules (WithSchedules)
 	Workers  bool   // the console shows pools (WithWorkers)
+	Outbox   bool   // the console shows an outbox's dead rows (WithOutbox)
 	Done     string // what the last action did
 	Back     string // this page's path and query, for the forms' back field
 	Data     any
@@ -75,7 +77,7 @@ type page struct {
 
 func (c *Console[T]) render(w http.ResponseWriter, r *http.Request, status int, name string, data any) {
 	var buf bytes.Buffer
-	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Sched: c.cfg.sched != nil, Workers: c.cfg.workers != nil, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
+	p := page{Title: c.cfg.title, ReadOnly: c.cfg.readOnly, Can: c.can, Sched: c.cfg.sched != nil, Workers: c.cfg.workers != nil, Outbox: c.cfg.outbox != nil, Done: r.URL.Query().Get("done"), Back: backOf(r), Data: data}
 	if err := c.pages[name].Execute(&buf, p); err != nil {
 		http.Error(w, "console: "+err.Error(), http.StatusInternalServerError)
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
 
@@ -15,21 +16,9 @@ import (
 // topic name or a dedup ID the backend does not take, an option it cannot
 // carry, a message too large), or its payload or headers did not decode.
 // The rows after it went on. A dead row stays until RequeueDeadRows puts
-// it back or DiscardDeadRows deletes it.
-type DeadRow struct {
-	ID         int64 // the row's ID in the outbox
-	Topic      string
-	Payload    []byte // as the codec encoded it
-	Key        string
-	Priority   queue.Priority
-	Headers    map[string]string // nil if none, or if they did not decode
-	Delay      time.Duration
-	DedupID    string
-	TTL        time.Duration // from the publish; 0: none
-	EnqueuedAt time.Time
-	Error      string    // why it was moved aside
-	DeadAt     time.Time // when, on the outbox's clock
-}
+// it back or DiscardDeadRows deletes it; the console shows them
+// (console.WithOutbox). It is backend.DeadRow.
+type DeadRow = backend.DeadRow
 
 // DeadRows returns up to limit dead rows whose ID is above after, in ID
 // order: pass the last one's ID to read the next page. limit >= 1.
