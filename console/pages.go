@@ -47,8 +47,8 @@ func parsePages(prefix string) (map[string]*template.Template, error) {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000")
 		},
-		"u64":  func(n uint64) string { return strconv.FormatUint(n, 10) },
-		"list": func(s ...string) []string { return s },
+		"u64":   func(n uint64) string { return strconv.FormatUint(n, 10) },
+		"list":  func(s ...string) []string { return s },
 		"deref": func(n *int64) int64 { return *n },
 	}
 	pages := map[string]*template.Template{}
