@@ -145,15 +145,16 @@ func (q *Queue[T]) showLocked(now time.Time, e *entry[T], fresh bool) {
 	q.wakeLocked()
 }
 
-// unplaceLocked takes a waiting entry out of the ready lanes or the
-// delayed heap (a held entry leaves its key in finishLocked).
+// unplaceLocked takes a waiting entry out of the ready lanes, the
+// delayed heap or the limited heap (a held entry leaves its key in finishLocked).
 func (q *Queue[T]) unplaceLocked(e *entry[T]) {
 	switch e.state {
 	case stateReady:
 		q.ready.remove(e)
 	case stateDelayed:
 		q.delayed.remove(int(e.index))
-		q.undelayLocked(e)
+	case stateLimited:
+		q.limited.remove(int(e.index))
 	}
 }
 

@@ -13,14 +13,13 @@ import (
 // many a Poll leases (leaseLocked) and, with visible messages and no
 // token, sets the Poll's wake-up (nextEventLocked). A key's bucket is
 // read per message: a message whose key has no token goes into the
-// delayed heap until the token is due, flagged keyLimited, and counts as
-// visible there (Stats, Peek); the sweep brings it back to the ready
-// lanes in its place. A key whose bucket is full again is forgotten, so
+// limited heap until the token is due, and counts as visible there (Stats,
+// Peek); the sweep brings it back to the ready lanes in its place. A key whose bucket is full again is forgotten, so
 // the buckets kept are those of keys served within about the last two periods.
 
 // takeKeyTokenLocked takes a token of e's key's bucket and reports true,
 // or, with none to take, puts e (popped from the ready lanes) in the
-// delayed heap until its key's next token is due and reports false.
+// limited heap until its key's next token is due and reports false.
 func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
 	r := q.cfg.KeyRateLimit
 	key := e.msg.Key
@@ -33,10 +32,8 @@ func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
 		return true
 	}
 	e.at = q.tickOf(r.NextToken(full, now))
-	e.state = stateDelayed
-	e.flags |= keyLimited
-	q.keyLimited++
-	q.delayed.push(e)
+	e.state = stateLimited
+	q.limited.push(e)
 	q.dueAt(e.at)
 	return false
 }
@@ -76,20 +73,11 @@ func (q *Queue[T]) EmptyBuckets() {
 	}
 }
 
-// undelayLocked notes that e, taken out of the delayed heap, no longer
-// waits there for its key's token, if it did.
-func (q *Queue[T]) undelayLocked(e *entry[T]) {
-	if e.is(keyLimited) {
-		e.flags &^= keyLimited
-		q.keyLimited--
-	}
-}
-
 // limitedLocked returns how many visible messages a rate limit keeps from
 // being leased at now: those waiting for their key's token, and those
 // beyond the subscription's tokens.
 func (q *Queue[T]) limitedLocked(now time.Time) int {
-	n := q.keyLimited
+	n := q.limited.len()
 	if r := q.cfg.RateLimit; !r.IsZero() {
 		n += max(0, q.ready.len()-r.Tokens(q.rateFull, now))
 	}

@@ -38,7 +38,7 @@ func (q *Queue[T]) DeleteMessages(ids ...uuid.UUID) (int, error) {
 func (q *Queue[T]) MakeVisible(ids ...uuid.UUID) (int, error) {
 	return q.manage(ids, func(now time.Time, e *entry[T]) (bool, error) {
 		switch {
-		case e.state == stateReady || e.is(keyLimited): // a key-limited one is visible, waiting for its key's token
+		case e.state == stateReady || e.state == stateLimited: // a key-limited one is visible, waiting for its key's token
 			return false, nil
 		case e.state != stateDelayed:
 			return false, fmt.Errorf("%w: message %v is %s: only a delayed message can be made visible", queue.ErrInvalidArgument, e.msg.ID, heldState(e.state))
@@ -145,7 +145,7 @@ func (q *Queue[T]) entryLocked(e *entry[T]) Entry[T] {
 		Message: e.msg, Place: e.place, Attempts: int(e.attempt), InFlight: e.state == stateLeased,
 		LastError: q.lastErrLocked(e),
 	}
-	if e.state != stateLeased && !e.is(keyLimited) { // a leased entry's at is its deadline; a key-limited one is visible
+	if e.state != stateLeased && e.state != stateLimited { // a leased entry's at is its deadline; a key-limited one is visible
 		r.VisibleAt = q.timeOf(e.at)
 	}
 	r.ExpiresAt, r.TTL = q.expiresLocked(e)

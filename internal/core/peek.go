@@ -37,9 +37,6 @@ func (q *Queue[T]) Peek(pq queue.PeekQuery) ([]queue.Held[T], error) {
 				continue
 			}
 			st := heldState(e.state)
-			if e.is(keyLimited) {
-				st = queue.StateVisible // only its key's token is due later
-			}
 			if pq.State != 0 && st != pq.State || pq.ID != (uuid.UUID{}) && e.msg.ID != pq.ID || pq.Key != "" && e.msg.Key != pq.Key {
 				continue
 			}
@@ -84,7 +81,7 @@ func compareSeq(a, b uint64) int {
 
 func heldState(s entryState) queue.State {
 	switch s {
-	case stateReady:
+	case stateReady, stateLimited: // a key-limited one only waits for its key's token
 		return queue.StateVisible
 	case stateDelayed:
 		return queue.StateDelayed

@@ -386,6 +386,9 @@ func (q *Queue[T]) nextEventLocked(now time.Time) (time.Time, bool) {
 	if q.delayed.len() > 0 {
 		next, ok = q.delayed.top().at, true
 	}
+	if q.limited.len() > 0 && (!ok || q.limited.top().at < next) {
+		next, ok = q.limited.top().at, true
+	}
 	if e := q.inflight.Peek(); e != nil && (!ok || e.at < next) {
 		next, ok = e.at, true
 	}

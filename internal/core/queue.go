@@ -59,6 +59,7 @@ type Queue[T any] struct {
 	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
 	ready        ready[T]
 	delayed      entryHeap[T] // by (visibleAt, place)
+	limited      entryHeap[T] // visible entries waiting for their key's rate-limit token, by (token's time, place)
 	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
 	inflight     inflight[T]
 	due          tick                    // nothing in inflight, delayed or ttl is due before it (see dueAt)
@@ -69,7 +70,6 @@ type Queue[T any] struct {
 	keyFloor     time.Time               // when the bucket of a key not in keyFull is full again (EmptyBuckets); zero: full
 	keyFullKept  int                     // len(keyFull) after its last forgetting
 	keyFullAt    time.Time               // when that was
-	keyLimited   int                     // entries in delayed waiting only for their key's token (flag keyLimited)
 	nextSeq      uint64                  // the last place handed out
 	stats        queue.Stats             // the counters; Stats fills in the gauges
 	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
@@ -129,12 +129,12 @@ func (q *Queue[T]) resetLocked() {
 	q.nheld = 0
 	q.ready.reset(q.cfg.FairKeys)
 	q.delayed = newEntryHeap(byVisibleAt[T])
+	q.limited = newEntryHeap(byVisibleAt[T])
 	q.ttl = newTTLHeap(q)
 	q.inflight = newInflight[T]()
 	q.due = farTick
 	q.keys = nil
 	q.heldBack = 0
-	q.keyLimited = 0
 }
 
 // OfferOption adjusts one Offer.
@@ -174,12 +174,12 @@ func (q *Queue[T]) Stats() queue.Stats {
 		q.sweepLocked(now)
 	}
 	s := q.stats
-	s.Visible = q.ready.len() + q.keyLimited
+	s.Visible = q.ready.len() + q.limited.len()
 	s.Limited = q.limitedLocked(now)
 	if oldest, ok := q.ready.oldest(); ok && now.After(oldest) {
 		s.OldestVisibleAge = now.Sub(oldest)
 	}
-	s.Delayed = q.delayed.len() - q.keyLimited
+	s.Delayed = q.delayed.len()
 	s.InFlight = q.inflight.Len()
 	s.HeldBack = q.heldBack
 	s.Paused = q.paused

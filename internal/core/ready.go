@@ -19,6 +19,7 @@ const (
 	stateDelayed                   // in delayed: visible at visibleAt
 	stateLeased                    // in the in-flight table
 	stateHeld                      // held back behind an earlier message of its ordering key
+	stateLimited                   // in limited: visible, waiting for its key's rate-limit token, due at its at
 )
 
 // entry is one subscription's hold on one message. The envelope is shared
@@ -52,7 +53,6 @@ const (
 	hasTTL                            // it has a time to live, in q.ttls
 	inFresh                           // it is in its lane's fresh run (not the other one)
 	keyed                             // its message has an ordering key (known without reading the envelope)
-	keyLimited                        // in the delayed heap only until its key's token is due: visible
 	hasHistory                        // it has attempts in q.hist
 )
 

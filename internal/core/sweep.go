@@ -141,9 +141,12 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 		// settling the delayed messages in the TTL heap: one pass in this
 		// order is the three loops one after the other.
 		if q.delayed.len() > 0 && q.delayed.top().at <= t {
-			e := q.delayed.remove(0)
-			q.undelayLocked(e)
-			q.ready.push(e, false)
+			q.ready.push(q.delayed.remove(0), false)
+			q.wakeLocked()
+			continue
+		}
+		if q.limited.len() > 0 && q.limited.top().at <= t { // its key's token is due
+			q.ready.push(q.limited.remove(0), false)
 			q.wakeLocked()
 			continue
 		}
@@ -176,6 +179,9 @@ func (q *Queue[T]) nextDueLocked() tick {
 	due := farTick
 	if e := q.inflight.Peek(); e != nil {
 		due = e.at
+	}
+	if q.limited.len() > 0 {
+		due = min(due, q.limited.top().at)
 	}
 	if q.delayed.len() > 0 {
 		due = min(due, q.delayed.top().at)
