@@ -23,12 +23,9 @@ import (
 func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
 	r := q.cfg.KeyRateLimit
 	key := e.msg.Key
-	full, ok := q.keyFull[key]
-	if !ok {
-		full = q.keyFloor
-	}
+	full := q.keyFullOf(key)
 	if r.Tokens(full, now) > 0 {
-		q.setKeyFullLocked(now, key, r.Take(full, now, 1))
+		q.setKeyFullLocked(now, r.Per, key, r.Take(full, now, 1))
 		return true
 	}
 	e.at = q.tickOf(r.NextToken(full, now))
@@ -38,19 +35,28 @@ func (q *Queue[T]) takeKeyTokenLocked(now time.Time, e *entry[T]) bool {
 	return false
 }
 
-// setKeyFullLocked keeps when key's bucket is full again. A new key first
-// forgets the buckets full again at now, whenever the map has doubled or a
-// period has passed since that was last done: forgetting costs O(1) a key
-// served, and a bucket is kept at most a period after it is full again.
-func (q *Queue[T]) setKeyFullLocked(now time.Time, key string, full time.Time) {
-	if q.keyFull == nil {
-		q.keyFull = make(map[string]time.Time)
+// keyFullOf returns when key's bucket is full again.
+func (b *buckets) keyFullOf(key string) time.Time {
+	if full, ok := b.keyFull[key]; ok {
+		return full
 	}
-	if _, ok := q.keyFull[key]; !ok && (len(q.keyFull) >= 2*q.keyFullKept+64 || !now.Before(q.keyFullAt.Add(q.cfg.KeyRateLimit.Per))) {
-		q.keyFull = forget(q.keyFull, func(f time.Time) bool { return !now.Before(f) })
-		q.keyFullKept, q.keyFullAt = len(q.keyFull), now
+	return b.keyFloor
+}
+
+// setKeyFullLocked keeps when key's bucket, of period per, is full again.
+// A new key first forgets the buckets full again at now, whenever the map
+// has doubled or a period has passed since that was last done: forgetting
+// costs O(1) a key served, and a bucket is kept at most a period after it
+// is full again.
+func (b *buckets) setKeyFullLocked(now time.Time, per time.Duration, key string, full time.Time) {
+	if b.keyFull == nil {
+		b.keyFull = make(map[string]time.Time)
 	}
-	q.keyFull[key] = full
+	if _, ok := b.keyFull[key]; !ok && (len(b.keyFull) >= 2*b.keyFullKept+64 || !now.Before(b.keyFullAt.Add(per))) {
+		b.keyFull = forget(b.keyFull, func(f time.Time) bool { return !now.Before(f) })
+		b.keyFullKept, b.keyFullAt = len(b.keyFull), now
+	}
+	b.keyFull[key] = full
 }
 
 // EmptyBuckets empties the rate limits' buckets at now, the

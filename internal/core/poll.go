@@ -162,11 +162,12 @@ func (q *Queue[T]) wait(ctx context.Context, h *hint, woken chan struct{}, next 
 	return ctx.Err()
 }
 
-func (q *Queue[T]) setParkedLocked(delta int) {
-	q.parked += delta
-	if q.parkCh != nil {
-		close(q.parkCh)
-		q.parkCh = nil
+// setParkedLocked counts delta more parked Polls and wakes AwaitParked.
+func (w *waiters) setParkedLocked(delta int) {
+	w.parked += delta
+	if w.parkCh != nil {
+		close(w.parkCh)
+		w.parkCh = nil
 	}
 }
 

@@ -31,6 +31,13 @@ const (
 
 // Queue is one subscription's bounded queue of leased messages. It is safe
 // for concurrent use. Create one with New.
+//
+// Its state is grouped by what it is for: what New sets and nothing
+// changes; the entries themselves (store); where each waits (lanes); the
+// rate limits' buckets (buckets); the counters; what a settle owes and a
+// sweep in progress (settling); and who waits for what (waiters). The
+// groups are embedded, so a field reads as q.ready, and each group's own
+// bookkeeping is a method of it. One mutex guards them all.
 type Queue[T any] struct {
 	cfg    queue.Config // immutable after New; defaults filled in
 	clock  clock.Clock
@@ -38,49 +45,84 @@ type Queue[T any] struct {
 	scope  uint64          // the scope of every lease ID this queue issues
 	onDead func(Letter[T]) // receives dead letters, called outside the lock; may be nil
 	rec    Recorder[T]     // told of every change (durable mode); nil in memory
-	chunk  int             // sweepChunk; tests lower it
-	gap    func()          // tests: called between two chunks of a sweep, without the lock; nil otherwise
+	hooks  *testHooks      // nil but in this package's tests
 
 	in *inbox[T] // plain Offers' envelopes, drained under the lock (see inbox)
 
-	mu           sync.Mutex // guards everything below
-	closed       bool
-	paused       bool              // Pause: nothing is leased until Resume
-	arena        [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
-	ttls         [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
-	errs         map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
-	hist         []*histPage       // by slot: where the attempts not acked of entries that had some are (flag hasHistory; history.go)
-	histArena    histArena         // those attempts
-	histText     map[uint64]string // the attempts' own error texts, by attemptRec.text
-	nextText     uint64            // the last key of histText handed out, less failedID
-	slots        uint32            // slots in the arena
-	freeHead     uint32            // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
-	nheld        int               // entries held
-	maxGen       uint32            // the highest generation handed out: a new chunk starts above it
-	ready        ready[T]
-	delayed      entryHeap[T] // by (visibleAt, place)
-	limited      entryHeap[T] // visible entries waiting for their key's rate-limit token, by (token's time, place)
-	ttl          entryHeap[T] // waiting entries that have a TTL, by expiry
-	inflight     inflight[T]
-	due          tick                    // nothing in inflight, delayed or ttl is due before it (see dueAt)
-	keys         map[string]*keyQueue[T] // ordering keys with a message held
-	heldBack     int                     // entries held back behind their key's out ones
-	rateFull     time.Time               // when RateLimit's bucket is full again (see limits.go)
-	keyFull      map[string]time.Time    // when each key's KeyRateLimit bucket is full again, for keys not forgotten
-	keyFloor     time.Time               // when the bucket of a key not in keyFull is full again (EmptyBuckets); zero: full
-	keyFullKept  int                     // len(keyFull) after its last forgetting
-	keyFullAt    time.Time               // when that was
-	nextSeq      uint64                  // the last place handed out
-	stats        queue.Stats             // the counters; Stats fills in the gauges
-	pending      []deadNote[T]           // dead letters to hand to onDead after unlocking
-	backlog      [][]deadNote[T]         // earlier ones of an unfinished sweep, to hand before pending
-	dirty        bool                    // something was recorded since the last unlock
-	sweeping     bool                    // a settle (at sweepAt) unlocked between two chunks, or left by an Offer, and is not done
-	sweepLeft    bool                    // that settle was left by an Offer (see offerNeedsNoSettleLocked): no call runs it
-	sweepAt      time.Time               // the time of that settle
-	swept        chan struct{}           // closed and dropped when it is done (or the queue closes); nil when none wait
-	sweepWaiters int                     // calls waiting for it
+	mu     sync.Mutex // guards everything below
+	closed bool
+	paused bool // Pause: nothing is leased until Resume
+	store[T]
+	lanes[T]
+	buckets
+	stats queue.Stats // the counters; Stats fills in the gauges
+	settling[T]
+	waiters
+}
 
+// testHooks are what this package's tests change of a queue's sweep.
+type testHooks struct {
+	chunk int    // how many items a sweep settles between unlocks; 0: sweepChunk
+	gap   func() // called between two chunks of a sweep, without the lock; nil: nothing
+}
+
+// store is the entries, held or free, and what few of them need beside
+// (see arena.go, history.go).
+type store[T any] struct {
+	arena     [][]entry[T]      // every entry, held or free, by slot, in chunks (pointers stay valid)
+	ttls      [][]ttlInfo       // beside the arena, by slot: the TTLs of entries that have one (nil until one does)
+	errs      map[uint32]string // by slot: the LastError of entries whose text is not the queue's own (errCustom)
+	hist      []*histPage       // by slot: where the attempts not acked of entries that had some are (flag hasHistory; history.go)
+	histArena histArena         // those attempts
+	histText  map[uint64]string // the attempts' own error texts, by attemptRec.text
+	nextText  uint64            // the last key of histText handed out, less failedID
+	slots     uint32            // slots in the arena
+	freeHead  uint32            // the first free slot + 1, 0 for none; a free entry's place is the next one's + 1
+	nheld     int               // entries held
+	maxGen    uint32            // the highest generation handed out: a new chunk starts above it
+	nextSeq   uint64            // the last place handed out
+}
+
+// lanes is where each held entry is, by its state (ready.go): visible in
+// the ready lanes, waiting in the delayed or the limited heap, leased in
+// the in-flight table, or held back in its key's queue.
+type lanes[T any] struct {
+	ready    ready[T]
+	delayed  entryHeap[T]            // by (visibleAt, place)
+	limited  entryHeap[T]            // visible entries waiting for their key's rate-limit token, by (token's time, place)
+	ttl      entryHeap[T]            // waiting entries that have a TTL, by expiry
+	inflight inflight[T]             // leased entries, by deadline
+	due      tick                    // nothing in inflight, delayed, limited or ttl is due before it (see dueAt)
+	keys     map[string]*keyQueue[T] // ordering keys with a message held
+	heldBack int                     // entries held back behind their key's out ones
+}
+
+// buckets is the rate limits' token buckets, each kept as the time it is
+// full again (see limits.go).
+type buckets struct {
+	rateFull    time.Time            // when RateLimit's bucket is full again
+	keyFull     map[string]time.Time // when each key's KeyRateLimit bucket is full again, for keys not forgotten
+	keyFloor    time.Time            // when the bucket of a key not in keyFull is full again (EmptyBuckets); zero: full
+	keyFullKept int                  // len(keyFull) after its last forgetting
+	keyFullAt   time.Time            // when that was
+}
+
+// settling is what an unlock owes (dead letters to hand over, a commit)
+// and the sweep in progress (sweep.go).
+type settling[T any] struct {
+	pending      []deadNote[T]   // dead letters to hand to onDead after unlocking
+	backlog      [][]deadNote[T] // earlier ones of an unfinished sweep, to hand before pending
+	dirty        bool            // something was recorded since the last unlock
+	sweeping     bool            // a settle (at sweepAt) unlocked between two chunks, or left by an Offer, and is not done
+	sweepLeft    bool            // that settle was left by an Offer (see offerNeedsNoSettleLocked): no call runs it
+	sweepAt      time.Time       // the time of that settle
+	swept        chan struct{}   // closed and dropped when it is done (or the queue closes); nil when none wait
+	sweepWaiters int             // calls waiting for it
+}
+
+// waiters is who waits on the queue, and how each is woken: a channel
+// closed and dropped.
+type waiters struct {
 	wake         chan struct{} // closed and dropped to wake waiting Polls; nil when none wait
 	parked       int           // Polls waiting with their timer armed
 	parkCh       chan struct{} // closed and dropped when parked changes
@@ -107,7 +149,6 @@ func New[T any](cfg queue.Config, onDead func(Letter[T])) (*Queue[T], error) {
 		clock:  FastNow(cfg.Clock),
 		scope:  rand.Uint64() | 1, // never 0: the zero ID is never issued
 		onDead: onDead,
-		chunk:  sweepChunk,
 	}
 	q.epoch = q.clock.Now()
 	q.in = newInbox(q, defaultInbox)

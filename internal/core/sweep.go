@@ -101,8 +101,8 @@ func (q *Queue[T]) runSweepLocked(now time.Time) {
 		if dirty {
 			_ = q.rec.Commit() // a store's error shows on the next call that records
 		}
-		if q.gap != nil {
-			q.gap()
+		if q.hooks != nil && q.hooks.gap != nil {
+			q.hooks.gap()
 		}
 		// Let a call waiting for the lock take it now: a sync.Mutex hands
 		// itself over only to a waiter that has waited for 1 ms, and this
@@ -122,11 +122,16 @@ func (q *Queue[T]) runSweepLocked(now time.Time) {
 	}
 }
 
-// sweepChunkLocked settles at most q.chunk items due at now and reports
+// sweepChunkLocked settles at most sweepChunk items (or the tests'
+// hooks.chunk) due at now and reports
 // whether that was all of them.
 func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 	t := q.tickOf(now)
-	for range q.chunk {
+	n := sweepChunk
+	if q.hooks != nil && q.hooks.chunk > 0 {
+		n = q.hooks.chunk
+	}
+	for range n {
 		if e := q.inflight.PopExpired(t); e != nil {
 			q.setErrKindLocked(e, errExpired)
 			q.noteLocked(e.at, e, queue.AttemptExpired, "")
@@ -167,9 +172,9 @@ func (q *Queue[T]) sweepChunkLocked(now time.Time) bool {
 // of every such time, so that a settle before it has nothing to do and
 // returns at once. Removals leave it be (an early bound only costs the
 // next settle a look, which sets it exactly).
-func (q *Queue[T]) dueAt(k tick) {
-	if k < q.due {
-		q.due = k
+func (l *lanes[T]) dueAt(k tick) {
+	if k < l.due {
+		l.due = k
 	}
 }
 

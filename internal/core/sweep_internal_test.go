@@ -24,7 +24,7 @@ import (
 // setGap sets the function called between two chunks of a sweep. (The
 // benchmarks call it, so that they build against the code before sweeps
 // too, with a setGap that does nothing: one chunk, the whole settle.)
-func setGap[T any](q *Queue[T], f func()) { q.gap = f }
+func setGap[T any](q *Queue[T], f func()) { q.testHooks().gap = f }
 
 // awaitSweepWaiters waits, without q's lock (from q.gap), until n calls
 // wait for the sweep to finish; it fails the test if they do not within
@@ -63,7 +63,7 @@ func sweepQueue(t *testing.T, cfg queue.Config, chunk, n int, onDead func(Letter
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.chunk = chunk
+	q.testHooks().chunk = chunk
 	t.Cleanup(func() { q.Close() })
 	for i := range n {
 		if err := q.Offer(context.Background(), &queue.Message[int]{Payload: i}, 0); err != nil {
@@ -90,7 +90,7 @@ func TestSweepReleasesTheLockBetweenChunks(t *testing.T) {
 		t.Run(fmt.Sprintf("chunk=%d/n=%d", tc.chunk, tc.n), func(t *testing.T) {
 			q, _, _ := sweepQueue(t, queue.Config{}, tc.chunk, tc.n, nil)
 			gaps := 0
-			q.gap = func() {
+			q.testHooks().gap = func() {
 				if !q.mu.TryLock() {
 					t.Error("the lock is held between chunks")
 					return
@@ -134,7 +134,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	q.chunk = chunk
+	q.testHooks().chunk = chunk
 	ctx := context.Background()
 	for i := range n + 2 {
 		if err := q.Offer(ctx, &queue.Message[int]{Payload: i}, 0); err != nil {
@@ -158,7 +158,7 @@ func TestSweepLetsTheCallsThatCannotTellGoAhead(t *testing.T) {
 		wg.Go(func() { r := f(); r.name = name; waiting <- r })
 	}
 	gaps := 0
-	q.gap = func() {
+	q.testHooks().gap = func() {
 		gaps++
 		if gaps != 1 {
 			return
@@ -263,7 +263,7 @@ func TestSweepDeadLettersInOrderAfterTheSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	q.chunk = chunk
+	q.testHooks().chunk = chunk
 	for i := range n {
 		if err := q.Offer(context.Background(), &queue.Message[int]{Payload: n - 1 - i, Priority: queue.Priority(i%4 - 1)}, 0); err != nil {
 			t.Fatal(err)
@@ -272,7 +272,7 @@ func TestSweepDeadLettersInOrderAfterTheSweep(t *testing.T) {
 	ds := q.TryPoll(n) // by priority, then place: the order they expire in
 	mock.Add(time.Minute)
 	commits := rec.commits
-	q.gap = func() {
+	q.testHooks().gap = func() {
 		if len(got) != 0 {
 			t.Errorf("%d dead letters handed over between chunks", len(got))
 		}
@@ -307,7 +307,7 @@ func TestSweepEndsWhenTheQueueCloses(t *testing.T) {
 	var errs []error
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	q.gap = func() { // once: the sweep ends at the next chunk
+	q.testHooks().gap = func() { // once: the sweep ends at the next chunk
 		for _, f := range []func() error{
 			func() error { _, err := q.Poll(context.Background(), 1); return err },
 			func() error { return q.Ack(ds[90].LeaseID) },
@@ -349,9 +349,9 @@ func TestSweepRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	q.chunk = 8
+	q.testHooks().chunk = 8
 	var gaps atomic.Int64
-	q.gap = func() { gaps.Add(1) }
+	q.testHooks().gap = func() { gaps.Add(1) }
 	ctx := context.Background()
 	for i := range 400 {
 		if err := q.Offer(ctx, &queue.Message[int]{Payload: i}, 0); err != nil {
@@ -468,10 +468,18 @@ func TestQueueModelChunked(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				h, seq := drawModelRun(rt, policy)
 				defer h.close()
-				h.q.chunk = 1
-				h.q.gap = func() { chunked++ }
+				h.q.testHooks().chunk = 1
+				h.q.testHooks().gap = func() { chunked++ }
 				h.run(seq)
 			})
 		})
 	}
+}
+
+// testHooks returns q's test hooks, made the first time.
+func (q *Queue[T]) testHooks() *testHooks {
+	if q.hooks == nil {
+		q.hooks = &testHooks{}
+	}
+	return q.hooks
 }

@@ -50,7 +50,7 @@ func TestOfferLeavesTheSweepToTheNextCall(t *testing.T) {
 			mock.Add(time.Minute)
 			offeredAt := mock.Now()
 			gaps := 0
-			q.gap = func() { gaps++ }
+			q.testHooks().gap = func() { gaps++ }
 			if err := tc.offer(q); err != nil {
 				t.Fatal(err)
 			}
