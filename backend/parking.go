@@ -65,8 +65,9 @@ func (pk *Parking) set(parked bool, wake time.Time) {
 	}
 }
 
-// PollRequest is what a worker pool asks of one Poll of a PoolPoller.
-type PollRequest struct {
+// PollRequest is what a worker pool asks of one Poll of a PoolPoller of
+// T's.
+type PollRequest[T any] struct {
 	// Max is how many deliveries the Poll may return at most, as Poll's
 	// n: at least 1.
 	Max int
@@ -77,12 +78,11 @@ type PollRequest struct {
 	Hold time.Duration
 	// Parking, if not nil, is marked while the Poll is parked.
 	Parking *Parking
-	// Buf, if not nil, is a *[]queue.Delivery[T] (T the source's) whose
-	// array the Poll may write its deliveries into, up to its capacity,
-	// and return a slice of, instead of allocating one: a pool that copies
-	// each delivery out before its next Poll asks for no allocation per
-	// Poll. A source may ignore it.
-	Buf any
+	// Buf, if not nil, is a buffer whose array the Poll may write its
+	// deliveries into, up to its capacity, and return a slice of, instead
+	// of allocating one: a pool that copies each delivery out before its
+	// next Poll asks for no allocation per Poll. A source may ignore it.
+	Buf *[]queue.Delivery[T]
 }
 
 // PoolPoller is implemented by a source that takes what a worker pool
@@ -96,7 +96,7 @@ type PollRequest struct {
 // every request on to a source that does: claiming it without marking
 // the Parking would keep the pool from ever coming to rest.
 type PoolPoller[T any] interface {
-	PollFor(ctx context.Context, req PollRequest) (ds []queue.Delivery[T], held bool, err error)
+	PollFor(ctx context.Context, req PollRequest[T]) (ds []queue.Delivery[T], held bool, err error)
 }
 
 // PoolIdleAwaiter is implemented by an IdleAwaiter whose wait for idle can

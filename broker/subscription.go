@@ -84,7 +84,7 @@ func (s *Subscription[T]) PollInto(ctx context.Context, dst []queue.Delivery[T])
 // the publish or settle that wakes it unparks it before it returns.
 // req.Max < 1 or req.Hold < 0 is an error matching
 // queue.ErrInvalidArgument.
-func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest) (ds []queue.Delivery[T], held bool, err error) {
+func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) (ds []queue.Delivery[T], held bool, err error) {
 	return s.q.PollFor(ctx, req)
 }
 

@@ -322,7 +322,7 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 		r.pp = pp
 		r.rest.parking = backend.NewParking(r.change)
 		r.buf = make([]queue.Delivery[T], 0, p.cfg.batch)
-		r.req = backend.PollRequest{Parking: r.rest.parking, Buf: &r.buf}
+		r.req = backend.PollRequest[T]{Parking: r.rest.parking, Buf: &r.buf}
 		if p.cfg.maxExtension != NoExtension { // lease for the whole allowance (see the package doc)
 			r.req.Hold = p.cfg.maxExtension
 		}

@@ -163,7 +163,7 @@ func (f *failing) Poll(ctx context.Context, n int) ([]queue.Delivery[string], er
 	return f.Subscription.Poll(ctx, n)
 }
 
-func (f *failing) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+func (f *failing) PollFor(ctx context.Context, req backend.PollRequest[string]) ([]queue.Delivery[string], bool, error) {
 	if f.fails.Add(-1) >= 0 {
 		return nil, false, errFlaky
 	}

@@ -74,7 +74,7 @@ type run[T any] struct {
 	shut           atomic.Bool             // Shutdown stopped the run: no drain timeout
 	pp             backend.PoolPoller[T]   // the source, if it takes a pool's requests; nil otherwise
 	buf            []queue.Delivery[T]     // the Polls' buffer (req.Buf): each Poll's deliveries, copied into items before the next
-	req            backend.PollRequest     // what the pool asks of each Poll of pp (Max set per Poll)
+	req            backend.PollRequest[T]  // what the pool asks of each Poll of pp (Max set per Poll)
 	hctx           context.Context         // the handlers' base: Run's values, cancelled only by cancelHandlers
 	cancelHandlers context.CancelCauseFunc // cancels hctx
 	work           chan *item[T]           // leased, waiting for a worker; never holds more than maxOutstanding

@@ -38,7 +38,7 @@ func (s *slowSettle) Poll(ctx context.Context, n int) ([]queue.Delivery[string],
 	return s.Subscription.Poll(ctx, n)
 }
 
-func (s *slowSettle) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+func (s *slowSettle) PollFor(ctx context.Context, req backend.PollRequest[string]) ([]queue.Delivery[string], bool, error) {
 	s.polls.Add(1)
 	if s.nacking.Load() {
 		s.early.Add(1)

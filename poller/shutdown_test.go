@@ -168,7 +168,7 @@ func (o oneAtATime) Poll(ctx context.Context, n int) ([]queue.Delivery[string], 
 	return o.Subscription.Poll(ctx, 1)
 }
 
-func (o oneAtATime) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[string], bool, error) {
+func (o oneAtATime) PollFor(ctx context.Context, req backend.PollRequest[string]) ([]queue.Delivery[string], bool, error) {
 	req.Max = 1
 	return o.Subscription.PollFor(ctx, req)
 }

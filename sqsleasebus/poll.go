@@ -43,7 +43,7 @@ func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T],
 // out: from when it is sent, as the server's side cannot be seen from
 // here (a test over leasebus's own server waits for
 // sqstest.Server.AwaitParked before moving its clock).
-func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[T], bool, error) {
+func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) ([]queue.Delivery[T], bool, error) {
 	if req.Hold < 0 {
 		return nil, false, backend.Invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
 	}

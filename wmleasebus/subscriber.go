@@ -400,7 +400,7 @@ func (s source) Poll(ctx context.Context, n int) ([]queue.Delivery[[]byte], erro
 
 // PollFor is Poll as the poller asks for it (backend.PoolPoller), with
 // the same rule once the run is stopping.
-func (s source) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[[]byte], bool, error) {
+func (s source) PollFor(ctx context.Context, req backend.PollRequest[[]byte]) ([]queue.Delivery[[]byte], bool, error) {
 	if err := s.stopping(ctx); err != nil {
 		return nil, false, err
 	}

@@ -12,7 +12,7 @@ import (
 // most req.Max, leased for req.Hold where that is longer than the
 // queue's visibility timeout (held reports it), with req.Parking marked
 // while the Poll is parked.
-func (q *Queue[T]) PollFor(ctx context.Context, req backend.PollRequest) ([]queue.Delivery[T], bool, error) {
+func (q *Queue[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) ([]queue.Delivery[T], bool, error) {
 	if req.Max < 1 {
 		return nil, false, invalid("PollFor: Max = %d, must be >= 1", req.Max)
 	}
@@ -21,8 +21,8 @@ func (q *Queue[T]) PollFor(ctx context.Context, req backend.PollRequest) ([]queu
 	}
 	h := &hint{hold: req.Hold, pk: req.Parking}
 	var dst []queue.Delivery[T]
-	if buf, ok := req.Buf.(*[]queue.Delivery[T]); ok && buf != nil {
-		dst = (*buf)[:0] // the pool's: leaseLocked grows it only past its capacity
+	if req.Buf != nil {
+		dst = (*req.Buf)[:0] // the pool's: leaseLocked grows it only past its capacity
 	}
 	ds, err := q.poll(ctx, dst, req.Max, true, 0, h)
 	return ds, h.held && len(ds) > 0, err

@@ -25,7 +25,7 @@ func TestParkingFollowsThePoll(t *testing.T) {
 	poll := func() <-chan []queue.Delivery[string] {
 		got := make(chan []queue.Delivery[string], 1)
 		go func() {
-			ds, _, _ := q.PollFor(ctx, backend.PollRequest{Max: 1, Parking: pk})
+			ds, _, _ := q.PollFor(ctx, backend.PollRequest[string]{Max: 1, Parking: pk})
 			got <- ds
 		}()
 		if err := q.AwaitParked(context.Background(), 1); err != nil {
@@ -121,7 +121,7 @@ func TestPollForHold(t *testing.T) {
 	now := mock.Now()
 	poll := func(hold time.Duration) (queue.Delivery[string], bool) {
 		t.Helper()
-		ds, held, err := q.PollFor(context.Background(), backend.PollRequest{Max: 1, Hold: hold})
+		ds, held, err := q.PollFor(context.Background(), backend.PollRequest[string]{Max: 1, Hold: hold})
 		if err != nil || len(ds) != 1 {
 			t.Fatalf("PollFor: %v, %v", ds, err)
 		}
@@ -136,7 +136,7 @@ func TestPollForHold(t *testing.T) {
 	if ds := q.TryPoll(1); len(ds) != 1 || !ds[0].Deadline.Equal(now.Add(10*time.Second)) {
 		t.Fatalf("TryPoll: %v", ds)
 	}
-	for _, req := range []backend.PollRequest{{Max: 0}, {Max: -1}, {Max: 1, Hold: -time.Second}} {
+	for _, req := range []backend.PollRequest[string]{{Max: 0}, {Max: -1}, {Max: 1, Hold: -time.Second}} {
 		if _, _, err := q.PollFor(context.Background(), req); !errors.Is(err, queue.ErrInvalidArgument) {
 			t.Fatalf("PollFor(%+v): %v, want ErrInvalidArgument", req, err)
 		}

@@ -101,7 +101,7 @@ func (s *suite) testPoolPollerParks(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		ds, _, err := pp.PollFor(s.bounded(t), backend.PollRequest{Max: 5, Parking: pk.Parking})
+		ds, _, err := pp.PollFor(s.bounded(t), backend.PollRequest[string]{Max: 5, Parking: pk.Parking})
 		done <- result{ds, err}
 	}()
 	s.awaitParked(t, sub, pk, "a PollFor with nothing visible")
@@ -132,7 +132,7 @@ func (s *suite) testPoolPollerHold(t *testing.T) {
 		hold    time.Duration
 	}{{"long", hold}, {"short", s.vis / 2}} {
 		before := s.now(sub)
-		ds, held, err := pp.PollFor(s.bounded(t), backend.PollRequest{Max: 1, Hold: c.hold})
+		ds, held, err := pp.PollFor(s.bounded(t), backend.PollRequest[string]{Max: 1, Hold: c.hold})
 		after := s.now(sub)
 		ok(t, "PollFor", err)
 		if len(ds) != 1 {
@@ -157,7 +157,7 @@ func (s *suite) testPoolPollerInvalid(t *testing.T) {
 	topic := s.topic(t)
 	sub := s.subscribe(t, topic, "invalid", s.opts())
 	pp := poolPoller(t, sub)
-	for _, req := range []backend.PollRequest{{Max: 0}, {Max: -1}, {Max: 1, Hold: -time.Second}} {
+	for _, req := range []backend.PollRequest[string]{{Max: 0}, {Max: -1}, {Max: 1, Hold: -time.Second}} {
 		_, _, err := pp.PollFor(s.bounded(t), req)
 		errIs(t, fmt.Sprintf("PollFor(%+v)", req), err, queue.ErrInvalidArgument)
 	}
