@@ -80,15 +80,11 @@ func (s *Subscription[T]) lease(m js.Msg, vis time.Duration) (queue.Delivery[T],
 	}
 	s.mu.Lock()
 	id := s.mintLocked(seq)
-	if prev, ok := s.latest[seq]; ok {
-		s.dropLocked(prev) // superseded
+	if prev, _, _ := s.leases.Hold(id, hm); !prev.IsZero() {
+		delete(s.watch, prev) // superseded
 	}
-	s.latest[seq] = id
-	s.holdLocked(id, hm)
-	if now.Sub(s.swept) > s.cfg.vis/4 {
-		s.sweepLocked(now)
-		s.swept = now
-	}
+	s.watchIfLocked(id, hm)
+	s.sweepLocked(now)
 	s.mu.Unlock()
 	if s.isLast(hm) || vis != s.cfg.vis {
 		s.wake()
@@ -130,18 +126,12 @@ func (s *Subscription[T]) wake() {
 	}
 }
 
-// holdLocked records a lease as held.
-func (s *Subscription[T]) holdLocked(id lease.ID, h *heldMsg) {
-	s.held[id] = h
+// watchIfLocked has the reaper watch a held lease that needs it: a last
+// attempt, or one whose deadline is not the server's.
+func (s *Subscription[T]) watchIfLocked(id lease.ID, h *heldMsg) {
 	if s.isLast(h) || !h.deadline.Equal(h.serverDeadline) {
 		s.watch[id] = struct{}{}
 	}
-}
-
-// dropLocked forgets a held lease.
-func (s *Subscription[T]) dropLocked(id lease.ID) {
-	delete(s.held, id)
-	delete(s.watch, id)
 }
 
 // action is what the reaper does with a watched lease that is due.
@@ -211,16 +201,14 @@ func (s *Subscription[T]) dueLeases(now time.Time) (due []dueLease, next time.Ti
 		}
 	}
 	for id := range s.watch {
-		h := s.held[id]
+		h, _ := s.leases.Held(id)
 		if !now.Before(h.deadline) {
 			delete(s.watch, id)
 			switch {
 			case s.isLast(h):
 				due = append(due, dueLease{h, deadLetter})
-				s.dropLocked(id)
-				if s.latest[h.seq] == id {
-					delete(s.latest, h.seq)
-				}
+				s.leases.Take(id)
+				s.leases.ForgetIf(id, h.seq)
 			case h.deadline.Before(h.serverDeadline):
 				// Still held: an Ack before the server delivers it
 				// again is a late ack that stands, as in memory.
@@ -247,19 +235,13 @@ func (s *Subscription[T]) dueLeases(now time.Time) (due []dueLease, next time.Ti
 // timeout ago: their messages went back to the server long since. A
 // lease runs it at most every quarter visibility timeout.
 func (s *Subscription[T]) sweepLocked(now time.Time) {
-	for id, h := range s.held {
-		if now.Sub(h.deadline) > s.cfg.vis {
-			s.dropLocked(id)
-			if s.latest[h.seq] == id {
-				delete(s.latest, h.seq)
-			}
-		}
-	}
+	s.leases.Sweep(now, s.cfg.vis/4, func(h *heldMsg) bool { return now.Sub(h.deadline) > s.cfg.vis },
+		func(id lease.ID, _ *heldMsg) { delete(s.watch, id) })
 }
 
 // unknownLocked is the error for a lease this handle does not hold.
 func (s *Subscription[T]) unknownLocked(op string, id lease.ID) error {
-	if cur, ok := s.latest[id.Seq()]; ok && cur != id && s.oursLocked(id) {
+	if cur, ok := s.leases.Latest(id.Seq()); ok && cur != id && s.oursLocked(id) {
 		return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired) // delivered again since
 	}
 	return fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseNotFound)
@@ -273,14 +255,15 @@ func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, ok := s.held[id]
+	h, ok := s.leases.Held(id)
 	if !ok {
 		return nil, s.unknownLocked(op, id)
 	}
 	if live && !time.Now().Before(h.deadline) {
 		return nil, fmt.Errorf("%s %v: %w", op, id, queue.ErrLeaseExpired)
 	}
-	s.dropLocked(id)
+	s.leases.Take(id)
+	delete(s.watch, id)
 	return h, nil
 }
 
@@ -288,19 +271,17 @@ func (s *Subscription[T]) take(op string, id lease.ID, live bool) (*heldMsg, err
 // whatever lease this handle held.
 func (s *Subscription[T]) forgetSeq(seq uint64) {
 	s.mu.Lock()
-	if id, ok := s.latest[seq]; ok {
-		s.dropLocked(id)
-		delete(s.latest, seq)
+	if id, _, _ := s.leases.Forget(seq); !id.IsZero() {
+		delete(s.watch, id)
 	}
 	s.mu.Unlock()
 }
 
-// forget drops the record of seq once its message is settled for good.
+// forget drops the record of id's message once it is settled for good,
+// if id is its latest lease.
 func (s *Subscription[T]) forget(id lease.ID) {
 	s.mu.Lock()
-	if s.latest[id.Seq()] == id {
-		delete(s.latest, id.Seq())
-	}
+	s.leases.ForgetIf(id, id.Seq())
 	s.mu.Unlock()
 }
 
@@ -308,8 +289,8 @@ func (s *Subscription[T]) forget(id lease.ID) {
 // message was delivered again meanwhile.
 func (s *Subscription[T]) putBack(id lease.ID, h *heldMsg) {
 	s.mu.Lock()
-	if s.latest[id.Seq()] == id {
-		s.holdLocked(id, h)
+	if s.leases.PutBack(id, h) {
+		s.watchIfLocked(id, h)
 	}
 	s.mu.Unlock()
 }

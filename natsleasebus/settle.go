@@ -146,7 +146,7 @@ func (s *Subscription[T]) Fail(id lease.ID, cause error) error {
 func (s *Subscription[T]) peekAttempt(id lease.ID) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, ok := s.held[id]
+	h, ok := s.leases.Held(id)
 	if !ok {
 		return 0, queue.ErrLeaseNotFound
 	}
@@ -213,7 +213,7 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 		return s.errClosed("extend")
 	}
 	s.mu.Lock()
-	h, ok := s.held[id]
+	h, ok := s.leases.Held(id)
 	if !ok {
 		err := s.unknownLocked("extend", id)
 		s.mu.Unlock()

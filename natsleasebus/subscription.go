@@ -49,11 +49,9 @@ type Subscription[T any] struct {
 	kick      chan struct{}  // wakes the reaper: a lease to watch
 	wg        sync.WaitGroup // the reaper
 
-	mu     sync.Mutex            // guards everything below
-	held   map[lease.ID]*heldMsg // the leases this handle holds
-	latest map[uint64]lease.ID   // stream seq → the lease of the latest delivery this handle saw, until settled
-	watch  map[lease.ID]struct{} // the held leases the reaper watches: last attempts, extended ones
-	swept  time.Time             // the last sweepLocked
+	mu     sync.Mutex                            // guards everything below
+	leases *backend.LeaseTable[uint64, *heldMsg] // the leases this handle holds, and each stream seq's latest it saw, until settled
+	watch  map[lease.ID]struct{}                 // the held leases the reaper watches: last attempts, extended ones
 }
 
 // heldMsg is one lease held: the message and its lease.
@@ -131,8 +129,7 @@ func Subscribe[T any](ctx context.Context, b *Bus, topic, name string, opts ...S
 		maxAttempts: max(cfg.maxAttempts, 0), // UnlimitedAttempts is a Delivery's 0
 		closed:      make(chan struct{}),
 		kick:        make(chan struct{}, 1),
-		held:        make(map[lease.ID]*heldMsg),
-		latest:      make(map[uint64]lease.ID),
+		leases:      backend.NewLeaseTable(func(h *heldMsg) uint64 { return h.seq }),
 		watch:       make(map[lease.ID]struct{}),
 	}
 	s.wg.Add(1)
@@ -261,9 +258,8 @@ func (s *Subscription[T]) Purge(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	s.mu.Lock()
-	clear(s.held)
+	s.leases.Clear()
 	clear(s.watch)
-	clear(s.latest)
 	s.mu.Unlock()
 	return n, nil
 }

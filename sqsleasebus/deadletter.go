@@ -73,11 +73,11 @@ func (h *held) stopTimer() {
 // expired moves the message of a last attempt whose lease expired here.
 func (s *Subscription[T]) expired(id lease.ID, h *held) {
 	s.mu.Lock()
-	if s.held[id] != h || s.cfg.clk.Now().Before(h.deadline) || s.isClosed() {
+	if cur, _ := s.leases.Held(id); cur != h || s.cfg.clk.Now().Before(h.deadline) || s.isClosed() {
 		s.mu.Unlock()
 		return // settled, extended, or closing
 	}
-	delete(s.held, id)
+	s.leases.Take(id)
 	h.stopT = nil // this goroutine is the timer's
 	s.startMoveLocked()
 	s.mu.Unlock()
@@ -127,12 +127,12 @@ func (s *Subscription[T]) awaitMoves(ctx context.Context) error {
 // is left to come back after its visibility timeout.
 func (s *Subscription[T]) moveAsync(id lease.ID, reason queue.Reason, text string) {
 	s.mu.Lock()
-	h := s.held[id]
+	h, _ := s.leases.Held(id)
 	if h == nil || s.isClosed() || s.attrs.dlqURL == "" {
 		s.mu.Unlock()
 		return
 	}
-	delete(s.held, id)
+	s.leases.Take(id)
 	h.stopTimer()
 	s.bg.Add(1)
 	s.startMoveLocked()

@@ -12,19 +12,12 @@ import (
 // queue.ErrLeaseNotFound.
 const lateAck = time.Hour
 
-// sweepLocked forgets the leases past their deadline by more than lateAck:
-// what a Subscription keeps stays bounded by what it received lately.
+// sweepLocked forgets, at most once a minute, the leases past their
+// deadline by more than lateAck: what a Subscription keeps stays bounded
+// by what it received lately.
 func (s *Subscription[T]) sweepLocked(now time.Time) {
-	s.swept = now
-	for id, h := range s.held {
-		if now.Sub(h.deadline) > lateAck {
-			h.stopTimer()
-			delete(s.held, id)
-			if s.latest[h.id] == id {
-				delete(s.latest, h.id)
-			}
-		}
-	}
+	s.leases.Sweep(now, time.Minute, func(h *held) bool { return now.Sub(h.deadline) > lateAck },
+		func(_ lease.ID, h *held) { h.stopTimer() })
 }
 
 // retiredMax bounds the memory of retired leases.

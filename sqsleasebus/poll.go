@@ -197,18 +197,13 @@ func (s *Subscription[T]) deliveries(msgs []types.Message, sent time.Time, vis t
 func (s *Subscription[T]) holdLocked(h *held, maxA int) lease.ID {
 	s.seq++
 	id := lease.NewID(s.scope, s.seq, uint32(min(h.attempt, 1<<31)))
-	if prev, ok := s.latest[h.id]; ok {
-		if ph := s.held[prev]; ph != nil {
-			s.retireLocked(prev, ph)
-		} else {
-			s.retired.add(prev)
+	s.sweepLocked(s.cfg.clk.Now())
+	if prev, ph, wasHeld := s.leases.Hold(id, h); !prev.IsZero() { // superseded
+		if wasHeld {
+			ph.stopTimer()
 		}
+		s.retired.add(prev)
 	}
-	if now := s.cfg.clk.Now(); now.Sub(s.swept) > time.Minute {
-		s.sweepLocked(now)
-	}
-	s.latest[h.id] = id
-	s.held[id] = h
 	if maxA > 0 && h.attempt == maxA {
 		s.watchLocked(id, h)
 	}

@@ -73,7 +73,7 @@ func (s *Subscription[T]) Release(id lease.ID) error {
 // (reason max-attempts).
 func (s *Subscription[T]) Fail(id lease.ID, cause error) error {
 	s.mu.Lock()
-	h := s.held[id]
+	h, _ := s.leases.Held(id)
 	s.mu.Unlock()
 	attempt := 1
 	if h != nil {
@@ -89,7 +89,8 @@ func (s *Subscription[T]) FailAfter(id lease.ID, delay time.Duration, cause erro
 		return backend.Invalid("FailAfter: delay %v, must be in [0, 12h]", delay)
 	}
 	s.mu.Lock()
-	h, maxA := s.held[id], s.attrs.maxReceive
+	h, _ := s.leases.Held(id)
+	maxA := s.attrs.maxReceive
 	s.mu.Unlock()
 	if h != nil && maxA > 0 && h.attempt >= maxA {
 		return s.deadLetter(id, "fail", queue.ReasonMaxAttempts, errText(cause))
@@ -127,7 +128,7 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 		return fmt.Errorf("sqsleasebus: extend %v: %w", id, err)
 	}
 	s.mu.Lock()
-	if s.held[id] == h {
+	if cur, _ := s.leases.Held(id); cur == h {
 		h.deadline = now.Add(seconds(timeout))
 		if h.stopT != nil {
 			h.stopTimer()
@@ -192,7 +193,7 @@ func (s *Subscription[T]) take(id lease.ID, op string, live bool) (*held, error)
 	if err != nil {
 		return nil, err
 	}
-	delete(s.held, id)
+	s.leases.Take(id)
 	h.stopTimer()
 	return h, nil
 }
@@ -201,7 +202,7 @@ func (s *Subscription[T]) lookupLocked(id lease.ID, op string, live bool) (*held
 	if s.isClosed() {
 		return nil, fmt.Errorf("sqsleasebus: %s %v: %w", op, id, queue.ErrClosed)
 	}
-	h := s.held[id]
+	h, _ := s.leases.Held(id)
 	switch {
 	case h != nil && live && !s.cfg.clk.Now().Before(h.deadline):
 		return nil, fmt.Errorf("sqsleasebus: %s %v: %w (its deadline %v has passed)", op, id, queue.ErrLeaseExpired, h.deadline)
@@ -218,10 +219,9 @@ func (s *Subscription[T]) lookupLocked(id lease.ID, op string, live bool) (*held
 func (s *Subscription[T]) restore(id lease.ID, h *held) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.latest[h.id] != id || s.isClosed() {
+	if s.isClosed() || !s.leases.PutBack(id, h) {
 		return
 	}
-	s.held[id] = h
 	if maxA := s.attrs.maxReceive; maxA > 0 && h.attempt >= maxA {
 		s.watchLocked(id, h)
 	}
@@ -231,9 +231,7 @@ func (s *Subscription[T]) restore(id lease.ID, h *held) {
 func (s *Subscription[T]) forget(id lease.ID, h *held) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.latest[h.id] == id {
-		delete(s.latest, h.id)
-	}
+	s.leases.ForgetIf(id, h.id)
 }
 
 // retire ends a lease whose message stays in the queue: later calls with
@@ -247,12 +245,10 @@ func (s *Subscription[T]) retire(id lease.ID, h *held) {
 
 func (s *Subscription[T]) retireLocked(id lease.ID, h *held) {
 	h.stopTimer()
-	if s.held[id] == h {
-		delete(s.held, id)
+	if cur, _ := s.leases.Held(id); cur == h {
+		s.leases.Take(id)
 	}
-	if s.latest[h.id] == id {
-		delete(s.latest, h.id)
-	}
+	s.leases.ForgetIf(id, h.id)
 	s.retired.add(id)
 }
 

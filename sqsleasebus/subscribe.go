@@ -15,7 +15,6 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/leasebus/leasebus/backend"
-	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -43,16 +42,14 @@ type Subscription[T any] struct {
 	bg        sync.WaitGroup     // expiry watchers and dead-letter moves (Close waits for them)
 	acks      acker              // coalesces concurrent Acks
 
-	mu      sync.Mutex          // guards everything below
-	attrs   queueAttrs          // as last read
-	readAt  time.Time           // when attrs were read
-	seq     uint64              // the last lease's Seq
-	held    map[lease.ID]*held  // the current leases this Subscription handed out
-	latest  map[string]lease.ID // SQS MessageId → its current lease here
-	retired retired             // leases settled without a delete, or superseded
-	swept   time.Time           // the last sweepLocked
-	moving  int                 // dead-letter moves in flight in the background
-	moved   chan struct{}       // closed when moving drops to 0; nil while it is 0
+	mu      sync.Mutex                         // guards everything below
+	attrs   queueAttrs                         // as last read
+	readAt  time.Time                          // when attrs were read
+	seq     uint64                             // the last lease's Seq
+	leases  *backend.LeaseTable[string, *held] // the current leases this Subscription handed out, and each SQS MessageId's latest here
+	retired retired                            // leases settled without a delete, or superseded
+	moving  int                                // dead-letter moves in flight in the background
+	moved   chan struct{}                      // closed when moving drops to 0; nil while it is 0
 }
 
 // held is one current lease.
@@ -117,8 +114,7 @@ func Subscribe[T any](ctx context.Context, client *sqs.Client, queueURL string, 
 		client: client, url: queueURL, name: name, codec: codec, cfg: cfg,
 		scope:  rand.Uint64() | 1,
 		closed: make(chan struct{}),
-		held:   make(map[lease.ID]*held),
-		latest: make(map[string]lease.ID),
+		leases: backend.NewLeaseTable(func(h *held) string { return h.id }),
 	}
 	a, err := s.readAttrs(ctx)
 	if err != nil {
@@ -253,7 +249,7 @@ func (s *Subscription[T]) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closed)
 		s.mu.Lock()
-		for _, h := range s.held {
+		for _, h := range s.leases.All() {
 			h.stopTimer()
 		}
 		s.mu.Unlock()
