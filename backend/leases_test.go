@@ -52,7 +52,7 @@ func TestLeaseTable(t *testing.T) {
 		t.Fatal("b still has a latest lease")
 	}
 	var dropped []lease.ID
-	stale := func(r *rec) bool { return t0.Add(2 * time.Hour).Sub(r.deadline) > time.Hour }
+	stale := func(r *rec) bool { return t0.Add(2*time.Hour).Sub(r.deadline) > time.Hour }
 	if !lt.Sweep(t0.Add(2*time.Hour), time.Minute, stale, func(id lease.ID, _ *rec) { dropped = append(dropped, id) }) {
 		t.Fatal("the first sweep did not run")
 	}
