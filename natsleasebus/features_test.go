@@ -199,13 +199,16 @@ func TestTTL(t *testing.T) {
 	bus, billing, _ := twoSubs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	if _, err := natsleasebus.Publish(ctx, bus, "orders", "stale", queue.WithTTL(time.Second)); err != nil {
+	stale, err := natsleasebus.Publish(ctx, bus, "orders", "stale", queue.WithTTL(time.Second))
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := natsleasebus.Publish(ctx, bus, "orders", "fresh", queue.WithTTL(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1100 * time.Millisecond) // let the TTL pass
+	// The handles read the TTL on the real clock, at delivery: wait for
+	// the instant it passes, as the message says, not for a guess.
+	untilInstant(t, stale.PublishedAt.Add(time.Second))
 	got := drainDistinct(t, billing, 1, 200*time.Millisecond)
 	if _, ok := got["fresh"]; !ok {
 		t.Fatalf("delivered %v, want fresh alone", got)

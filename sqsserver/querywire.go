@@ -225,9 +225,8 @@ func (d dialect) fromForm(form url.Values, prefix string, t reflect.Type, action
 
 // fromFormInto reads into v (an action's input, or a part of it) what
 // fromForm reads, as decoding fromForm's value as JSON would set it, but
-// without the JSON: the query protocol's requests no longer pay for a
-// document built, written and read again (issue 46: the query protocol
-// cost 1.26x the JSON one). It reports whether the form had anything for
+// without the JSON: a query protocol request pays for no document built,
+// written and read again. It reports whether the form had anything for
 // v. TestFromFormIntoAgreesWithJSON holds the two ways together.
 func (d dialect) fromFormInto(form url.Values, prefix string, v reflect.Value, action string) (bool, error) {
 	t := v.Type()

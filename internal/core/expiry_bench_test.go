@@ -33,9 +33,9 @@ import (
 // wake every 100 µs while the settling call runs (from 1 ms after it
 // began), max-publish-ms (one Offer) and max-lockwait-ms (taking the lock
 // on its own), which also count the goroutine's own waits for a CPU.
-// Issue 15 asks for 5 ms. first-publish-ms times a publish that comes
-// before the settling call, the first to find the expiries (one with a
-// key, which takes the lock): issue 46 asks that it not do the sweep.
+// The mark is 5 ms. first-publish-ms times a publish that comes before
+// the settling call, the first to find the expiries (one with a key,
+// which takes the lock): it must not do the sweep itself.
 func BenchmarkExpiry(b *testing.B) {
 	for _, n := range []int{100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("redeliver/n=%d", n), func(b *testing.B) { benchExpiry(b, n, false) })

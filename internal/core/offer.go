@@ -122,8 +122,8 @@ func (q *Queue[T]) offerNeedsNoSettleLocked(now time.Time, m *queue.Message[T]) 
 // Offer would have (sweepLocked). With another call's settle unfinished
 // there is nothing to mark: that call finishes its own, and the next one
 // settles at its time. So a publish never does the sweep of a million
-// expiries it happened to find (issue 46), and a single goroutine sees
-// no difference.
+// expiries it happened to find, and a single goroutine sees no
+// difference.
 func (q *Queue[T]) leaveSettleLocked(now time.Time) {
 	if !q.sweeping {
 		q.sweeping, q.sweepAt, q.sweepLeft = true, now, true
