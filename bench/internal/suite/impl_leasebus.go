@@ -21,8 +21,8 @@ var LeaseBus = Impl{
 }
 
 // LeaseBusPoll is leasebus as the README and every example use it:
-// Poll(ctx, n), which returns a fresh slice, then Ack per delivery (the
-// path issue 46 measured), where LeaseBus reuses a buffer with PollInto.
+// Poll(ctx, n), which returns a fresh slice, then Ack per delivery, where
+// LeaseBus reuses a buffer with PollInto.
 var LeaseBusPoll = Impl{
 	Name:   "leasebus-poll",
 	Module: "github.com/leasebus/leasebus (this tree), Poll + Ack",
