@@ -1,0 +1,305 @@
+package pgleasebus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// Poll leases up to n messages, by priority then publish order, and
+// blocks until at least one is visible, ctx ends (its error, nothing
+// leased) or the handle closes (queue.ErrClosed). Each delivery's lease
+// runs the subscription's visibility timeout from the clock's now. A
+// message of an ordering key waits while an earlier one of its key is
+// leased or waits out a retry. It wakes at a publish of this process at
+// once, at another process's through LISTEN/NOTIFY, and at the time the
+// next message turns visible, on the bus's clock. n < 1 is an error
+// matching queue.ErrInvalidArgument.
+func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T], error) {
+	if n < 1 {
+		return nil, backend.Invalid("Poll: n = %d, must be >= 1", n)
+	}
+	ds, _, err := s.poll(ctx, n, s.cfg.vis, 0, nil, true)
+	return ds, err
+}
+
+// PollWithVisibility is Poll with this call's own visibility timeout in
+// place of the subscription's (SQS ReceiveMessage's VisibilityTimeout);
+// visibility > 0.
+func (s *Subscription[T]) PollWithVisibility(ctx context.Context, n int, visibility time.Duration) ([]queue.Delivery[T], error) {
+	if n < 1 {
+		return nil, backend.Invalid("PollWithVisibility: n = %d, must be >= 1", n)
+	}
+	if visibility <= 0 {
+		return nil, backend.Invalid("PollWithVisibility: visibility %v, must be > 0", visibility)
+	}
+	ds, _, err := s.poll(ctx, n, visibility, 0, nil, true)
+	return ds, err
+}
+
+// TryPoll leases up to n messages visible now, and never blocks: an error
+// (the database's) or none leased returns nil.
+func (s *Subscription[T]) TryPoll(n int) []queue.Delivery[T] {
+	if n < 1 {
+		return nil
+	}
+	ds, _, _ := s.poll(context.Background(), n, s.cfg.vis, 0, nil, false)
+	return ds
+}
+
+// PollFor is Poll as a worker pool asks for it (backend.PoolPoller): it
+// marks req.Parking while it waits with nothing to lease, and leases for
+// req.Hold when that is longer than the visibility timeout (held reports
+// it), so that the pool need not extend the lease. A publish of this
+// process unparks it before the publish returns; another process's, when
+// its NOTIFY arrives.
+func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) ([]queue.Delivery[T], bool, error) {
+	if req.Max < 1 {
+		return nil, false, backend.Invalid("PollFor: Max = %d, must be >= 1", req.Max)
+	}
+	if req.Hold < 0 {
+		return nil, false, backend.Invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
+	}
+	return s.poll(ctx, req.Max, s.cfg.vis, req.Hold, req.Parking, true)
+}
+
+func (s *Subscription[T]) poll(ctx context.Context, n int, vis, hold time.Duration, pk *backend.Parking, block bool) ([]queue.Delivery[T], bool, error) {
+	if s.isClosed() {
+		return nil, false, s.errClosed("poll")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	held := false
+	if hold > vis {
+		vis, held = hold, true
+	}
+	for {
+		ch, closed := s.w.channel() // before the look: a change after it closes ch
+		if closed {
+			return nil, false, s.errClosed("poll")
+		}
+		now := s.bus.cfg.clk.Now()
+		ds, err := s.lease(ctx, now, n, vis)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			if s.isClosed() {
+				return nil, false, s.errClosed("poll")
+			}
+			return nil, false, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
+		}
+		if len(ds) > 0 || !block {
+			return ds, held && len(ds) > 0, nil
+		}
+		next, err := s.nextVisible(ctx, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			return nil, false, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
+		}
+		if err := s.wait(ctx, ch, pk, next); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// wait waits on ch (a change), until next on the bus's clock (zero: no
+// time), or until ctx ends or the handle closes.
+func (s *Subscription[T]) wait(ctx context.Context, ch <-chan struct{}, pk *backend.Parking, next time.Time) error {
+	var t backend.Timer
+	if !next.IsZero() {
+		t = backend.At(s.bus.cfg.clk, next)
+		defer t.Stop()
+	}
+	if !s.w.parkIf(ch, pk, next) {
+		return nil // a change since the look: look again
+	}
+	select {
+	case <-ch:
+		return nil // the wake-up unparked it
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.w.unpark(ch, pk)
+	return ctx.Err()
+}
+
+// nextVisible returns when the next message of the subscription turns
+// visible (or its lease or TTL runs out), after now; zero if none will
+// by itself.
+func (s *Subscription[T]) nextVisible(ctx context.Context, now time.Time) (time.Time, error) {
+	var at *int64
+	if err := s.bus.pool.QueryRow(ctx, s.bus.q.nextVisible, s.id, now.UnixNano()).Scan(&at); err != nil {
+		return time.Time{}, err
+	}
+	if at == nil {
+		return time.Time{}, nil
+	}
+	return time.Unix(0, *at), nil
+}
+
+// lease sweeps what is due at now and leases up to n messages for vis, in
+// one round trip.
+func (s *Subscription[T]) lease(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], error) {
+	ns := now.UnixNano()
+	batch := &pgx.Batch{}
+	batch.Queue(s.bus.q.sweep, ns, s.id)
+	batch.Queue(s.bus.q.lease, s.id, ns, n, int64(vis), s.cfg.limit(), s.cfg.keyConcurrency)
+	br := s.bus.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	type leased struct {
+		seq, published, deadline int64
+		delivery, attempts       int32
+		priority                 int16
+		id                       uuid.UUID
+		topic, key               string
+		headers                  map[string]string
+		payload                  []byte
+	}
+	var got []leased
+	for rows.Next() {
+		var l leased
+		if err := rows.Scan(&l.seq, &l.delivery, &l.attempts, &l.id, &l.topic, &l.key, &l.priority, &l.headers, &l.payload, &l.published, &l.deadline); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		got = append(got, l)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(got, func(a, b leased) int { // the statement's order, which RETURNING does not keep
+		if a.priority != b.priority {
+			return int(b.priority) - int(a.priority)
+		}
+		return cmpInt(a.seq, b.seq)
+	})
+	ds := make([]queue.Delivery[T], 0, len(got))
+	for _, l := range got {
+		id := lease.NewID(uint64(s.id), uint64(l.seq), uint32(l.delivery))
+		payload, err := s.codec.Decode(l.payload)
+		if err != nil {
+			_ = s.rejectAt(ctx, id, now, "decode: "+err.Error()) // dead-lettered, not delivered
+			continue
+		}
+		m := queue.Message[T]{ID: l.id, Topic: l.topic, Key: l.key, Payload: payload, Priority: queue.Priority(l.priority), PublishedAt: time.Unix(0, l.published)}
+		if len(l.headers) > 0 {
+			m.Headers = queue.NewHeaders(l.headers)
+		}
+		ds = append(ds, queue.Delivery[T]{Message: m, LeaseID: id, Attempt: int(l.attempts), Deadline: time.Unix(0, l.deadline), MaxAttempts: s.cfg.limit()})
+	}
+	s.mu.Lock()
+	for _, d := range ds {
+		s.counters.delivered++
+		if d.Attempt > 1 {
+			s.counters.redelivered++
+		}
+	}
+	s.mu.Unlock()
+	return ds, nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// headersJSON encodes a message's headers for its jsonb column (nil: none).
+func headersJSON(h map[string]string) ([]byte, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(h)
+}
+
+// AwaitParked waits until n of this handle's Polls are parked: waiting
+// with nothing to lease, their wake-up armed on the bus's clock, so that
+// a test that moves a mock clock knows whom it will wake. It returns
+// ctx's error if ctx ends first, and queue.ErrClosed if the handle closes.
+func (s *Subscription[T]) AwaitParked(ctx context.Context, n int) error {
+	if n < 0 {
+		return backend.Invalid("AwaitParked: n = %d, must be >= 0", n)
+	}
+	return s.w.awaitParked(ctx, n)
+}
+
+// AwaitIdle blocks until the subscription holds nothing (no message
+// visible, delayed, held back or in flight), returning nil then, ctx's
+// error if ctx ends first, or queue.ErrClosed if the handle closes
+// (backend.IdleAwaiter: poller.RunUntilIdle needs it).
+func (s *Subscription[T]) AwaitIdle(ctx context.Context) error { return s.AwaitIdleFor(ctx, nil) }
+
+// AwaitIdleFor is AwaitIdle with pk marked while it waits
+// (backend.PoolIdleAwaiter).
+func (s *Subscription[T]) AwaitIdleFor(ctx context.Context, pk *backend.Parking) error {
+	for {
+		if s.isClosed() {
+			return s.errClosed("await idle")
+		}
+		ch, _ := s.w.channel()
+		now := s.bus.cfg.clk.Now()
+		var left int64
+		batch := &pgx.Batch{}
+		batch.Queue(s.bus.q.sweep, now.UnixNano(), s.id)
+		batch.Queue(`SELECT count(*) FROM `+s.bus.cfg.schema+`.messages WHERE sub_id = $1`, s.id)
+		br := s.bus.pool.SendBatch(ctx, batch)
+		_, err := br.Exec()
+		if err == nil {
+			err = br.QueryRow().Scan(&left)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("pgleasebus: await idle %s/%s: %w", s.topic, s.name, err)
+		}
+		if left == 0 {
+			return nil
+		}
+		next, err := s.nextVisible(ctx, now)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("pgleasebus: await idle %s/%s: %w", s.topic, s.name, err)
+		}
+		if err := s.wait(ctx, ch, pk, next); err != nil {
+			if errors.Is(err, ctx.Err()) {
+				return err
+			}
+			return err
+		}
+	}
+}

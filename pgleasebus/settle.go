@@ -1,0 +1,350 @@
+package pgleasebus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
+)
+
+// acker coalesces concurrent Acks: while one DELETE is out, the Acks that
+// come meanwhile wait and go together in the next, each with its own
+// result (group commit).
+type acker struct {
+	s       func(ids []lease.ID) []error // sends one batch
+	mu      sync.Mutex
+	running bool
+	queue   []ackReq
+}
+
+type ackReq struct {
+	id   lease.ID
+	done chan error
+}
+
+// maxAckBatch bounds one DELETE's leases.
+const maxAckBatch = 1000
+
+// ack acks id, in a batch with the Acks that wait meanwhile.
+func (a *acker) ack(id lease.ID) error {
+	req := ackReq{id, make(chan error, 1)}
+	a.mu.Lock()
+	a.queue = append(a.queue, req)
+	if a.running {
+		a.mu.Unlock()
+		return <-req.done
+	}
+	a.running = true
+	for len(a.queue) > 0 {
+		batch := a.queue[:min(len(a.queue), maxAckBatch)]
+		a.queue = a.queue[len(batch):]
+		a.mu.Unlock()
+		ids := make([]lease.ID, len(batch))
+		for i, r := range batch {
+			ids[i] = r.id
+		}
+		errs := a.s(ids)
+		for i, r := range batch {
+			r.done <- errs[i]
+		}
+		a.mu.Lock()
+	}
+	a.running = false
+	a.mu.Unlock()
+	return <-req.done
+}
+
+// Ack deletes the message of a current lease, even after its deadline,
+// as long as it was not delivered again or dead-lettered (a late ack
+// saves a duplicate; SQS behaves so). An Ack whose message was delivered
+// again, or is waiting to be, returns queue.ErrLeaseExpired and changes
+// nothing; one the subscription never issued, or whose message is gone
+// (acked, dead-lettered, purged), queue.ErrLeaseNotFound. Acks made while
+// another's DELETE is out go together in the next, each with its own
+// result.
+func (s *Subscription[T]) Ack(id lease.ID) error {
+	if s.isClosed() {
+		return s.errClosed("ack")
+	}
+	return s.acks.ack(id)
+}
+
+// AckBatch acks ids in one DELETE, and returns the errors of those that
+// changed nothing, joined (each names its lease).
+func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
+	if s.isClosed() {
+		return s.errClosed("ack")
+	}
+	var errs []error
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), maxAckBatch)]
+		ids = ids[len(chunk):]
+		for _, err := range s.ackNow(chunk) {
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ackNow sends one DELETE for ids and returns each one's result.
+func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
+	errs := make([]error, len(ids))
+	var seqs []int64
+	var deliveries []int32
+	for i, id := range ids {
+		if id.Scope() != uint64(s.id) {
+			errs[i] = fmt.Errorf("pgleasebus: ack %v: %w", id, queue.ErrLeaseNotFound)
+			continue
+		}
+		seqs, deliveries = append(seqs, int64(id.Seq())), append(deliveries, int32(id.Delivery()))
+	}
+	if len(seqs) == 0 {
+		return errs
+	}
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	now := s.bus.now()
+	rows, err := s.bus.pool.Query(ctx, s.bus.q.ack, s.id, seqs, deliveries, now, s.cfg.limit(), s.bus.cfg.schema, s.topic)
+	deleted := map[int64]bool{}
+	if err == nil {
+		for rows.Next() {
+			var seq, notified int64
+			if err = rows.Scan(&seq, &notified); err != nil {
+				break
+			}
+			deleted[seq] = true
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		for i, id := range ids {
+			if errs[i] == nil {
+				errs[i] = fmt.Errorf("pgleasebus: ack %v: %w", id, err)
+			}
+		}
+		return errs
+	}
+	acked := 0
+	for i, id := range ids {
+		switch {
+		case errs[i] != nil:
+		case deleted[int64(id.Seq())]:
+			acked++
+		default:
+			errs[i] = s.unchanged(ctx, "ack", id, time.Unix(0, now))
+		}
+	}
+	s.mu.Lock()
+	s.counters.acked += uint64(acked)
+	s.mu.Unlock()
+	if acked > 0 {
+		s.bus.wake(s.topic) // an AwaitIdle, or a key's next message, of every handle in this process
+	}
+	return errs
+}
+
+// settleCtx bounds one settle's round trip: a settle is a method without a
+// context (Ack(id) error), and must not hang on a database that does not
+// answer.
+func (s *Subscription[T]) settleCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+// unchanged returns the error of a settle of id that changed nothing at
+// now: the lease is not current. Its message still held by the
+// subscription (leased again, or waiting) makes it ErrLeaseExpired, as
+// does a live call past its deadline; else ErrLeaseNotFound. A last
+// attempt whose lease expired is dead-lettered first (the sweep), as at
+// any look.
+func (s *Subscription[T]) unchanged(ctx context.Context, op string, id lease.ID, now time.Time) error {
+	if id.Scope() != uint64(s.id) {
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseNotFound)
+	}
+	if _, err := s.bus.pool.Exec(ctx, s.bus.q.sweep, now.UnixNano(), s.id); err != nil {
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
+	}
+	var delivery int32
+	var state int16
+	var visibleAt int64
+	err := s.bus.pool.QueryRow(ctx, s.bus.q.current, s.id, int64(id.Seq())).Scan(&delivery, &state, &visibleAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseNotFound)
+	case err != nil:
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
+	case uint32(delivery) < id.Delivery():
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseNotFound) // never issued
+	}
+	return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseExpired)
+}
+
+// Nack hands the message back: visible again after delay (0: now), with
+// the attempt spent. On its last attempt the message is dead-lettered
+// (queue.ReasonMaxAttempts, last error "nacked"). It needs a live lease:
+// past its deadline, queue.ErrLeaseExpired. delay >= 0.
+func (s *Subscription[T]) Nack(id lease.ID, delay time.Duration) error {
+	if delay < 0 {
+		return backend.Invalid("Nack: delay %v, must be >= 0", delay)
+	}
+	return s.nack("nack", id, delay, "nacked", queue.AttemptNacked)
+}
+
+// Fail reports a failed attempt with its cause: the message is visible
+// again after the retry policy's delay for the attempt (WithRetry), or,
+// on its last attempt, dead-lettered with cause as its last error. It
+// needs a live lease.
+func (s *Subscription[T]) Fail(id lease.ID, cause error) error {
+	attempt := int(id.Delivery()) // the attempt's number is at most the delivery's
+	var a int32
+	if err := s.bus.pool.QueryRow(context.Background(), `SELECT attempts FROM `+s.bus.cfg.schema+`.messages WHERE sub_id = $1 AND seq = $2 AND delivery = $3`,
+		s.id, int64(id.Seq()), int32(id.Delivery())).Scan(&a); err == nil {
+		attempt = int(a)
+	}
+	return s.FailAfter(id, s.retryPolicy().Delay(attempt), cause)
+}
+
+// retryPolicy returns the subscription's retry policy, with this handle's
+// jitter source.
+func (s *Subscription[T]) retryPolicy() queue.RetryPolicy {
+	p := s.cfg.retry
+	if p.Rand == nil {
+		p.Rand = s.rand
+	}
+	return p
+}
+
+// FailAfter is Fail with the caller's delay (backend.DelayFailer).
+func (s *Subscription[T]) FailAfter(id lease.ID, delay time.Duration, cause error) error {
+	if delay < 0 {
+		return backend.Invalid("FailAfter: delay %v, must be >= 0", delay)
+	}
+	text := "failed"
+	if cause != nil {
+		text = truncate(cause.Error())
+	}
+	return s.nack("fail", id, delay, text, queue.AttemptFailed)
+}
+
+// truncate keeps an error's text to what a dead letter keeps.
+func truncate(s string) string {
+	if len(s) > queue.MaxHistoryError*4 {
+		return s[:queue.MaxHistoryError*4]
+	}
+	return s
+}
+
+func (s *Subscription[T]) nack(op string, id lease.ID, delay time.Duration, text string, outcome queue.AttemptOutcome) error {
+	if s.isClosed() {
+		return s.errClosed(op)
+	}
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	now := s.bus.cfg.clk.Now()
+	ns := now.UnixNano()
+	var dead, back int64
+	var notified any
+	err := s.bus.pool.QueryRow(ctx, s.bus.q.nack, s.id, int64(id.Seq()), int32(id.Delivery()), ns, after(now, delay), text, int(outcome),
+		s.cfg.limit(), s.bus.cfg.schema, s.topic).Scan(&dead, &back, &notified)
+	if err != nil {
+		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
+	}
+	if dead+back == 0 {
+		return s.unchanged(ctx, op, id, now)
+	}
+	s.bus.wake(s.topic)
+	return nil
+}
+
+// Extend sets a live lease's deadline to timeout from the clock's now
+// (SQS ChangeMessageVisibility); timeout > 0. Past the deadline,
+// queue.ErrLeaseExpired.
+func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
+	if timeout <= 0 {
+		return backend.Invalid("Extend: timeout %v, must be > 0", timeout)
+	}
+	if s.isClosed() {
+		return s.errClosed("extend")
+	}
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	now := s.bus.cfg.clk.Now()
+	tag, err := s.bus.pool.Exec(ctx, s.bus.q.extend, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, timeout))
+	if err != nil {
+		return fmt.Errorf("pgleasebus: extend %v: %w", id, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return s.unchanged(ctx, "extend", id, now)
+	}
+	return nil
+}
+
+// Release hands the message back unprocessed: visible at once, and the
+// attempt is not spent. It needs a live lease.
+func (s *Subscription[T]) Release(id lease.ID) error { return s.ReleaseAfter(id, 0) }
+
+// ReleaseAfter is Release with the message kept out of sight for delay
+// (backend.DelayReleaser: a pool's SlowDown); delay >= 0.
+func (s *Subscription[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
+	if delay < 0 {
+		return backend.Invalid("ReleaseAfter: delay %v, must be >= 0", delay)
+	}
+	if s.isClosed() {
+		return s.errClosed("release")
+	}
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	now := s.bus.cfg.clk.Now()
+	var n int64
+	var notified any
+	if err := s.bus.pool.QueryRow(ctx, s.bus.q.release, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, delay),
+		s.bus.cfg.schema, s.topic).Scan(&n, &notified); err != nil {
+		return fmt.Errorf("pgleasebus: release %v: %w", id, err)
+	}
+	if n == 0 {
+		return s.unchanged(ctx, "release", id, now)
+	}
+	s.bus.wake(s.topic)
+	return nil
+}
+
+// Reject dead-letters the message at once (queue.ReasonRejected), with
+// cause as its last error (backend.Rejecter: a pool's poller.GiveUp). It
+// needs a live lease.
+func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
+	text := ""
+	if cause != nil {
+		text = truncate(cause.Error())
+	}
+	if s.isClosed() {
+		return s.errClosed("reject")
+	}
+	ctx, cancel := s.settleCtx()
+	defer cancel()
+	return s.rejectAt(ctx, id, s.bus.cfg.clk.Now(), text)
+}
+
+func (s *Subscription[T]) rejectAt(ctx context.Context, id lease.ID, now time.Time, text string) error {
+	var n int64
+	var notified any
+	if err := s.bus.pool.QueryRow(ctx, s.bus.q.reject, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
+		s.bus.cfg.schema, s.topic).Scan(&n, &notified); err != nil {
+		return fmt.Errorf("pgleasebus: reject %v: %w", id, err)
+	}
+	if n == 0 {
+		return s.unchanged(ctx, "reject", id, now)
+	}
+	s.bus.wake(s.topic)
+	return nil
+}

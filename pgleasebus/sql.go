@@ -1,0 +1,282 @@
+package pgleasebus
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/leasebus/leasebus/queue"
+)
+
+// A message row's state.
+const (
+	stateWaiting = 0 // visible once visible_at has come
+	stateLeased  = 1 // leased until visible_at, its deadline; past it, visible again
+)
+
+// sqlText is the statements of one schema.
+type sqlText struct {
+	createTopic, deleteTopic, deleteTopicMessages, topics string
+
+	subscription, insertSubscription, updateSubscription, subscriptionByID, subscriptions string
+	deleteSubscription, deleteSubscriptionMessages, setPaused                             string
+
+	publish, publishBatch, dedupOriginal, dedupPrune, messageByID string
+
+	sweep, lease, nextVisible string
+
+	ack, current, nack, extend, release, reject string
+
+	stats, deadCount, peek, purge   string
+	deadLetters, redrive, deadPrune string
+}
+
+func newSQL(schema string) *sqlText {
+	r := strings.NewReplacer(
+		"{s}", schema,
+		"{waiting}", strconv.Itoa(stateWaiting),
+		"{leased}", strconv.Itoa(stateLeased),
+		"{maxAttempts}", strconv.Itoa(int(queue.ReasonMaxAttempts)),
+		"{expiredReason}", strconv.Itoa(int(queue.ReasonExpired)),
+		"{rejected}", strconv.Itoa(int(queue.ReasonRejected)),
+		"{attemptExpired}", strconv.Itoa(int(queue.AttemptExpired)),
+		"{attemptReleased}", strconv.Itoa(int(queue.AttemptReleased)),
+		"{attemptRejected}", strconv.Itoa(int(queue.AttemptRejected)),
+		"{maxHistory}", strconv.Itoa(queue.MaxHistory),
+		"{leaseExpired}", "'lease expired'",
+	)
+	s := r.Replace
+	// keyOK is true of a message m that its ordering key lets out: it has
+	// none, or fewer than the key concurrency (the named parameter) of its
+	// key's messages come before it.
+	keyOK := func(kc string) string {
+		return `(m.key = '' OR (SELECT count(*) FROM (SELECT 1 FROM {s}.messages k
+		WHERE k.sub_id = m.sub_id AND k.key = m.key AND k.seq < m.seq LIMIT ` + kc + `) ahead) < ` + kc + `)`
+	}
+	// push appends attempt e to history h, keeping the last MaxHistory.
+	push := func(h, e string) string {
+		return `(CASE WHEN jsonb_array_length(coalesce(` + h + `, '[]'::jsonb) || ` + e + `) > {maxHistory}
+		THEN (coalesce(` + h + `, '[]'::jsonb) || ` + e + `) - 0 ELSE coalesce(` + h + `, '[]'::jsonb) || ` + e + ` END)`
+	}
+	attempt := func(outcome, at, held, text string) string {
+		return `jsonb_build_array(jsonb_build_object('attempt', m.attempts, 'outcome', ` + outcome + `, 'at', ` + at +
+			`, 'held', ` + held + `, 'error', ` + text + `))`
+	}
+	// plus is a + b, nanoseconds, held at the largest bigint rather
+	// than overflowing: a delay or TTL of centuries means never.
+	plus := func(a, b string) string {
+		return `(CASE WHEN ` + b + ` > 9223372036854775807 - ` + a + ` THEN 9223372036854775807 ELSE ` + a + ` + ` + b + ` END)`
+	}
+	deadCols := `sub_id, seq, subscription, sub_topic, id, topic, key, priority, published_at, ttl_ns, reason, attempts, last_error, dead_at, history, headers, payload`
+	q := &sqlText{}
+	q.createTopic = s(`INSERT INTO {s}.topics (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING`)
+	q.deleteTopic = s(`DELETE FROM {s}.topics WHERE name = $1`)
+	q.deleteTopicMessages = s(`DELETE FROM {s}.messages WHERE sub_id IN (SELECT id FROM {s}.subscriptions WHERE topic = $1)`)
+	q.topics = s(`SELECT name FROM {s}.topics ORDER BY name`)
+
+	subCols := `id, visibility_ns, max_attempts, retry_initial_ns, retry_max_ns, retry_multiplier, retry_jitter, retry_no_backoff, key_concurrency, default_ttl_ns, paused`
+	q.subscription = s(`SELECT ` + subCols + ` FROM {s}.subscriptions WHERE topic = $1 AND name = $2`)
+	q.subscriptionByID = s(`SELECT ` + subCols + ` FROM {s}.subscriptions WHERE id = $1`)
+	q.subscriptions = s(`SELECT topic, name, ` + subCols + ` FROM {s}.subscriptions ORDER BY topic, name`)
+	q.insertSubscription = s(`INSERT INTO {s}.subscriptions (topic, name, visibility_ns, max_attempts, retry_initial_ns, retry_max_ns,
+	retry_multiplier, retry_jitter, retry_no_backoff, key_concurrency, default_ttl_ns, created_at)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE EXISTS (SELECT 1 FROM {s}.topics WHERE name = $1)
+ON CONFLICT (topic, name) DO NOTHING`)
+	q.updateSubscription = s(`UPDATE {s}.subscriptions SET visibility_ns = $2, max_attempts = $3, retry_initial_ns = $4, retry_max_ns = $5,
+	retry_multiplier = $6, retry_jitter = $7, retry_no_backoff = $8, key_concurrency = $9, default_ttl_ns = $10 WHERE id = $1`)
+	q.deleteSubscriptionMessages = s(`DELETE FROM {s}.messages WHERE sub_id = $1`)
+	q.deleteSubscription = s(`DELETE FROM {s}.subscriptions WHERE id = $1`)
+	q.setPaused = s(`WITH u AS (UPDATE {s}.subscriptions SET paused = $2 WHERE id = $1 RETURNING 1) SELECT (SELECT count(*) FROM u), pg_notify($3, $4)`)
+
+	// publish stores one message on every subscription of topic $1, in
+	// one statement: its dedup ID ($11, '' for none) first, taking it for
+	// this message unless another took it less than the window ($12)
+	// before now ($7); the rows; and the NOTIFY Postgres sends at commit
+	// on channel $10. $2 is the message ID, $3 its key, $4 its priority,
+	// $5 when it is visible, $6 its TTL (0: the subscription's default),
+	// $8 its headers, $9 its payload. It returns whether the topic exists,
+	// how many subscriptions took the message, and whether the dedup ID
+	// was this message's.
+	msgCols := `sub_id, seq, id, topic, key, priority, visible_at, published_at, ttl_ns, expires_at, headers, payload`
+	q.publish = s(`WITH t AS (SELECT 1 FROM {s}.topics WHERE name = $1),
+d AS (INSERT INTO {s}.dedup (topic, dedup_id, message_id, first_at) SELECT $1, $11, $2, $7 WHERE $11 <> ''
+	ON CONFLICT (topic, dedup_id) DO UPDATE SET message_id = EXCLUDED.message_id, first_at = EXCLUDED.first_at
+	WHERE {s}.dedup.first_at <= $7 - $12::bigint
+	RETURNING 1),
+n AS (SELECT nextval('{s}.seq') AS v),
+ins AS (INSERT INTO {s}.messages (` + msgCols + `)
+	SELECT sub.id, n.v, $2, $1, $3, $4, $5, $7, CASE WHEN $6 > 0 THEN $6 ELSE sub.default_ttl_ns END,
+		CASE WHEN $6 > 0 THEN ` + plus("$7", "$6") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$7", "sub.default_ttl_ns") + ` ELSE 0 END, $8, $9
+	FROM {s}.subscriptions sub, n WHERE sub.topic = $1 AND ($11 = '' OR EXISTS (SELECT 1 FROM d))
+	RETURNING 1),
+notified AS (SELECT pg_notify($10, $1) WHERE EXISTS (SELECT 1 FROM ins))
+SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM d), (SELECT count(*) FROM notified)`)
+	// publishBatch stores the messages of arrays $2 to $9 in order, with
+	// seqs drawn in that order (the ith message gets the ith smallest seq
+	// drawn): $2 IDs, $3 keys, $4 priorities, $5 when visible, $7 TTLs, $8
+	// headers, $9 payloads, $11 dedup IDs ('' none); $6 is now, $10 the
+	// channel, $12 the dedup window. A message whose dedup ID another
+	// took within the window is left out; the dedup IDs this batch took
+	// are returned.
+	q.publishBatch = s(`WITH t AS (SELECT 1 FROM {s}.topics WHERE name = $1),
+batch AS (SELECT * FROM unnest($2::uuid[], $3::text[], $4::smallint[], $5::bigint[], $7::bigint[], $8::jsonb[], $9::bytea[], $11::text[])
+	WITH ORDINALITY AS b(id, key, priority, visible_at, ttl_ns, headers, payload, dedup_id, i)),
+d AS (INSERT INTO {s}.dedup (topic, dedup_id, message_id, first_at) SELECT $1, b.dedup_id, b.id, $6 FROM batch b WHERE b.dedup_id <> ''
+	ON CONFLICT (topic, dedup_id) DO UPDATE SET message_id = EXCLUDED.message_id, first_at = EXCLUDED.first_at
+	WHERE {s}.dedup.first_at <= $6 - $12::bigint
+	RETURNING dedup_id),
+kept AS (SELECT b.* FROM batch b WHERE b.dedup_id = '' OR b.dedup_id IN (SELECT dedup_id FROM d)),
+seqs AS (SELECT v, row_number() OVER (ORDER BY v) AS i FROM (SELECT nextval('{s}.seq') AS v FROM kept) x),
+numbered AS (SELECT k.*, row_number() OVER (ORDER BY k.i) AS j FROM kept k),
+ins AS (INSERT INTO {s}.messages (` + msgCols + `)
+	SELECT sub.id, seqs.v, b.id, $1, b.key, b.priority, b.visible_at, $6, CASE WHEN b.ttl_ns > 0 THEN b.ttl_ns ELSE sub.default_ttl_ns END,
+		CASE WHEN b.ttl_ns > 0 THEN ` + plus("$6", "b.ttl_ns") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$6", "sub.default_ttl_ns") + ` ELSE 0 END, b.headers, b.payload
+	FROM numbered b JOIN seqs ON seqs.i = b.j, {s}.subscriptions sub WHERE sub.topic = $1
+	RETURNING id),
+notified AS (SELECT pg_notify($10, $1) WHERE EXISTS (SELECT 1 FROM ins))
+SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), coalesce((SELECT array_agg(dedup_id) FROM d), '{}'::text[]), (SELECT count(*) FROM notified)`)
+	q.dedupOriginal = s(`SELECT message_id FROM {s}.dedup WHERE topic = $1 AND dedup_id = $2`)
+	q.messageByID = s(`SELECT id, topic, key, priority, headers, payload, published_at FROM {s}.messages WHERE id = $1 LIMIT 1`)
+	q.dedupPrune = s(`DELETE FROM {s}.dedup WHERE ctid IN (SELECT ctid FROM {s}.dedup WHERE first_at <= $1 LIMIT 1000)`)
+
+	// sweep dead-letters what is due at $1 on subscription $2 (0: on
+	// every one): a lease expired on its last attempt (reason
+	// max-attempts, at its deadline), and a message whose TTL passed while
+	// it waited or whose lease expired after it (reason expired, at its
+	// expiry or the deadline).
+	q.sweep = s(`WITH gone AS (
+	DELETE FROM {s}.messages m USING {s}.subscriptions sub
+	WHERE m.sub_id = sub.id AND ($2 = 0 OR m.sub_id = $2) AND (
+		(m.state = {leased} AND m.visible_at <= $1 AND sub.max_attempts > 0 AND m.attempts >= sub.max_attempts)
+		OR (m.expires_at > 0 AND m.expires_at <= $1 AND (m.state = {waiting} OR m.visible_at <= $1)))
+	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic, sub.max_attempts AS max_attempts)
+INSERT INTO {s}.dead (` + deadCols + `)
+SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns,
+	CASE WHEN m.state = {leased} AND m.max_attempts > 0 AND m.attempts >= m.max_attempts THEN {maxAttempts} ELSE {expiredReason} END,
+	m.attempts,
+	CASE WHEN m.state = {leased} THEN {leaseExpired} ELSE m.last_error END,
+	CASE WHEN m.state = {leased} AND m.max_attempts > 0 AND m.attempts >= m.max_attempts THEN m.visible_at
+		WHEN m.state = {leased} THEN greatest(m.visible_at, m.expires_at) ELSE m.expires_at END,
+	CASE WHEN m.state = {leased} THEN ` + push("m.history", attempt("{attemptExpired}", "m.visible_at", "m.visible_at - m.leased_at", "{leaseExpired}")) + ` ELSE m.history END,
+	m.headers, m.payload
+FROM gone m`)
+
+	// lease leases up to $3 of subscription $1's messages visible at $2,
+	// by priority then publish order, skipping rows another poll holds
+	// locked, for $4 nanoseconds; $5 is the subscription's attempts limit
+	// (0: none), $6 its key concurrency. A row whose lease expired is
+	// delivered again, its expiry written in its history.
+	q.lease = s(`WITH cand AS (
+	SELECT m.sub_id, m.seq FROM {s}.messages m
+	WHERE m.sub_id = $1 AND m.visible_at <= $2
+		AND (m.state = {waiting} OR $5 = 0 OR m.attempts < $5)
+		AND (m.expires_at = 0 OR m.expires_at > $2)
+		AND ` + keyOK("$6") + `
+		AND NOT (SELECT paused FROM {s}.subscriptions WHERE id = $1)
+	ORDER BY m.priority DESC, m.seq
+	LIMIT $3
+	FOR UPDATE OF m SKIP LOCKED)
+UPDATE {s}.messages m SET state = {leased}, delivery = m.delivery + 1, attempts = m.attempts + 1,
+	leased_at = $2, visible_at = ` + plus("$2", "$4") + `,
+	last_error = CASE WHEN m.state = {leased} THEN {leaseExpired} ELSE m.last_error END,
+	history = CASE WHEN m.state = {leased} THEN ` + push("m.history", attempt("{attemptExpired}", "m.visible_at", "m.visible_at - m.leased_at", "{leaseExpired}")) + ` ELSE m.history END
+FROM cand WHERE m.sub_id = cand.sub_id AND m.seq = cand.seq
+RETURNING m.seq, m.delivery, m.attempts, m.id, m.topic, m.key, m.priority, m.headers, m.payload, m.published_at, m.visible_at`)
+	// nextVisible is when the next of subscription $1's messages becomes
+	// visible, or a lease expires, after $2 (null: none will by itself).
+	q.nextVisible = s(`SELECT least(
+	(SELECT min(visible_at) FROM {s}.messages WHERE sub_id = $1 AND state = {waiting} AND visible_at > $2),
+	(SELECT min(visible_at) FROM {s}.messages WHERE sub_id = $1 AND state = {leased} AND visible_at > $2),
+	(SELECT min(expires_at) FROM {s}.messages WHERE sub_id = $1 AND expires_at > $2))`)
+
+	// ack deletes the leases of subscription $1 whose (seq, delivery) are
+	// in $2, $3 and current: leased now by that delivery, and not a last
+	// attempt whose lease expired (at $4; $5 is the attempts limit): that
+	// one is the sweep's. It returns the seqs it deleted; if one had a key,
+	// it notifies channel $6 of topic $7 (its key's next may go now).
+	q.ack = s(`WITH del AS (DELETE FROM {s}.messages m USING unnest($2::bigint[], $3::integer[]) AS a(seq, delivery)
+	WHERE m.sub_id = $1 AND m.seq = a.seq AND m.delivery = a.delivery AND m.state = {leased}
+		AND NOT (m.visible_at <= $4 AND $5 > 0 AND m.attempts >= $5)
+	RETURNING m.seq, m.key),
+n AS (SELECT pg_notify($6, $7) WHERE EXISTS (SELECT 1 FROM del WHERE key <> ''))
+SELECT seq, (SELECT count(*) FROM n) FROM del`)
+	// current tells a lease that changed nothing apart: its message's
+	// delivery and state now, or no row.
+	q.current = s(`SELECT delivery, state, visible_at FROM {s}.messages WHERE sub_id = $1 AND seq = $2`)
+
+	// nack hands back lease ($1, $2, $3) live at $4 (before its deadline),
+	// visible at $5, with last error $6 and its attempt's outcome $7 in its
+	// history; or, on its last attempt ($8, 0: no limit), dead-letters it
+	// (reason max-attempts, at $4). It returns how many it dead-lettered
+	// and how many it handed back, and notifies channel $9 of topic $10.
+	q.nack = s(`WITH cur AS (
+	SELECT m.*, sub.name AS sub_name, sub.topic AS sub_topic FROM {s}.messages m JOIN {s}.subscriptions sub ON sub.id = m.sub_id
+	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	FOR UPDATE OF m),
+gone AS (DELETE FROM {s}.messages x USING cur WHERE x.sub_id = cur.sub_id AND x.seq = cur.seq AND $8 > 0 AND cur.attempts >= $8
+	RETURNING x.seq),
+dead AS (INSERT INTO {s}.dead (` + deadCols + `)
+	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {maxAttempts}, m.attempts, $6::text, $4,
+		` + push("m.history", attempt("$7::integer", "$4::bigint", "$4::bigint - m.leased_at", "$6::text")) + `, m.headers, m.payload
+	FROM cur m WHERE m.seq IN (SELECT seq FROM gone)
+	RETURNING 1),
+back AS (UPDATE {s}.messages x SET state = {waiting}, visible_at = $5, last_error = $6::text,
+		history = ` + strings.ReplaceAll(push("m.history", attempt("$7::integer", "$4::bigint", "$4::bigint - m.leased_at", "$6::text")), "m.", "cur.") + `
+	FROM cur WHERE x.sub_id = cur.sub_id AND x.seq = cur.seq AND NOT ($8 > 0 AND cur.attempts >= $8)
+	RETURNING 1)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM back), pg_notify($9, $10)`)
+	// extend sets live lease ($1, $2, $3)'s deadline to $5, at $4.
+	q.extend = s(`UPDATE {s}.messages SET visible_at = $5
+WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state = {leased} AND visible_at > $4`)
+	// release hands live lease ($1, $2, $3) back at $4, visible at $5,
+	// its attempt given back; it returns how many, and notifies channel $6
+	// of topic $7.
+	q.release = s(`WITH r AS (UPDATE {s}.messages m SET state = {waiting}, visible_at = $5, attempts = m.attempts - 1,
+	history = ` + push("m.history", attempt("{attemptReleased}", "$4", "$4 - m.leased_at", "''")) + `
+	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	RETURNING 1)
+SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
+	// reject dead-letters live lease ($1, $2, $3) at $4 with reason
+	// rejected and last error $5; it returns how many, and notifies
+	// channel $6 of topic $7.
+	q.reject = s(`WITH gone AS (
+	DELETE FROM {s}.messages m USING {s}.subscriptions sub
+	WHERE m.sub_id = sub.id AND m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic),
+ins AS (INSERT INTO {s}.dead (` + deadCols + `)
+	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5, $4,
+		` + push("m.history", attempt("{attemptRejected}", "$4", "$4 - m.leased_at", "$5")) + `, m.headers, m.payload
+	FROM gone m
+	RETURNING 1)
+SELECT (SELECT count(*) FROM ins), pg_notify($6, $7)`)
+
+	// stats counts subscription $1's messages by state at $2 ($3: its key
+	// concurrency, $4: its attempts limit).
+	q.stats = s(`SELECT
+	count(*) FILTER (WHERE visible_at <= $2 AND (state = {waiting} OR $4 = 0 OR attempts < $4) AND ` + keyOK("$3") + `),
+	count(*) FILTER (WHERE state = {waiting} AND visible_at > $2),
+	count(*) FILTER (WHERE state = {leased} AND visible_at > $2),
+	count(*) FILTER (WHERE visible_at <= $2 AND NOT ` + keyOK("$3") + `),
+	coalesce(min(published_at) FILTER (WHERE visible_at <= $2 AND state = {waiting} AND ` + keyOK("$3") + `), 0)
+FROM {s}.messages m WHERE m.sub_id = $1`)
+	q.deadCount = s(`SELECT reason, count(*) FROM {s}.dead WHERE sub_id = $1 GROUP BY reason`)
+	// peek lists subscription $1's messages after seq $2, up to $3, with
+	// what their state needs ($4: the key concurrency, $5: the attempts
+	// limit).
+	q.peek = s(`SELECT m.seq, m.id, m.topic, m.key, m.priority, m.headers, m.payload, m.published_at, m.state, m.visible_at,
+	m.attempts, m.last_error, m.history, ` + keyOK("$4") + ` AS key_ok, (m.state = {waiting} OR $5 = 0 OR m.attempts < $5) AS deliverable
+FROM {s}.messages m WHERE m.sub_id = $1 AND m.seq > $2 ORDER BY m.seq LIMIT $3`)
+	q.purge = s(`DELETE FROM {s}.messages WHERE sub_id = $1`)
+
+	q.deadLetters = s(`SELECT ` + deadCols + ` FROM {s}.dead ORDER BY dead_at, sub_id, seq`)
+	// redrive puts dead letter ($1, $2) back on its subscription, visible
+	// at $3, attempts reset, its TTL counted from $3, in its place.
+	q.redrive = s(`WITH gone AS (DELETE FROM {s}.dead WHERE sub_id = $1 AND seq = $2 RETURNING *),
+back AS (INSERT INTO {s}.messages (` + msgCols + `, history)
+	SELECT g.sub_id, g.seq, g.id, g.topic, g.key, g.priority, $3, g.published_at, g.ttl_ns,
+		CASE WHEN g.ttl_ns > 0 THEN ` + plus("$3", "g.ttl_ns") + ` ELSE 0 END, g.headers, coalesce($4, g.payload), g.history
+	FROM gone g WHERE EXISTS (SELECT 1 FROM {s}.subscriptions WHERE id = g.sub_id)
+	RETURNING topic)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM back), pg_notify($5, coalesce((SELECT topic FROM back LIMIT 1), ''))`)
+	q.deadPrune = s(`DELETE FROM {s}.dead WHERE sub_id = $1 AND seq = $2`)
+	return q
+}
