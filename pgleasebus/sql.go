@@ -26,8 +26,9 @@ type sqlText struct {
 
 	ack, current, nack, extend, release, reject string
 
-	stats, deadCount, peek, purge   string
-	deadLetters, redrive, deadPrune string
+	stats, deadCount, peek, purge            string
+	deleteMessages, makeVisible, editPayload string
+	deadLetters, redrive, deadPrune          string
 }
 
 func newSQL(schema string) *sqlText {
@@ -43,6 +44,10 @@ func newSQL(schema string) *sqlText {
 		"{attemptRejected}", strconv.Itoa(int(queue.AttemptRejected)),
 		"{maxHistory}", strconv.Itoa(queue.MaxHistory),
 		"{leaseExpired}", "'lease expired'",
+		"{stVisible}", strconv.Itoa(int(queue.StateVisible)),
+		"{stDelayed}", strconv.Itoa(int(queue.StateDelayed)),
+		"{stInFlight}", strconv.Itoa(int(queue.StateInFlight)),
+		"{stHeldBack}", strconv.Itoa(int(queue.StateHeldBack)),
 	)
 	s := r.Replace
 	// keyOK is true of a message m that its ordering key lets out: it has
@@ -231,7 +236,7 @@ WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state = {leased} AND visibl
 	// its attempt given back; it returns how many, and notifies channel $6
 	// of topic $7.
 	q.release = s(`WITH r AS (UPDATE {s}.messages m SET state = {waiting}, visible_at = $5, attempts = m.attempts - 1,
-	history = ` + push("m.history", attempt("{attemptReleased}", "$4", "$4 - m.leased_at", "''")) + `
+	history = ` + push("m.history", attempt("{attemptReleased}", "$4::bigint", "$4::bigint - m.leased_at", "''")) + `
 	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
 	RETURNING 1)
 SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
@@ -243,8 +248,8 @@ SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
 	WHERE m.sub_id = sub.id AND m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
 	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic),
 ins AS (INSERT INTO {s}.dead (` + deadCols + `)
-	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5, $4,
-		` + push("m.history", attempt("{attemptRejected}", "$4", "$4 - m.leased_at", "$5")) + `, m.headers, m.payload
+	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5::text, $4::bigint,
+		` + push("m.history", attempt("{attemptRejected}", "$4::bigint", "$4::bigint - m.leased_at", "$5::text")) + `, m.headers, m.payload
 	FROM gone m
 	RETURNING 1)
 SELECT (SELECT count(*) FROM ins), pg_notify($6, $7)`)
@@ -259,13 +264,38 @@ SELECT (SELECT count(*) FROM ins), pg_notify($6, $7)`)
 	coalesce(min(published_at) FILTER (WHERE visible_at <= $2 AND state = {waiting} AND ` + keyOK("$3") + `), 0)
 FROM {s}.messages m WHERE m.sub_id = $1`)
 	q.deadCount = s(`SELECT reason, count(*) FROM {s}.dead WHERE sub_id = $1 GROUP BY reason`)
-	// peek lists subscription $1's messages after seq $2, up to $3, with
-	// what their state needs ($4: the key concurrency, $5: the attempts
-	// limit).
-	q.peek = s(`SELECT m.seq, m.id, m.topic, m.key, m.priority, m.headers, m.payload, m.published_at, m.state, m.visible_at,
-	m.attempts, m.last_error, m.history, ` + keyOK("$4") + ` AS key_ok, (m.state = {waiting} OR $5 = 0 OR m.attempts < $5) AS deliverable
-FROM {s}.messages m WHERE m.sub_id = $1 AND m.seq > $2 ORDER BY m.seq LIMIT $3`)
+	// peek lists subscription $1's messages in publish order after seq
+	// $3, up to $5, with their state at $2 ($4: the key concurrency): only
+	// the message $6 (null: any), of key $7 ('': any), in state $8 (0:
+	// any).
+	q.peek = s(`SELECT * FROM (
+	SELECT m.seq, m.id, m.topic, m.key, m.priority, m.headers, m.payload, m.published_at, m.visible_at, m.attempts, m.last_error, m.history,
+		CASE WHEN m.visible_at > $2 THEN (CASE WHEN m.state = {leased} THEN {stInFlight} ELSE {stDelayed} END)
+			WHEN NOT ` + keyOK("$4") + ` THEN {stHeldBack} ELSE {stVisible} END AS st
+	FROM {s}.messages m
+	WHERE m.sub_id = $1 AND m.seq > $3 AND ($6::uuid IS NULL OR m.id = $6) AND ($7::text = '' OR m.key = $7)
+	ORDER BY m.seq) x
+WHERE $8::integer = 0 OR x.st = $8
+LIMIT $5`)
 	q.purge = s(`DELETE FROM {s}.messages WHERE sub_id = $1`)
+	// deleteMessages deletes subscription $1's messages of IDs $2,
+	// wherever each waits, returning their IDs; it notifies channel $3 of
+	// topic $4 (a key's next message may go).
+	q.deleteMessages = s(`WITH del AS (DELETE FROM {s}.messages WHERE sub_id = $1 AND id = ANY($2::uuid[]) RETURNING id)
+SELECT id, pg_notify($3, $4) FROM del`)
+	// makeVisible makes subscription $1's delayed messages of IDs $2
+	// visible at $3 and returns the state at $3 of each it holds ($4: the
+	// key concurrency) before the change; it notifies channel $5 of topic
+	// $6.
+	q.makeVisible = s(`WITH cur AS (
+	SELECT m.seq, m.id, CASE WHEN m.visible_at > $3 THEN (CASE WHEN m.state = {leased} THEN {stInFlight} ELSE {stDelayed} END)
+		WHEN NOT ` + keyOK("$4") + ` THEN {stHeldBack} ELSE {stVisible} END AS st
+	FROM {s}.messages m WHERE m.sub_id = $1 AND m.id = ANY($2::uuid[])),
+upd AS (UPDATE {s}.messages x SET visible_at = $3 FROM cur
+	WHERE x.sub_id = $1 AND x.seq = cur.seq AND cur.st = {stDelayed} AND x.state = {waiting} AND x.visible_at > $3 RETURNING x.id)
+SELECT cur.id, cur.st, EXISTS (SELECT 1 FROM upd WHERE upd.id = cur.id), pg_notify($5, $6) FROM cur`)
+	// editPayload sets the payload of subscription $1's message $2 to $3.
+	q.editPayload = s(`UPDATE {s}.messages SET payload = $3 WHERE sub_id = $1 AND id = $2`)
 
 	q.deadLetters = s(`SELECT ` + deadCols + ` FROM {s}.dead ORDER BY dead_at, sub_id, seq`)
 	// redrive puts dead letter ($1, $2) back on its subscription, visible

@@ -2,7 +2,9 @@ package pgleasebus
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,15 +26,27 @@ func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
 	if s.isClosed() {
 		return queue.Stats{}, s.errClosed("stats")
 	}
-	now := s.bus.cfg.clk.Now()
-	ns := now.UnixNano()
+	st, err := s.bus.gauges(ctx, s.id, s.cfg)
+	if err != nil {
+		return queue.Stats{}, err
+	}
+	s.mu.Lock()
+	st.Delivered, st.Redelivered, st.Acked = s.counters.delivered, s.counters.redelivered, s.counters.acked
+	s.mu.Unlock()
+	return st, nil
+}
+
+// gauges returns what the database holds of subscription id (of settings
+// c), after settling what is due: Stats's gauges, dead letters and pause.
+func (b *Bus) gauges(ctx context.Context, id int64, c subConfig) (queue.Stats, error) {
+	ns := b.now()
 	var st queue.Stats
 	batch := &pgx.Batch{}
-	batch.Queue(s.bus.q.sweep, ns, s.id)
-	batch.Queue(s.bus.q.stats, s.id, ns, s.cfg.keyConcurrency, s.cfg.limit())
-	batch.Queue(s.bus.q.deadCount, s.id)
-	batch.Queue(`SELECT paused FROM `+s.bus.cfg.schema+`.subscriptions WHERE id = $1`, s.id)
-	br := s.bus.pool.SendBatch(ctx, batch)
+	batch.Queue(b.q.sweep, ns, id)
+	batch.Queue(b.q.stats, id, ns, c.keyConcurrency, c.limit())
+	batch.Queue(b.q.deadCount, id)
+	batch.Queue(`SELECT paused FROM `+b.cfg.schema+`.subscriptions WHERE id = $1`, id)
+	br := b.pool.SendBatch(ctx, batch)
 	defer br.Close()
 	if _, err := br.Exec(); err != nil {
 		return queue.Stats{}, fmt.Errorf("pgleasebus: stats: %w", err)
@@ -69,20 +83,25 @@ func (s *Subscription[T]) Stats(ctx context.Context) (queue.Stats, error) {
 		}
 	}
 	rows.Close()
-	if err := br.QueryRow().Scan(&st.Paused); err != nil {
+	if err := rows.Err(); err != nil {
 		return queue.Stats{}, fmt.Errorf("pgleasebus: stats: %w", err)
 	}
-	s.mu.Lock()
-	st.Delivered, st.Redelivered, st.Acked = s.counters.delivered, s.counters.redelivered, s.counters.acked
-	s.mu.Unlock()
+	if err := br.QueryRow().Scan(&st.Paused); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = queue.ErrSubscriptionNotFound
+		}
+		return queue.Stats{}, fmt.Errorf("pgleasebus: stats: %w", err)
+	}
 	return st, nil
 }
 
 // Peek returns what the subscription holds, in publish order, leasing
 // nothing and changing nothing, as q asks (queue.PeekQuery: a state, the
 // messages after a Seq, a limit, one ID or one key), after settling what
-// is due. A message's Seq is its publish order, shared by every
-// subscription's copy.
+// is due. The query runs in the database on the subscription's
+// publish-order index; a message's Seq is its publish order, shared by
+// every subscription's copy. A message whose payload the codec cannot
+// decode is left out (the Poll that leases it dead-letters it).
 func (s *Subscription[T]) Peek(ctx context.Context, q queue.PeekQuery) ([]queue.Held[T], error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
@@ -90,74 +109,62 @@ func (s *Subscription[T]) Peek(ctx context.Context, q queue.PeekQuery) ([]queue.
 	if s.isClosed() {
 		return nil, s.errClosed("peek")
 	}
-	now := s.bus.cfg.clk.Now()
-	ns := now.UnixNano()
-	if _, err := s.bus.pool.Exec(ctx, s.bus.q.sweep, ns, s.id); err != nil {
+	return peek(ctx, s.bus, s.id, s.cfg, s.codec, q)
+}
+
+// peek is Peek of subscription id, of settings c, decoding with codec.
+func peek[T any](ctx context.Context, b *Bus, id int64, c subConfig, codec queue.Codec[T], q queue.PeekQuery) ([]queue.Held[T], error) {
+	ns := b.now()
+	var only *uuid.UUID
+	if q.ID != (uuid.UUID{}) {
+		only = &q.ID
+	}
+	batch := &pgx.Batch{}
+	batch.Queue(b.q.sweep, ns, id)
+	batch.Queue(b.q.peek, id, ns, int64(min(q.After, math.MaxInt64)), c.keyConcurrency, q.Limit, only, q.Key, int(q.State))
+	br := b.pool.SendBatch(ctx, batch)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
 		return nil, fmt.Errorf("pgleasebus: peek: %w", err)
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = queue.MaxPeek
+	rows, err := br.Query()
+	if err != nil {
+		return nil, fmt.Errorf("pgleasebus: peek: %w", err)
 	}
+	defer rows.Close()
 	var out []queue.Held[T]
-	for after := int64(q.After); len(out) < limit; {
-		rows, err := s.bus.pool.Query(ctx, s.bus.q.peek, s.id, after, 500, s.cfg.keyConcurrency, s.cfg.limit())
+	for rows.Next() {
+		var (
+			seq, published, visibleAt int64
+			mid                       uuid.UUID
+			topic, key, lastError     string
+			priority                  int16
+			attempts, state           int32
+			headers                   map[string]string
+			payload, hist             []byte
+		)
+		if err := rows.Scan(&seq, &mid, &topic, &key, &priority, &headers, &payload, &published, &visibleAt, &attempts,
+			&lastError, &hist, &state); err != nil {
+			return nil, fmt.Errorf("pgleasebus: peek: %w", err)
+		}
+		p, err := codec.Decode(payload)
 		if err != nil {
-			return nil, fmt.Errorf("pgleasebus: peek: %w", err)
+			continue
 		}
-		n := 0
-		for rows.Next() {
-			n++
-			var (
-				seq, published, visibleAt int64
-				id                        uuid.UUID
-				topic, key, lastError     string
-				priority, state           int16
-				attempts                  int32
-				headers                   map[string]string
-				payload, hist             []byte
-				keyOK, deliverable        bool
-			)
-			if err := rows.Scan(&seq, &id, &topic, &key, &priority, &headers, &payload, &published, &state, &visibleAt, &attempts,
-				&lastError, &hist, &keyOK, &deliverable); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("pgleasebus: peek: %w", err)
-			}
-			after = seq
-			h := queue.Held[T]{Seq: uint64(seq), Attempts: int(attempts), LastError: lastError, History: history(hist)}
-			switch {
-			case state == stateLeased && visibleAt > ns:
-				h.State, h.At = queue.StateInFlight, time.Unix(0, visibleAt)
-			case visibleAt > ns:
-				h.State, h.At = queue.StateDelayed, time.Unix(0, visibleAt)
-			case !keyOK:
-				h.State = queue.StateHeldBack
-			default:
-				h.State = queue.StateVisible
-			}
-			if q.State != 0 && h.State != q.State || q.ID != (uuid.UUID{}) && id != q.ID || q.Key != "" && key != q.Key {
-				continue
-			}
-			p, err := s.codec.Decode(payload)
-			if err != nil {
-				continue // shown by no peek: the next Poll dead-letters it
-			}
-			h.Message = queue.Message[T]{ID: id, Topic: topic, Key: key, Payload: p, Priority: queue.Priority(priority), PublishedAt: time.Unix(0, published)}
-			if len(headers) > 0 {
-				h.Message.Headers = queue.NewHeaders(headers)
-			}
-			out = append(out, h)
-			if len(out) == limit {
-				break
-			}
+		h := queue.Held[T]{
+			Message: queue.Message[T]{ID: mid, Topic: topic, Key: key, Payload: p, Priority: queue.Priority(priority), PublishedAt: time.Unix(0, published)},
+			Seq:     uint64(seq), State: queue.State(state), Attempts: int(attempts), LastError: lastError, History: history(hist),
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("pgleasebus: peek: %w", err)
+		if h.State == queue.StateDelayed || h.State == queue.StateInFlight {
+			h.At = time.Unix(0, visibleAt)
 		}
-		if n < 500 {
-			break
+		if len(headers) > 0 {
+			h.Message.Headers = queue.NewHeaders(headers)
 		}
+		out = append(out, h)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgleasebus: peek: %w", err)
 	}
 	return out, nil
 }
@@ -168,11 +175,15 @@ func (s *Subscription[T]) Purge(ctx context.Context) (int, error) {
 	if s.isClosed() {
 		return 0, s.errClosed("purge")
 	}
-	tag, err := s.bus.pool.Exec(ctx, s.bus.q.purge, s.id)
+	return s.bus.purge(ctx, s.id, s.topic)
+}
+
+func (b *Bus) purge(ctx context.Context, id int64, topic string) (int, error) {
+	tag, err := b.pool.Exec(ctx, b.q.purge, id)
 	if err != nil {
 		return 0, fmt.Errorf("pgleasebus: purge: %w", err)
 	}
-	s.bus.wake(s.topic)
+	b.wake(topic)
 	return int(tag.RowsAffected()), nil
 }
 
@@ -187,9 +198,18 @@ func (s *Subscription[T]) setPaused(ctx context.Context, paused bool) error {
 	if s.isClosed() {
 		return s.errClosed("pause")
 	}
-	if _, err := s.bus.pool.Exec(ctx, s.bus.q.setPaused, s.id, paused, s.bus.cfg.schema, s.topic); err != nil {
+	return s.bus.setPaused(ctx, s.id, s.topic, paused)
+}
+
+func (b *Bus) setPaused(ctx context.Context, id int64, topic string, paused bool) error {
+	var n int64
+	var notified any
+	if err := b.pool.QueryRow(ctx, b.q.setPaused, id, paused, b.cfg.schema, topic).Scan(&n, &notified); err != nil {
 		return fmt.Errorf("pgleasebus: pause: %w", err)
 	}
-	s.bus.wake(s.topic)
+	if n == 0 {
+		return fmt.Errorf("pgleasebus: pause: %w", queue.ErrSubscriptionNotFound)
+	}
+	b.wake(topic)
 	return nil
 }
