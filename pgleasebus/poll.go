@@ -29,7 +29,7 @@ func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T],
 	if n < 1 {
 		return nil, backend.Invalid("Poll: n = %d, must be >= 1", n)
 	}
-	ds, _, err := s.poll(ctx, n, s.cfg.vis, 0, nil, true)
+	ds, err := s.poll(ctx, n, s.cfg.vis, nil, true)
 	return ds, err
 }
 
@@ -43,7 +43,7 @@ func (s *Subscription[T]) PollWithVisibility(ctx context.Context, n int, visibil
 	if visibility <= 0 {
 		return nil, backend.Invalid("PollWithVisibility: visibility %v, must be > 0", visibility)
 	}
-	ds, _, err := s.poll(ctx, n, visibility, 0, nil, true)
+	ds, err := s.poll(ctx, n, visibility, nil, true)
 	return ds, err
 }
 
@@ -53,16 +53,18 @@ func (s *Subscription[T]) TryPoll(n int) []queue.Delivery[T] {
 	if n < 1 {
 		return nil
 	}
-	ds, _, _ := s.poll(context.Background(), n, s.cfg.vis, 0, nil, false)
+	ds, _ := s.poll(context.Background(), n, s.cfg.vis, nil, false)
 	return ds
 }
 
 // PollFor is Poll as a worker pool asks for it (backend.PoolPoller): it
-// marks req.Parking while it waits with nothing to lease, and leases for
-// req.Hold when that is longer than the visibility timeout (held reports
-// it), so that the pool need not extend the lease. A publish of this
-// process unparks it before the publish returns; another process's, when
-// its NOTIFY arrives.
+// marks req.Parking while it waits with nothing to lease, and unparks it
+// at the change that wakes it (a publish or settle of this process before
+// that returns; another process's at its NOTIFY). It leases for the
+// visibility timeout whatever req.Hold asks (held is false), so that the
+// pool extends its leases while it holds them: a pool whose process dies
+// lets its messages go after one visibility timeout, not after its whole
+// extension allowance.
 func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) ([]queue.Delivery[T], bool, error) {
 	if req.Max < 1 {
 		return nil, false, backend.Invalid("PollFor: Max = %d, must be >= 1", req.Max)
@@ -70,48 +72,45 @@ func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T
 	if req.Hold < 0 {
 		return nil, false, backend.Invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
 	}
-	return s.poll(ctx, req.Max, s.cfg.vis, req.Hold, req.Parking, true)
+	ds, err := s.poll(ctx, req.Max, s.cfg.vis, req.Parking, true)
+	return ds, false, err
 }
 
-func (s *Subscription[T]) poll(ctx context.Context, n int, vis, hold time.Duration, pk *backend.Parking, block bool) ([]queue.Delivery[T], bool, error) {
+func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration, pk *backend.Parking, block bool) ([]queue.Delivery[T], error) {
 	if s.isClosed() {
-		return nil, false, s.errClosed("poll")
+		return nil, s.errClosed("poll")
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, false, err
-	}
-	held := false
-	if hold > vis {
-		vis, held = hold, true
+		return nil, err
 	}
 	for {
 		ch, closed := s.w.channel() // before the look: a change after it closes ch
 		if closed {
-			return nil, false, s.errClosed("poll")
+			return nil, s.errClosed("poll")
 		}
 		now := s.bus.cfg.clk.Now()
 		ds, err := s.lease(ctx, now, n, vis)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+				return nil, ctx.Err()
 			}
 			if s.isClosed() {
-				return nil, false, s.errClosed("poll")
+				return nil, s.errClosed("poll")
 			}
-			return nil, false, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
+			return nil, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
 		}
 		if len(ds) > 0 || !block {
-			return ds, held && len(ds) > 0, nil
+			return ds, nil
 		}
 		next, err := s.nextVisible(ctx, now)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, false, ctx.Err()
+				return nil, ctx.Err()
 			}
-			return nil, false, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
+			return nil, fmt.Errorf("pgleasebus: poll %s/%s: %w", s.topic, s.name, err)
 		}
 		if err := s.wait(ctx, ch, pk, next); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
@@ -95,16 +99,25 @@ func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
 	return errors.Join(errs...)
 }
 
-// ackNow sends one DELETE for ids and returns each one's result.
+// ackNow sends one DELETE for ids and returns each one's result. A DELETE
+// whose connection is lost is sent again once, on another: an ack whose
+// first DELETE may have committed, and whose second finds the lease gone,
+// is taken as done (the message is gone either way).
 func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
 	errs := make([]error, len(ids))
 	var seqs []int64
 	var deliveries []int32
+	first := map[int64]int{} // a seq's first place in ids: an ack of the same lease twice in one batch is one ack
 	for i, id := range ids {
 		if id.Scope() != uint64(s.id) {
 			errs[i] = fmt.Errorf("pgleasebus: ack %v: %w", id, queue.ErrLeaseNotFound)
 			continue
 		}
+		if j, ok := first[int64(id.Seq())]; ok && ids[j] == id {
+			errs[i] = fmt.Errorf("pgleasebus: ack %v: acked twice at once: %w", id, queue.ErrLeaseNotFound)
+			continue
+		}
+		first[int64(id.Seq())] = i
 		seqs, deliveries = append(seqs, int64(id.Seq())), append(deliveries, int32(id.Delivery()))
 	}
 	if len(seqs) == 0 {
@@ -113,21 +126,22 @@ func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
 	ctx, cancel := s.settleCtx()
 	defer cancel()
 	now := s.bus.now()
-	rows, err := s.bus.pool.Query(ctx, s.bus.q.ack, s.id, seqs, deliveries, now, s.cfg.limit(), s.bus.cfg.schema, s.topic)
 	deleted := map[int64]bool{}
-	if err == nil {
+	ambiguous, err := retryOnce(func() error {
+		rows, err := s.bus.pool.Query(ctx, s.bus.q.ack, s.id, seqs, deliveries, now, s.cfg.limit(), s.bus.cfg.schema, s.topic)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
 		for rows.Next() {
 			var seq, notified int64
-			if err = rows.Scan(&seq, &notified); err != nil {
-				break
+			if err := rows.Scan(&seq, &notified); err != nil {
+				return err
 			}
 			deleted[seq] = true
 		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
+		return rows.Err()
+	})
 	if err != nil {
 		for i, id := range ids {
 			if errs[i] == nil {
@@ -144,6 +158,10 @@ func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
 			acked++
 		default:
 			errs[i] = s.unchanged(ctx, "ack", id, time.Unix(0, now))
+			if ambiguous && errors.Is(errs[i], queue.ErrLeaseNotFound) {
+				errs[i] = nil // the first DELETE took it
+				acked++
+			}
 		}
 	}
 	s.mu.Lock()
@@ -153,6 +171,36 @@ func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
 		s.bus.wake(s.topic) // an AwaitIdle, or a key's next message, of every handle in this process
 	}
 	return errs
+}
+
+// retryOnce runs f, and once more if it failed for its connection (lost,
+// terminated, the server shutting down): the pool gives the second try
+// another connection. ambiguous reports a first try whose statement may
+// have run: its connection was lost after it was sent.
+func retryOnce(f func() error) (ambiguous bool, err error) {
+	err = f()
+	if err == nil || !connectionLost(err) {
+		return false, err
+	}
+	ambiguous = !pgconn.SafeToRetry(err)
+	return ambiguous, f()
+}
+
+// connectionLost reports whether err is the loss of a connection rather
+// than the statement's own failure: an I/O error, a connection
+// exception (SQLSTATE class 08) or an operator's intervention (57P01
+// terminated, 57P02 crash, 57P03 starting up).
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || strings.HasPrefix(pe.Code, "57P")
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	return pgconn.SafeToRetry(err) || errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		strings.Contains(err.Error(), "conn closed")
 }
 
 // settleCtx bounds one settle's round trip: a settle is a method without a
@@ -255,16 +303,30 @@ func (s *Subscription[T]) nack(op string, id lease.ID, delay time.Duration, text
 	ns := now.UnixNano()
 	var dead, back int64
 	var notified any
-	err := s.bus.pool.QueryRow(ctx, s.bus.q.nack, s.id, int64(id.Seq()), int32(id.Delivery()), ns, after(now, delay), text, int(outcome),
-		s.cfg.limit(), s.bus.cfg.schema, s.topic).Scan(&dead, &back, &notified)
+	ambiguous, err := retryOnce(func() error {
+		return s.bus.pool.QueryRow(ctx, s.bus.q.nack, s.id, int64(id.Seq()), int32(id.Delivery()), ns, after(now, delay), text, int(outcome),
+			s.cfg.limit(), s.bus.cfg.schema, s.topic).Scan(&dead, &back, &notified)
+	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
 	}
-	if dead+back == 0 {
+	if dead+back == 0 && !(ambiguous && s.settledBefore(ctx, id)) {
 		return s.unchanged(ctx, op, id, now)
 	}
 	s.bus.wake(s.topic)
 	return nil
+}
+
+// settledBefore reports, after a settle of id whose first statement's
+// connection was lost once sent and whose second changed nothing, that the
+// first took effect: the message waits again under id's delivery (a Nack,
+// a Fail, a Release), or is a dead letter (a Reject, a last attempt). A
+// settle is retried so; its result then says what happened, not the
+// retry.
+func (s *Subscription[T]) settledBefore(ctx context.Context, id lease.ID) bool {
+	var took bool
+	err := s.bus.pool.QueryRow(ctx, s.bus.q.settled, s.id, int64(id.Seq()), int32(id.Delivery())).Scan(&took)
+	return err == nil && took
 }
 
 // Extend sets a live lease's deadline to timeout from the clock's now
@@ -280,7 +342,11 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 	ctx, cancel := s.settleCtx()
 	defer cancel()
 	now := s.bus.cfg.clk.Now()
-	tag, err := s.bus.pool.Exec(ctx, s.bus.q.extend, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, timeout))
+	var tag pgconn.CommandTag
+	_, err := retryOnce(func() (err error) {
+		tag, err = s.bus.pool.Exec(ctx, s.bus.q.extend, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, timeout))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: extend %v: %w", id, err)
 	}
@@ -308,11 +374,14 @@ func (s *Subscription[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
 	now := s.bus.cfg.clk.Now()
 	var n int64
 	var notified any
-	if err := s.bus.pool.QueryRow(ctx, s.bus.q.release, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, delay),
-		s.bus.cfg.schema, s.topic).Scan(&n, &notified); err != nil {
+	ambiguous, err := retryOnce(func() error {
+		return s.bus.pool.QueryRow(ctx, s.bus.q.release, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, delay),
+			s.bus.cfg.schema, s.topic).Scan(&n, &notified)
+	})
+	if err != nil {
 		return fmt.Errorf("pgleasebus: release %v: %w", id, err)
 	}
-	if n == 0 {
+	if n == 0 && !(ambiguous && s.settledBefore(ctx, id)) {
 		return s.unchanged(ctx, "release", id, now)
 	}
 	s.bus.wake(s.topic)
@@ -338,11 +407,14 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 func (s *Subscription[T]) rejectAt(ctx context.Context, id lease.ID, now time.Time, text string) error {
 	var n int64
 	var notified any
-	if err := s.bus.pool.QueryRow(ctx, s.bus.q.reject, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
-		s.bus.cfg.schema, s.topic).Scan(&n, &notified); err != nil {
+	ambiguous, err := retryOnce(func() error {
+		return s.bus.pool.QueryRow(ctx, s.bus.q.reject, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
+			s.bus.cfg.schema, s.topic).Scan(&n, &notified)
+	})
+	if err != nil {
 		return fmt.Errorf("pgleasebus: reject %v: %w", id, err)
 	}
-	if n == 0 {
+	if n == 0 && !(ambiguous && s.settledBefore(ctx, id)) {
 		return s.unchanged(ctx, "reject", id, now)
 	}
 	s.bus.wake(s.topic)

@@ -24,7 +24,7 @@ type sqlText struct {
 
 	sweep, lease, nextVisible string
 
-	ack, current, nack, extend, release, reject string
+	ack, current, settled, nack, extend, release, reject string
 
 	stats, deadCount, peek, purge            string
 	deleteMessages, makeVisible, editPayload string
@@ -109,8 +109,8 @@ d AS (INSERT INTO {s}.dedup (topic, dedup_id, message_id, first_at) SELECT $1, $
 	RETURNING 1),
 n AS (SELECT nextval('{s}.seq') AS v),
 ins AS (INSERT INTO {s}.messages (` + msgCols + `)
-	SELECT sub.id, n.v, $2, $1, $3, $4, $5, $7, CASE WHEN $6 > 0 THEN $6 ELSE sub.default_ttl_ns END,
-		CASE WHEN $6 > 0 THEN ` + plus("$7", "$6") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$7", "sub.default_ttl_ns") + ` ELSE 0 END, $8, $9
+	SELECT sub.id, n.v, $2, $1, $3, $4, $5, $7, CASE WHEN $6::bigint > 0 THEN $6 ELSE sub.default_ttl_ns END,
+		CASE WHEN $6::bigint > 0 THEN ` + plus("$7::bigint", "$6::bigint") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$7", "sub.default_ttl_ns") + ` ELSE 0 END, $8, $9
 	FROM {s}.subscriptions sub, n WHERE sub.topic = $1 AND ($11 = '' OR EXISTS (SELECT 1 FROM d))
 	RETURNING 1),
 notified AS (SELECT pg_notify($10, $1) WHERE EXISTS (SELECT 1 FROM ins))
@@ -150,7 +150,7 @@ SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), coalesce((SELECT ar
 	// expiry or the deadline).
 	q.sweep = s(`WITH gone AS (
 	DELETE FROM {s}.messages m USING {s}.subscriptions sub
-	WHERE m.sub_id = sub.id AND ($2 = 0 OR m.sub_id = $2) AND (
+	WHERE m.sub_id = sub.id AND ($2::bigint = 0 OR m.sub_id = $2) AND (
 		(m.state = {leased} AND m.visible_at <= $1 AND sub.max_attempts > 0 AND m.attempts >= sub.max_attempts)
 		OR (m.expires_at > 0 AND m.expires_at <= $1 AND (m.state = {waiting} OR m.visible_at <= $1)))
 	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic, sub.max_attempts AS max_attempts)
@@ -206,6 +206,10 @@ n AS (SELECT pg_notify($6, $7) WHERE EXISTS (SELECT 1 FROM del WHERE key <> ''))
 SELECT seq, (SELECT count(*) FROM n) FROM del`)
 	// current tells a lease that changed nothing apart: its message's
 	// delivery and state now, or no row.
+	// settled is true of lease ($1, $2, $3) settled by a Nack, Fail or
+	// Release (its message waits under that delivery) or dead-lettered.
+	q.settled = s(`SELECT EXISTS (SELECT 1 FROM {s}.messages WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state = {waiting})
+	OR (NOT EXISTS (SELECT 1 FROM {s}.messages WHERE sub_id = $1 AND seq = $2) AND EXISTS (SELECT 1 FROM {s}.dead WHERE sub_id = $1 AND seq = $2))`)
 	q.current = s(`SELECT delivery, state, visible_at FROM {s}.messages WHERE sub_id = $1 AND seq = $2`)
 
 	// nack hands back lease ($1, $2, $3) live at $4 (before its deadline),
