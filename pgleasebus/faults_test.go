@@ -333,7 +333,7 @@ func TestServerRestartUnderPool(t *testing.T) {
 		ackedAt   = map[string]bool{}
 		dupAfter  int
 		progress  = make(chan struct{}, 1)
-		hold      bool          // handlers wait for gate: their acks go to the stopped server
+		hold      bool // handlers wait for gate: their acks go to the stopped server
 		gate      = make(chan struct{})
 	)
 	handler := func(_ context.Context, d queue.Delivery[string]) error {
