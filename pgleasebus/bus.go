@@ -262,6 +262,36 @@ func after(t time.Time, d time.Duration) int64 {
 	return ns + int64(d)
 }
 
+// genericTx runs sql with args in a transaction of its own, in one round
+// trip, read reading its one result. The statement is planned once per
+// connection (a generic plan, which its indexes make a good one whatever
+// the parameters): left to choose, Postgres plans statements like these
+// afresh at every call, and the planning costs more than the statement.
+func (b *Bus) genericTx(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+	batch := &pgx.Batch{}
+	batch.Queue("BEGIN")
+	batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	batch.Queue(sql, args...)
+	batch.Queue("COMMIT")
+	br := b.pool.SendBatch(ctx, batch)
+	err := func() error {
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := read(br); err != nil {
+			return err
+		}
+		_, err := br.Exec()
+		return err
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // Clock returns the clock the bus reads (a pool over one of its
 // subscriptions reads it too: backend.Clocked).
 func (b *Bus) Clock() clock.Clock { return b.cfg.clk }

@@ -35,7 +35,7 @@ type deadLetter struct {
 // is due at the clock's now (a lease expired on its last attempt, a TTL
 // passed): every call that shows state does.
 func (b *Bus) deadLetters(ctx context.Context) ([]deadLetter, error) {
-	if _, err := b.pool.Exec(ctx, b.q.sweep, b.now(), int64(0)); err != nil {
+	if _, err := b.pool.Exec(ctx, b.q.sweepAll, b.now()); err != nil {
 		return nil, err
 	}
 	rows, err := b.pool.Query(ctx, b.q.deadLetters)
@@ -151,6 +151,7 @@ func RedriveWith[T any](ctx context.Context, b *Bus, codec queue.Codec[T], fix f
 		if err != nil {
 			return n, fmt.Errorf("pgleasebus: redrive %v: encode: %w", dl.Message.ID, err)
 		}
+		body = notNil(body)
 		var gone, back int64
 		var notified any
 		if err := b.pool.QueryRow(ctx, b.q.redrive, d.subID, d.seq, b.now(), body, b.cfg.schema).Scan(&gone, &back, &notified); err != nil {

@@ -481,3 +481,31 @@ func TestOpenConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// An empty payload is stored, delivered, edited and redriven as empty:
+// an empty bytea, never NULL.
+func TestEmptyPayload(t *testing.T) {
+	e := newEnv(t)
+	ctx := bounded(t)
+	sub, pub := topicSub(t, e, "orders", "billing")
+	if _, err := pub.Publish(ctx, "orders", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.PublishBatch(ctx, "orders", []string{"", "x"}); err != nil {
+		t.Fatal(err)
+	}
+	ds := sub.TryPoll(10)
+	if strings.Join(payloads(ds), ",") != ",,x" {
+		t.Fatalf("delivered %q", payloads(ds))
+	}
+	if err := sub.Reject(ds[2].LeaseID, nil); err != nil {
+		t.Fatal(err)
+	}
+	n, err := pgleasebus.RedriveWith(ctx, e.bus, queue.StringCodec(), func(queue.DeadLetter[string]) (string, bool) { return "", true })
+	if err != nil || n != 1 {
+		t.Fatalf("RedriveWith to an empty payload: %d, %v", n, err)
+	}
+	if ds := sub.TryPoll(10); len(ds) != 1 || ds[0].Payload != "" {
+		t.Fatalf("after the redrive: %q", payloads(ds))
+	}
+}

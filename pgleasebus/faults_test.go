@@ -232,11 +232,12 @@ func TestConnectionKilledMidPollAndMidAck(t *testing.T) {
 	admin := newPool(t)
 	table := e.bus.Schema() + ".messages"
 
-	// Mid-poll: the messages table locked, the Poll's sweep waits on it.
+	// Mid-poll: the messages table locked, the Poll's lease waits on it.
 	lock, err := admin.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { lock.Rollback(context.Background()) }) // a failure lets go of the lock, and the Poll
 	if _, err := lock.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestConnectionKilledMidPollAndMidAck(t *testing.T) {
 		}
 		polled <- err
 	}()
-	pid := backendPID(t, admin, "DELETE FROM "+table)
+	pid := backendPID(t, admin, "UPDATE "+table)
 	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +269,7 @@ func TestConnectionKilledMidPollAndMidAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { lock.Rollback(context.Background()) })
 	if _, err := lock.Exec(ctx, "SELECT 1 FROM "+table+" WHERE id = $1 FOR UPDATE", m.ID); err != nil {
 		t.Fatal(err)
 	}

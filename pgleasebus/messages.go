@@ -139,6 +139,7 @@ func editPayload[T any](ctx context.Context, b *Bus, sub int64, codec queue.Code
 	if err != nil {
 		return fmt.Errorf("pgleasebus: edit %v: encode: %w", id, err)
 	}
+	body = notNil(body)
 	if len(body) > b.cfg.maxSize {
 		return fmt.Errorf("pgleasebus: edit %v: %w: %d bytes, the limit is %d", id, ErrTooLarge, len(body), b.cfg.maxSize)
 	}

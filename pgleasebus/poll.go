@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
@@ -150,17 +151,56 @@ func (s *Subscription[T]) nextVisible(ctx context.Context, now time.Time) (time.
 	return time.Unix(0, *at), nil
 }
 
-// lease sweeps what is due at now and leases up to n messages for vis, in
+// lease leases up to n messages for vis at now. When it leases fewer, it
+// dead-letters what is due (a last lease expired, a TTL passed: rows the
+// lease skips) and, if there was any, leases again: a key whose head was
+// due may have its next message free now. A busy subscription's Poll is
 // one round trip.
 func (s *Subscription[T]) lease(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], error) {
+	ds, err := s.leaseOnce(ctx, now, n, vis)
+	if err != nil || len(ds) == n {
+		return ds, err
+	}
+	swept, err := s.sweep(ctx, now)
+	if err != nil || swept == 0 {
+		return ds, err
+	}
+	more, err := s.leaseOnce(ctx, now, n-len(ds), vis)
+	return append(ds, more...), err
+}
+
+// sweep dead-letters what is due at now and says how many.
+func (s *Subscription[T]) sweep(ctx context.Context, now time.Time) (int64, error) {
+	var tag pgconn.CommandTag
+	err := s.bus.genericTx(ctx, s.bus.q.sweep, []any{now.UnixNano(), s.id}, func(br pgx.BatchResults) (err error) {
+		tag, err = br.Exec()
+		return err
+	})
+	return tag.RowsAffected(), err
+}
+
+// leaseOnce leases up to n messages for vis at now, in one round trip.
+func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], error) {
 	ns := now.UnixNano()
 	batch := &pgx.Batch{}
-	batch.Queue(s.bus.q.sweep, ns, s.id)
+	batch.Queue("BEGIN")
+	// The lease walks the subscription's order index and stops at n rows,
+	// planned once per connection (see genericTx). Left to itself, a
+	// planner whose statistics predate a burst of publishes (the first
+	// minute of a queue, before autovacuum analyzes it) expects a few rows
+	// and reads them all and sorts them instead: milliseconds a Poll,
+	// growing with the queue. Plans without a sort or a bitmap scan have
+	// only the walk left.
+	batch.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_sort', 'off', true),
+	set_config('enable_bitmapscan', 'off', true)`)
 	batch.Queue(s.bus.q.lease, s.id, ns, n, int64(vis), s.cfg.limit(), s.cfg.keyConcurrency)
+	batch.Queue("COMMIT")
 	br := s.bus.pool.SendBatch(ctx, batch)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
+	for range 2 { // BEGIN, the settings
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -186,6 +226,9 @@ func (s *Subscription[T]) lease(ctx context.Context, now time.Time, n int, vis t
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil { // COMMIT
 		return nil, err
 	}
 	if err := br.Close(); err != nil {

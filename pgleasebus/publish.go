@@ -51,6 +51,15 @@ func (p *Publisher[T]) CheckPublish(topic string, o queue.PublishOptions) error 
 	return o.Validate()
 }
 
+// notNil returns b, or an empty slice for nil: an empty payload is an
+// empty bytea, never NULL.
+func notNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
 // dbtx is what a publish runs its statement on: the pool, or the caller's
 // transaction.
 type dbtx interface {
@@ -107,6 +116,7 @@ func (p *Publisher[T]) publish(ctx context.Context, db dbtx, topic string, paylo
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("pgleasebus: publish to %q: encode: %w", topic, err)
 	}
+	body = notNil(body)
 	headers, err := headersJSON(o.Headers)
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("pgleasebus: publish to %q: headers: %w", topic, err)
@@ -225,7 +235,7 @@ func (p *Publisher[T]) publishBatch(ctx context.Context, db dbtx, topic string, 
 		visible  = make([]int64, 0, n)
 		ttls     = make([]int64, 0, n)
 		hdrs     = make([][]byte, 0, n)
-		bodies   = make([][]byte, 0, n)
+		bodies   = make([][]byte, 0, n) // an empty payload: an empty slice, not nil (NULL)
 		dedupIDs = make([]string, 0, n)
 		first    = map[string]int{} // a dedup ID's first payload in the batch
 	)
@@ -249,7 +259,7 @@ func (p *Publisher[T]) publishBatch(ctx context.Context, db dbtx, topic string, 
 		}
 		ids, keys, prios = append(ids, out[i].ID), append(keys, o.Key), append(prios, int16(o.Priority))
 		visible, ttls = append(visible, after(now, o.Delay)), append(ttls, int64(o.TTL))
-		hdrs, bodies, dedupIDs = append(hdrs, headers), append(bodies, body), append(dedupIDs, dedup)
+		hdrs, bodies, dedupIDs = append(hdrs, headers), append(bodies, notNil(body)), append(dedupIDs, dedup)
 	}
 	var (
 		exists   bool

@@ -81,7 +81,9 @@ func ddl(schema string) []string {
 	autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_order ON {s}.messages (sub_id, priority DESC, seq)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_key ON {s}.messages (sub_id, key, seq) WHERE key <> ''`),
-		s(`CREATE INDEX IF NOT EXISTS messages_leased ON {s}.messages (sub_id, visible_at) WHERE state = 1`),
+		// By state then time: a lease past its deadline (the sweep), the
+		// next row to turn visible (a Poll's wake-up).
+		s(`CREATE INDEX IF NOT EXISTS messages_due ON {s}.messages (sub_id, state, visible_at)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_expiring ON {s}.messages (sub_id, expires_at) WHERE expires_at > 0`),
 		s(`CREATE INDEX IF NOT EXISTS messages_id ON {s}.messages (id)`),
 		s(`CREATE TABLE IF NOT EXISTS {s}.dead (

@@ -18,13 +18,14 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// acker coalesces concurrent Acks: while one DELETE is out, the Acks that
-// come meanwhile wait and go together in the next, each with its own
-// result (group commit).
+// acker coalesces concurrent Acks: up to maxAckSenders DELETEs are out at
+// once, and the Acks that come while they are wait and go together in
+// the next, each with its own result (group commit; the server commits
+// the DELETEs out at once with one flush of its log).
 type acker struct {
 	s       func(ids []lease.ID) []error // sends one batch
 	mu      sync.Mutex
-	running bool
+	senders int
 	queue   []ackReq
 }
 
@@ -33,19 +34,23 @@ type ackReq struct {
 	done chan error
 }
 
-// maxAckBatch bounds one DELETE's leases.
-const maxAckBatch = 1000
+// maxAckBatch bounds one DELETE's leases; maxAckSenders, the DELETEs out
+// at once.
+const (
+	maxAckBatch   = 1000
+	maxAckSenders = 1
+)
 
 // ack acks id, in a batch with the Acks that wait meanwhile.
 func (a *acker) ack(id lease.ID) error {
 	req := ackReq{id, make(chan error, 1)}
 	a.mu.Lock()
 	a.queue = append(a.queue, req)
-	if a.running {
+	if a.senders == maxAckSenders {
 		a.mu.Unlock()
 		return <-req.done
 	}
-	a.running = true
+	a.senders++
 	for len(a.queue) > 0 {
 		batch := a.queue[:min(len(a.queue), maxAckBatch)]
 		a.queue = a.queue[len(batch):]
@@ -60,7 +65,7 @@ func (a *acker) ack(id lease.ID) error {
 		}
 		a.mu.Lock()
 	}
-	a.running = false
+	a.senders--
 	a.mu.Unlock()
 	return <-req.done
 }
@@ -128,19 +133,21 @@ func (s *Subscription[T]) ackNow(ids []lease.ID) []error {
 	now := s.bus.now()
 	deleted := map[int64]bool{}
 	ambiguous, err := retryOnce(func() error {
-		rows, err := s.bus.pool.Query(ctx, s.bus.q.ack, s.id, seqs, deliveries, now, s.cfg.limit(), s.bus.cfg.schema, s.topic)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq, notified int64
-			if err := rows.Scan(&seq, &notified); err != nil {
+		return s.bus.genericTx(ctx, s.bus.q.ack, []any{s.id, seqs, deliveries, now, s.cfg.limit(), s.bus.cfg.schema, s.topic}, func(br pgx.BatchResults) error {
+			rows, err := br.Query()
+			if err != nil {
 				return err
 			}
-			deleted[seq] = true
-		}
-		return rows.Err()
+			defer rows.Close()
+			for rows.Next() {
+				var seq, notified int64
+				if err := rows.Scan(&seq, &notified); err != nil {
+					return err
+				}
+				deleted[seq] = true
+			}
+			return rows.Err()
+		})
 	})
 	if err != nil {
 		for i, id := range ids {
@@ -304,8 +311,8 @@ func (s *Subscription[T]) nack(op string, id lease.ID, delay time.Duration, text
 	var dead, back int64
 	var notified any
 	ambiguous, err := retryOnce(func() error {
-		return s.bus.pool.QueryRow(ctx, s.bus.q.nack, s.id, int64(id.Seq()), int32(id.Delivery()), ns, after(now, delay), text, int(outcome),
-			s.cfg.limit(), s.bus.cfg.schema, s.topic).Scan(&dead, &back, &notified)
+		return s.bus.genericTx(ctx, s.bus.q.nack, []any{s.id, int64(id.Seq()), int32(id.Delivery()), ns, after(now, delay), text, int(outcome),
+			s.cfg.limit(), s.bus.cfg.schema, s.topic}, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&dead, &back, &notified) })
 	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
@@ -344,8 +351,8 @@ func (s *Subscription[T]) Extend(id lease.ID, timeout time.Duration) error {
 	now := s.bus.cfg.clk.Now()
 	var tag pgconn.CommandTag
 	_, err := retryOnce(func() (err error) {
-		tag, err = s.bus.pool.Exec(ctx, s.bus.q.extend, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, timeout))
-		return err
+		return s.bus.genericTx(ctx, s.bus.q.extend, []any{s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, timeout)},
+			func(br pgx.BatchResults) (err error) { tag, err = br.Exec(); return err })
 	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: extend %v: %w", id, err)
@@ -375,8 +382,8 @@ func (s *Subscription[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
 	var n int64
 	var notified any
 	ambiguous, err := retryOnce(func() error {
-		return s.bus.pool.QueryRow(ctx, s.bus.q.release, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, delay),
-			s.bus.cfg.schema, s.topic).Scan(&n, &notified)
+		return s.bus.genericTx(ctx, s.bus.q.release, []any{s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), after(now, delay),
+			s.bus.cfg.schema, s.topic}, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&n, &notified) })
 	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: release %v: %w", id, err)
@@ -408,8 +415,8 @@ func (s *Subscription[T]) rejectAt(ctx context.Context, id lease.ID, now time.Ti
 	var n int64
 	var notified any
 	ambiguous, err := retryOnce(func() error {
-		return s.bus.pool.QueryRow(ctx, s.bus.q.reject, s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
-			s.bus.cfg.schema, s.topic).Scan(&n, &notified)
+		return s.bus.genericTx(ctx, s.bus.q.reject, []any{s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
+			s.bus.cfg.schema, s.topic}, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&n, &notified) })
 	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: reject %v: %w", id, err)

@@ -22,7 +22,7 @@ type sqlText struct {
 
 	publish, publishBatch, dedupOriginal, dedupPrune, messageByID string
 
-	sweep, lease, nextVisible string
+	sweep, sweepAll, lease, nextVisible string
 
 	ack, current, settled, nack, extend, release, reject string
 
@@ -55,7 +55,7 @@ func newSQL(schema string) *sqlText {
 	// key's messages come before it.
 	keyOK := func(kc string) string {
 		return `(m.key = '' OR (SELECT count(*) FROM (SELECT 1 FROM {s}.messages k
-		WHERE k.sub_id = m.sub_id AND k.key = m.key AND k.seq < m.seq LIMIT ` + kc + `) ahead) < ` + kc + `)`
+		WHERE k.sub_id = m.sub_id AND k.key <> '' AND k.key = m.key AND k.seq < m.seq LIMIT ` + kc + `) ahead) < ` + kc + `)`
 	}
 	// push appends attempt e to history h, keeping the last MaxHistory.
 	push := func(h, e string) string {
@@ -143,17 +143,23 @@ SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), coalesce((SELECT ar
 	q.messageByID = s(`SELECT id, topic, key, priority, headers, payload, published_at FROM {s}.messages WHERE id = $1 LIMIT 1`)
 	q.dedupPrune = s(`DELETE FROM {s}.dedup WHERE ctid IN (SELECT ctid FROM {s}.dedup WHERE first_at <= $1 LIMIT 1000)`)
 
-	// sweep dead-letters what is due at $1 on subscription $2 (0: on
-	// every one): a lease expired on its last attempt (reason
+	// sweep dead-letters what is due at $1 on subscription $2 (sweepAll:
+	// on every one): a lease expired on its last attempt (reason
 	// max-attempts, at its deadline), and a message whose TTL passed while
 	// it waited or whose lease expired after it (reason expired, at its
 	// expiry or the deadline).
-	q.sweep = s(`WITH gone AS (
-	DELETE FROM {s}.messages m USING {s}.subscriptions sub
-	WHERE m.sub_id = sub.id AND ($2::bigint = 0 OR m.sub_id = $2) AND (
-		(m.state = {leased} AND m.visible_at <= $1 AND sub.max_attempts > 0 AND m.attempts >= sub.max_attempts)
-		OR (m.expires_at > 0 AND m.expires_at <= $1 AND (m.state = {waiting} OR m.visible_at <= $1)))
-	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic, sub.max_attempts AS max_attempts)
+	sweep := func(which string) string {
+		return s(`WITH due AS (
+	SELECT sub.id AS sub_id, d.seq, sub.name AS sub_name, sub.topic AS sub_topic, sub.max_attempts
+	FROM {s}.subscriptions sub, LATERAL (
+		SELECT m.seq FROM {s}.messages m
+		WHERE m.sub_id = sub.id AND m.state = {leased} AND m.visible_at <= $1 AND sub.max_attempts > 0 AND m.attempts >= sub.max_attempts
+		UNION
+		SELECT m.seq FROM {s}.messages m
+		WHERE m.sub_id = sub.id AND m.expires_at > 0 AND m.expires_at <= $1 AND (m.state = {waiting} OR m.visible_at <= $1)) d
+	WHERE ` + which + `),
+gone AS (DELETE FROM {s}.messages m USING due WHERE m.sub_id = due.sub_id AND m.seq = due.seq
+	RETURNING m.*, due.sub_name, due.sub_topic, due.max_attempts)
 INSERT INTO {s}.dead (` + deadCols + `)
 SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns,
 	CASE WHEN m.state = {leased} AND m.max_attempts > 0 AND m.attempts >= m.max_attempts THEN {maxAttempts} ELSE {expiredReason} END,
@@ -164,6 +170,9 @@ SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priorit
 	CASE WHEN m.state = {leased} THEN ` + push("m.history", attempt("{attemptExpired}", "m.visible_at", "m.visible_at - m.leased_at", "{leaseExpired}")) + ` ELSE m.history END,
 	m.headers, m.payload
 FROM gone m`)
+	}
+	q.sweep = sweep("sub.id = $2")
+	q.sweepAll = sweep("true")
 
 	// lease leases up to $3 of subscription $1's messages visible at $2,
 	// by priority then publish order, skipping rows another poll holds
@@ -199,11 +208,14 @@ RETURNING m.seq, m.delivery, m.attempts, m.id, m.topic, m.key, m.priority, m.hea
 	// one is the sweep's. It returns the seqs it deleted; if one had a key,
 	// it notifies channel $6 of topic $7 (its key's next may go now).
 	q.ack = s(`WITH del AS (DELETE FROM {s}.messages m USING unnest($2::bigint[], $3::integer[]) AS a(seq, delivery)
-	WHERE m.sub_id = $1 AND m.seq = a.seq AND m.delivery = a.delivery AND m.state = {leased}
+	WHERE m.sub_id = $1 AND m.seq = ANY($2::bigint[]) AND m.seq = a.seq AND m.delivery = a.delivery AND m.state + 0 = {leased}
 		AND NOT (m.visible_at <= $4 AND $5 > 0 AND m.attempts >= $5)
 	RETURNING m.seq, m.key),
 n AS (SELECT pg_notify($6, $7) WHERE EXISTS (SELECT 1 FROM del WHERE key <> ''))
 SELECT seq, (SELECT count(*) FROM n) FROM del`)
+	// A settle names its row by its primary key: "state + 0" keeps the
+	// planner from walking the subscription's leases in messages_due
+	// instead (a generic plan sees no cost between the two).
 	// current tells a lease that changed nothing apart: its message's
 	// delivery and state now, or no row.
 	// settled is true of lease ($1, $2, $3) settled by a Nack, Fail or
@@ -219,7 +231,7 @@ SELECT seq, (SELECT count(*) FROM n) FROM del`)
 	// and how many it handed back, and notifies channel $9 of topic $10.
 	q.nack = s(`WITH cur AS (
 	SELECT m.*, sub.name AS sub_name, sub.topic AS sub_topic FROM {s}.messages m JOIN {s}.subscriptions sub ON sub.id = m.sub_id
-	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	FOR UPDATE OF m),
 gone AS (DELETE FROM {s}.messages x USING cur WHERE x.sub_id = cur.sub_id AND x.seq = cur.seq AND $8 > 0 AND cur.attempts >= $8
 	RETURNING x.seq),
@@ -235,13 +247,13 @@ back AS (UPDATE {s}.messages x SET state = {waiting}, visible_at = $5, last_erro
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM back), pg_notify($9, $10)`)
 	// extend sets live lease ($1, $2, $3)'s deadline to $5, at $4.
 	q.extend = s(`UPDATE {s}.messages SET visible_at = $5
-WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state = {leased} AND visible_at > $4`)
+WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state + 0 = {leased} AND visible_at + 0 > $4`)
 	// release hands live lease ($1, $2, $3) back at $4, visible at $5,
 	// its attempt given back; it returns how many, and notifies channel $6
 	// of topic $7.
 	q.release = s(`WITH r AS (UPDATE {s}.messages m SET state = {waiting}, visible_at = $5, attempts = m.attempts - 1,
 	history = ` + push("m.history", attempt("{attemptReleased}", "$4::bigint", "$4::bigint - m.leased_at", "''")) + `
-	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	RETURNING 1)
 SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
 	// reject dead-letters live lease ($1, $2, $3) at $4 with reason
@@ -249,7 +261,7 @@ SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
 	// channel $6 of topic $7.
 	q.reject = s(`WITH gone AS (
 	DELETE FROM {s}.messages m USING {s}.subscriptions sub
-	WHERE m.sub_id = sub.id AND m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state = {leased} AND m.visible_at > $4
+	WHERE m.sub_id = sub.id AND m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic),
 ins AS (INSERT INTO {s}.dead (` + deadCols + `)
 	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5::text, $4::bigint,
