@@ -49,6 +49,7 @@ type Bus struct {
 	q      *sqlText
 	closed chan struct{}
 	done   sync.WaitGroup // the listener
+	notify *notifier
 
 	mu      sync.Mutex                      // guards the two below
 	handles map[string]map[*waiter]struct{} // by topic: this process's subscriptions' waiters
@@ -63,6 +64,8 @@ type busConfig struct {
 	schema      string
 	dedupWindow time.Duration
 	maxSize     int
+	pollEvery   time.Duration
+	notifyEvery time.Duration
 	noListen    bool
 	err         error
 }
@@ -128,9 +131,41 @@ func WithMaxMessageSize(n int) Option {
 	}}
 }
 
-// WithoutListen does not LISTEN for other processes' publishes: a Poll
-// then learns of them only at its next look (the wake-up its own
-// subscription's timers make). For a test that runs in one process, or a
+// WithPollInterval sets how long a Poll with nothing to lease waits at most
+// before it looks again (default one second, on the bus's clock): the
+// bound on how late it learns of what another process published without a
+// NOTIFY reaching it (see WithNotifyInterval, WithoutListen). What this
+// process publishes or settles wakes it at once. d > 0.
+func WithPollInterval(d time.Duration) Option {
+	return Option{func(cfg *busConfig) {
+		if d <= 0 {
+			cfg.fail(backend.Invalid("WithPollInterval(%v): must be > 0", d))
+		}
+		cfg.pollEvery = d
+	}}
+}
+
+// WithNotifyInterval sets how often at most this bus's publishes to one
+// topic send a NOTIFY, which wakes the Polls of the other processes
+// (default 10ms; 0: at every publish). Postgres commits notifying
+// transactions one at a time, so a NOTIFY per publish caps a busy topic's
+// publishes at that rate. A publish that sends none is announced by a
+// NOTIFY at the interval's end; one in the caller's transaction
+// (PublishTx) that commits later than that is found by the Polls at their
+// next look (WithPollInterval). An autocommit publish (Publish,
+// PublishBatch) wakes this process's Polls at once either way. d >= 0.
+func WithNotifyInterval(d time.Duration) Option {
+	return Option{func(cfg *busConfig) {
+		if d < 0 {
+			cfg.fail(backend.Invalid("WithNotifyInterval(%v): must be >= 0", d))
+		}
+		cfg.notifyEvery = d
+	}}
+}
+
+// WithoutListen does not LISTEN for other processes' publishes, and its
+// publishes send no NOTIFY: a Poll learns of another process's publish at
+// its next look (WithPollInterval). For a test that runs in one process, or a
 // database whose connections cannot LISTEN (a transaction-pooling
 // pgbouncer).
 func WithoutListen() Option {
@@ -151,7 +186,8 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Bus, error)
 	if pool == nil {
 		return nil, backend.Invalid("Open: nil *pgxpool.Pool")
 	}
-	cfg := busConfig{clk: clock.New(), schema: "leasebus", dedupWindow: 5 * time.Minute, maxSize: DefaultMaxMessageSize}
+	cfg := busConfig{clk: clock.New(), schema: "leasebus", dedupWindow: 5 * time.Minute, maxSize: DefaultMaxMessageSize,
+		pollEvery: time.Second, notifyEvery: 10 * time.Millisecond}
 	for _, o := range opts {
 		if o.apply == nil {
 			return nil, backend.Invalid("Open: the zero Option")
@@ -162,6 +198,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Bus, error)
 		return nil, cfg.err
 	}
 	b := &Bus{pool: pool, cfg: cfg, q: newSQL(cfg.schema), closed: make(chan struct{}), handles: map[string]map[*waiter]struct{}{}}
+	b.notify = newNotifier(b, cfg.notifyEvery)
 	if err := b.migrate(ctx); err != nil {
 		return nil, err
 	}
@@ -237,6 +274,7 @@ func (b *Bus) Close() error {
 		w.close()
 	}
 	b.done.Wait()
+	b.notify.wg.Wait()
 	return nil
 }
 
@@ -262,15 +300,25 @@ func after(t time.Time, d time.Duration) int64 {
 	return ns + int64(d)
 }
 
-// genericTx runs sql with args in a transaction of its own, in one round
-// trip, read reading its one result. The statement is planned once per
-// connection (a generic plan, which its indexes make a good one whatever
-// the parameters): left to choose, Postgres plans statements like these
-// afresh at every call, and the planning costs more than the statement.
+// planSettings is the first statement of every transaction genericTx
+// sends: its statements are planned once per connection (a generic plan),
+// and the plan can only be the one meant. Left to choose, Postgres plans
+// statements like these afresh at every call, and the planning costs more
+// than the statement; and a plan made while the statistics were those of
+// an empty queue (its first minute, before autovacuum analyzes it) reads
+// the whole queue, per call, for as long as the connection lives. Without
+// sequential scans, bitmap scans or sorts, what is left is the index walk
+// each statement is written for: the order index for a lease, stopping at
+// n rows; the primary key for a settle.
+const planSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true),
+	set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
+
+// genericTx runs sql with args in a transaction of its own, planned as
+// planSettings says, in one round trip, read reading its one result.
 func (b *Bus) genericTx(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	batch.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	batch.Queue(planSettings)
 	batch.Queue(sql, args...)
 	batch.Queue("COMMIT")
 	br := b.pool.SendBatch(ctx, batch)

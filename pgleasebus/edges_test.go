@@ -3,6 +3,7 @@ package pgleasebus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -507,5 +508,50 @@ func TestEmptyPayload(t *testing.T) {
 	}
 	if ds := sub.TryPoll(10); len(ds) != 1 || ds[0].Payload != "" {
 		t.Fatalf("after the redrive: %q", payloads(ds))
+	}
+}
+
+// A burst of publishes in another process, faster than its NOTIFY
+// interval, wakes a Poll parked here for every one of them: the publishes
+// that send no NOTIFY of their own are announced by one at the interval's
+// end. The mock clock never moves, so no Poll looks again by itself.
+func TestBurstFromAnotherProcess(t *testing.T) {
+	e := newEnv(t)
+	ctx := bounded(t)
+	sub, _ := topicSub(t, e, "orders", "billing")
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		for n < 3 {
+			ds, err := sub.Poll(ctx, 10)
+			if err != nil {
+				break
+			}
+			n += len(ds)
+		}
+		got <- n
+	}()
+	if err := sub.AwaitParked(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The first publish notifies; the next two, within its interval, do
+	// not, and are announced by the NOTIFY at the interval's end.
+	short, err := pgleasebus.Open(ctx, newPool(t), pgleasebus.WithClock(e.clk), pgleasebus.WithSchema(e.bus.Schema()),
+		pgleasebus.WithNotifyInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	spub, err := pgleasebus.NewPublisher(short, queue.StringCodec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := spub.Publish(ctx, "orders", fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := <-got; n != 3 {
+		t.Fatalf("leased %d of 3", n)
 	}
 }

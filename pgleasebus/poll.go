@@ -103,7 +103,7 @@ func (s *Subscription[T]) poll(ctx context.Context, n int, vis time.Duration, pk
 		if len(ds) > 0 || !block {
 			return ds, nil
 		}
-		next, err := s.nextVisible(ctx, now)
+		next, err := s.nextLook(ctx, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -135,6 +135,17 @@ func (s *Subscription[T]) wait(ctx context.Context, ch <-chan struct{}, pk *back
 	}
 	s.w.unpark(ch, pk)
 	return ctx.Err()
+}
+
+// nextLook returns when a Poll that found nothing at now looks again: when
+// the next message turns visible, or at the poll interval, whichever comes
+// first.
+func (s *Subscription[T]) nextLook(ctx context.Context, now time.Time) (time.Time, error) {
+	next, err := s.nextVisible(ctx, now)
+	if look := time.Unix(0, after(now, s.bus.cfg.pollEvery)); err == nil && (next.IsZero() || look.Before(next)) {
+		next = look
+	}
+	return next, err
 }
 
 // nextVisible returns when the next message of the subscription turns
@@ -184,15 +195,7 @@ func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, v
 	ns := now.UnixNano()
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
-	// The lease walks the subscription's order index and stops at n rows,
-	// planned once per connection (see genericTx). Left to itself, a
-	// planner whose statistics predate a burst of publishes (the first
-	// minute of a queue, before autovacuum analyzes it) expects a few rows
-	// and reads them all and sorts them instead: milliseconds a Poll,
-	// growing with the queue. Plans without a sort or a bitmap scan have
-	// only the walk left.
-	batch.Queue(`SELECT set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_sort', 'off', true),
-	set_config('enable_bitmapscan', 'off', true)`)
+	batch.Queue(planSettings)
 	batch.Queue(s.bus.q.lease, s.id, ns, n, int64(vis), s.cfg.limit(), s.cfg.keyConcurrency)
 	batch.Queue("COMMIT")
 	br := s.bus.pool.SendBatch(ctx, batch)
@@ -330,7 +333,7 @@ func (s *Subscription[T]) AwaitIdleFor(ctx context.Context, pk *backend.Parking)
 		if left == 0 {
 			return nil
 		}
-		next, err := s.nextVisible(ctx, now)
+		next, err := s.nextLook(ctx, now)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -132,7 +132,7 @@ func (p *Publisher[T]) publish(ctx context.Context, db dbtx, topic string, paylo
 		notified    int64
 	)
 	err = db.QueryRow(ctx, p.b.q.publish, topic, m.ID, o.Key, int16(o.Priority), after(now, o.Delay), int64(o.TTL), now.UnixNano(),
-		headers, body, p.b.cfg.schema, o.DedupID, int64(p.b.cfg.dedupWindow)).Scan(&exists, &took, &own, &notified)
+		headers, body, p.b.notify.channel(topic), o.DedupID, int64(p.b.cfg.dedupWindow)).Scan(&exists, &took, &own, &notified)
 	if err != nil {
 		return queue.Message[T]{}, fmt.Errorf("pgleasebus: publish to %q: %w", topic, err)
 	}
@@ -268,7 +268,7 @@ func (p *Publisher[T]) publishBatch(ctx context.Context, db dbtx, topic string, 
 		notified int64
 	)
 	err = db.QueryRow(ctx, p.b.q.publishBatch, topic, ids, keys, prios, visible, now.UnixNano(), ttls, hdrs, bodies,
-		p.b.cfg.schema, dedupIDs, int64(p.b.cfg.dedupWindow)).Scan(&exists, &took, &owned, &notified)
+		p.b.notify.channel(topic), dedupIDs, int64(p.b.cfg.dedupWindow)).Scan(&exists, &took, &owned, &notified)
 	if err != nil {
 		return nil, fmt.Errorf("pgleasebus: publish to %q: %w", topic, err)
 	}

@@ -76,7 +76,7 @@ func ddl(schema string) []string {
 	history      jsonb,
 	headers      jsonb,
 	payload      bytea NOT NULL,
-	PRIMARY KEY (sub_id, seq)
+	PRIMARY KEY (seq, sub_id)
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
 	autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_order ON {s}.messages (sub_id, priority DESC, seq)`),

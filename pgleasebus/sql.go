@@ -98,7 +98,7 @@ ON CONFLICT (topic, name) DO NOTHING`)
 	// before now ($7); the rows; and the NOTIFY Postgres sends at commit
 	// on channel $10. $2 is the message ID, $3 its key, $4 its priority,
 	// $5 when it is visible, $6 its TTL (0: the subscription's default),
-	// $8 its headers, $9 its payload. It returns whether the topic exists,
+	// $8 its headers, $9 its payload ($10: '' sends no NOTIFY). It returns whether the topic exists,
 	// how many subscriptions took the message, and whether the dedup ID
 	// was this message's.
 	msgCols := `sub_id, seq, id, topic, key, priority, visible_at, published_at, ttl_ns, expires_at, headers, payload`
@@ -113,7 +113,7 @@ ins AS (INSERT INTO {s}.messages (` + msgCols + `)
 		CASE WHEN $6::bigint > 0 THEN ` + plus("$7::bigint", "$6::bigint") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$7", "sub.default_ttl_ns") + ` ELSE 0 END, $8, $9
 	FROM {s}.subscriptions sub, n WHERE sub.topic = $1 AND ($11 = '' OR EXISTS (SELECT 1 FROM d))
 	RETURNING 1),
-notified AS (SELECT pg_notify($10, $1) WHERE EXISTS (SELECT 1 FROM ins))
+notified AS (SELECT pg_notify($10, $1) WHERE $10 <> '' AND EXISTS (SELECT 1 FROM ins))
 SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM d), (SELECT count(*) FROM notified)`)
 	// publishBatch stores the messages of arrays $2 to $9 in order, with
 	// seqs drawn in that order (the ith message gets the ith smallest seq
@@ -137,7 +137,7 @@ ins AS (INSERT INTO {s}.messages (` + msgCols + `)
 		CASE WHEN b.ttl_ns > 0 THEN ` + plus("$6", "b.ttl_ns") + ` WHEN sub.default_ttl_ns > 0 THEN ` + plus("$6", "sub.default_ttl_ns") + ` ELSE 0 END, b.headers, b.payload
 	FROM numbered b JOIN seqs ON seqs.i = b.j, {s}.subscriptions sub WHERE sub.topic = $1
 	RETURNING id),
-notified AS (SELECT pg_notify($10, $1) WHERE EXISTS (SELECT 1 FROM ins))
+notified AS (SELECT pg_notify($10, $1) WHERE $10 <> '' AND EXISTS (SELECT 1 FROM ins))
 SELECT EXISTS (SELECT 1 FROM t), (SELECT count(*) FROM ins), coalesce((SELECT array_agg(dedup_id) FROM d), '{}'::text[]), (SELECT count(*) FROM notified)`)
 	q.dedupOriginal = s(`SELECT message_id FROM {s}.dedup WHERE topic = $1 AND dedup_id = $2`)
 	q.messageByID = s(`SELECT id, topic, key, priority, headers, payload, published_at FROM {s}.messages WHERE id = $1 LIMIT 1`)
@@ -208,14 +208,15 @@ RETURNING m.seq, m.delivery, m.attempts, m.id, m.topic, m.key, m.priority, m.hea
 	// one is the sweep's. It returns the seqs it deleted; if one had a key,
 	// it notifies channel $6 of topic $7 (its key's next may go now).
 	q.ack = s(`WITH del AS (DELETE FROM {s}.messages m USING unnest($2::bigint[], $3::integer[]) AS a(seq, delivery)
-	WHERE m.sub_id = $1 AND m.seq = ANY($2::bigint[]) AND m.seq = a.seq AND m.delivery = a.delivery AND m.state + 0 = {leased}
+	WHERE m.seq = ANY($2::bigint[]) AND m.sub_id + 0 = $1 AND m.seq = a.seq AND m.delivery = a.delivery AND m.state + 0 = {leased}
 		AND NOT (m.visible_at <= $4 AND $5 > 0 AND m.attempts >= $5)
 	RETURNING m.seq, m.key),
 n AS (SELECT pg_notify($6, $7) WHERE EXISTS (SELECT 1 FROM del WHERE key <> ''))
 SELECT seq, (SELECT count(*) FROM n) FROM del`)
-	// A settle names its row by its primary key: "state + 0" keeps the
-	// planner from walking the subscription's leases in messages_due
-	// instead (a generic plan sees no cost between the two).
+	// A settle finds its row by the primary key (seq, sub_id) alone:
+	// "sub_id + 0" and "state + 0" leave no other index a condition to
+	// use, so that no plan walks the subscription's rows instead, whatever
+	// the statistics say (see genericTx).
 	// current tells a lease that changed nothing apart: its message's
 	// delivery and state now, or no row.
 	// settled is true of lease ($1, $2, $3) settled by a Nack, Fail or
@@ -231,7 +232,7 @@ SELECT seq, (SELECT count(*) FROM n) FROM del`)
 	// and how many it handed back, and notifies channel $9 of topic $10.
 	q.nack = s(`WITH cur AS (
 	SELECT m.*, sub.name AS sub_name, sub.topic AS sub_topic FROM {s}.messages m JOIN {s}.subscriptions sub ON sub.id = m.sub_id
-	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
+	WHERE m.seq = $2 AND m.sub_id + 0 = $1 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	FOR UPDATE OF m),
 gone AS (DELETE FROM {s}.messages x USING cur WHERE x.sub_id = cur.sub_id AND x.seq = cur.seq AND $8 > 0 AND cur.attempts >= $8
 	RETURNING x.seq),
@@ -247,13 +248,13 @@ back AS (UPDATE {s}.messages x SET state = {waiting}, visible_at = $5, last_erro
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM back), pg_notify($9, $10)`)
 	// extend sets live lease ($1, $2, $3)'s deadline to $5, at $4.
 	q.extend = s(`UPDATE {s}.messages SET visible_at = $5
-WHERE sub_id = $1 AND seq = $2 AND delivery = $3 AND state + 0 = {leased} AND visible_at + 0 > $4`)
+WHERE seq = $2 AND sub_id + 0 = $1 AND delivery = $3 AND state + 0 = {leased} AND visible_at + 0 > $4`)
 	// release hands live lease ($1, $2, $3) back at $4, visible at $5,
 	// its attempt given back; it returns how many, and notifies channel $6
 	// of topic $7.
 	q.release = s(`WITH r AS (UPDATE {s}.messages m SET state = {waiting}, visible_at = $5, attempts = m.attempts - 1,
 	history = ` + push("m.history", attempt("{attemptReleased}", "$4::bigint", "$4::bigint - m.leased_at", "''")) + `
-	WHERE m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
+	WHERE m.seq = $2 AND m.sub_id + 0 = $1 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	RETURNING 1)
 SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
 	// reject dead-letters live lease ($1, $2, $3) at $4 with reason
@@ -261,7 +262,7 @@ SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
 	// channel $6 of topic $7.
 	q.reject = s(`WITH gone AS (
 	DELETE FROM {s}.messages m USING {s}.subscriptions sub
-	WHERE m.sub_id = sub.id AND m.sub_id = $1 AND m.seq = $2 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
+	WHERE m.sub_id = sub.id AND sub.id = $1 AND m.seq = $2 AND m.sub_id + 0 = $1 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.visible_at + 0 > $4
 	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic),
 ins AS (INSERT INTO {s}.dead (` + deadCols + `)
 	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5::text, $4::bigint,
