@@ -26,10 +26,6 @@ var (
 	// ErrConfigMismatch: Subscribe found the subscription with other
 	// settings than an option asked for (see WithUpdate).
 	ErrConfigMismatch = errors.New("pgleasebus: the subscription's stored settings differ")
-	// ErrUnsupported: what the engine cannot carry (a subscription option
-	// of the broker it has no place for): named in the error. It matches
-	// errors.ErrUnsupported too.
-	ErrUnsupported = fmt.Errorf("pgleasebus: not supported on PostgreSQL: %w", errors.ErrUnsupported)
 	// ErrTooLarge is matched by the error of a publish whose message
 	// (its encoded payload and headers) is over the bus's limit
 	// (WithMaxMessageSize); it matches queue.ErrInvalidArgument too.
