@@ -199,10 +199,12 @@ func TestWorkerKilledMidLease(t *testing.T) {
 }
 
 // backendPID waits for a backend of the pool's database that waits on a
-// lock in a statement that contains stmt, and returns its process ID.
+// lock in a statement that contains stmt (in its first kilobyte, what
+// pg_stat_activity keeps), and returns its process ID.
 func backendPID(t *testing.T, pool *pgxpool.Pool, stmt string) int {
 	t.Helper()
-	ctx := bounded(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	for {
 		var pid int
 		err := pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0 LIMIT 1`, stmt).Scan(&pid)
@@ -210,7 +212,15 @@ func backendPID(t *testing.T, pool *pgxpool.Pool, stmt string) int {
 			return pid
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("no backend waits in %q", stmt)
+			rows, _ := pool.Query(context.Background(), `SELECT coalesce(wait_event_type, '') || ' ' || state || ' ' || left(query, 80) FROM pg_stat_activity WHERE backend_type = 'client backend'`)
+			var seen []string
+			for rows.Next() {
+				var l string
+				rows.Scan(&l)
+				seen = append(seen, l)
+			}
+			rows.Close()
+			t.Fatalf("no backend waits in %q: %q", stmt, seen)
 		}
 		time.Sleep(time.Millisecond) // a look at the server's view each millisecond, bounded by ctx
 	}
@@ -249,7 +259,7 @@ func TestConnectionKilledMidPollAndMidAck(t *testing.T) {
 		}
 		polled <- err
 	}()
-	pid := backendPID(t, admin, "UPDATE "+table)
+	pid := backendPID(t, admin, "WITH cand AS (") // the lease (the view keeps only a statement's start)
 	if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1, 10000)", pid); err != nil {
 		t.Fatal(err)
 	}

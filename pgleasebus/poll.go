@@ -162,21 +162,30 @@ func (s *Subscription[T]) nextVisible(ctx context.Context, now time.Time) (time.
 	return time.Unix(0, *at), nil
 }
 
-// lease leases up to n messages for vis at now. When it leases fewer, it
-// dead-letters what is due (a last lease expired, a TTL passed: rows the
-// lease skips) and, if there was any, leases again: a key whose head was
-// due may have its next message free now. A busy subscription's Poll is
-// one round trip.
+// lease leases up to n messages for vis at now. The lease dead-letters
+// the due rows it meets in its walk (their places count toward n); while
+// it leases fewer than n and dead-lettered some, it goes on. Then, with
+// fewer than n leased, it dead-letters what else is due (a TTL that passed
+// while a message waited out a delay, or behind its key) and, if there was
+// any, leases again: a key whose head was due may have its next message
+// free now. A busy subscription's Poll is one round trip.
 func (s *Subscription[T]) lease(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], error) {
-	ds, err := s.leaseOnce(ctx, now, n, vis)
-	if err != nil || len(ds) == n {
-		return ds, err
+	var ds []queue.Delivery[T]
+	for {
+		got, dead, err := s.leaseOnce(ctx, now, n-len(ds), vis)
+		ds = append(ds, got...)
+		if err != nil || len(ds) == n {
+			return ds, err
+		}
+		if dead == 0 {
+			break
+		}
 	}
 	swept, err := s.sweep(ctx, now)
 	if err != nil || swept == 0 {
 		return ds, err
 	}
-	more, err := s.leaseOnce(ctx, now, n-len(ds), vis)
+	more, _, err := s.leaseOnce(ctx, now, n-len(ds), vis)
 	return append(ds, more...), err
 }
 
@@ -190,8 +199,9 @@ func (s *Subscription[T]) sweep(ctx context.Context, now time.Time) (int64, erro
 	return tag.RowsAffected(), err
 }
 
-// leaseOnce leases up to n messages for vis at now, in one round trip.
-func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], error) {
+// leaseOnce leases up to n messages for vis at now, in one round trip,
+// and says how many due rows it dead-lettered.
+func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, vis time.Duration) ([]queue.Delivery[T], int64, error) {
 	ns := now.UnixNano()
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN")
@@ -202,12 +212,12 @@ func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, v
 	defer br.Close()
 	for range 2 { // BEGIN, the settings
 		if _, err := br.Exec(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	type leased struct {
 		seq, published, deadline int64
@@ -218,24 +228,31 @@ func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, v
 		headers                  map[string]string
 		payload                  []byte
 	}
-	var got []leased
+	var (
+		got  []leased
+		dead int64
+	)
 	for rows.Next() {
 		var l leased
 		if err := rows.Scan(&l.seq, &l.delivery, &l.attempts, &l.id, &l.topic, &l.key, &l.priority, &l.headers, &l.payload, &l.published, &l.deadline); err != nil {
 			rows.Close()
-			return nil, err
+			return nil, 0, err
+		}
+		if l.seq < 0 { // the last row: how many were dead-lettered
+			dead = l.deadline
+			continue
 		}
 		got = append(got, l)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if _, err := br.Exec(); err != nil { // COMMIT
-		return nil, err
+		return nil, 0, err
 	}
 	if err := br.Close(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	slices.SortFunc(got, func(a, b leased) int { // the statement's order, which RETURNING does not keep
 		if a.priority != b.priority {
@@ -265,7 +282,7 @@ func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, v
 		}
 	}
 	s.mu.Unlock()
-	return ds, nil
+	return ds, dead, nil
 }
 
 func cmpInt(a, b int64) int {

@@ -15,11 +15,14 @@ const schemaVersion = 1
 //   - subscriptions: each subscription's ID, topic, name and settings.
 //   - messages: one row a message a subscription holds, waiting or leased,
 //     with its own copy of the envelope (a fan-out writes one row each):
-//     state 0 waits until visible_at, state 1 is leased until visible_at
-//     (its deadline: past it, the lease has expired and the message is
+//     state 0 waits until wake_at (a delay, a backoff), state 1 is leased
+//     until deadline (past it, the lease has expired and the message is
 //     visible again). seq, drawn from one sequence, is the publish order
 //     every copy of a message shares; delivery counts the leases, so that
-//     a receipt names one.
+//     a receipt names one. No index holds a column a lease changes
+//     (state, deadline, delivery, attempts, history), so that a lease is a
+//     HOT update: the row's new version goes in its page, with no index
+//     entry, and the old one is pruned from the page without a vacuum.
 //   - dead: the dead letters, with their reason, last error and history.
 //   - dedup: the dedup IDs inside their window, by topic.
 //
@@ -65,7 +68,8 @@ func ddl(schema string) []string {
 	key          text NOT NULL DEFAULT '',
 	priority     smallint NOT NULL DEFAULT 0,
 	state        smallint NOT NULL DEFAULT 0,
-	visible_at   bigint NOT NULL,
+	wake_at      bigint NOT NULL,
+	deadline     bigint NOT NULL DEFAULT 0,
 	leased_at    bigint NOT NULL DEFAULT 0,
 	attempts     integer NOT NULL DEFAULT 0,
 	delivery     integer NOT NULL DEFAULT 0,
@@ -81,9 +85,9 @@ func ddl(schema string) []string {
 	autovacuum_vacuum_insert_scale_factor = 0.01, autovacuum_analyze_scale_factor = 0.02)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_order ON {s}.messages (sub_id, priority DESC, seq)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_key ON {s}.messages (sub_id, key, seq) WHERE key <> ''`),
-		// By state then time: a lease past its deadline (the sweep), the
-		// next row to turn visible (a Poll's wake-up).
-		s(`CREATE INDEX IF NOT EXISTS messages_due ON {s}.messages (sub_id, state, visible_at)`),
+		// By wake time: the next delayed row to turn visible (a Poll's
+		// wake-up), and the rows woken already, among which are the leases.
+		s(`CREATE INDEX IF NOT EXISTS messages_wake ON {s}.messages (sub_id, wake_at)`),
 		s(`CREATE INDEX IF NOT EXISTS messages_expiring ON {s}.messages (sub_id, expires_at) WHERE expires_at > 0`),
 		s(`CREATE INDEX IF NOT EXISTS messages_id ON {s}.messages (id)`),
 		s(`CREATE TABLE IF NOT EXISTS {s}.dead (

@@ -227,13 +227,12 @@ func (s *Subscription[T]) unchanged(ctx context.Context, op string, id lease.ID,
 	if id.Scope() != uint64(s.id) {
 		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseNotFound)
 	}
-	if _, err := s.bus.pool.Exec(ctx, s.bus.q.sweep, now.UnixNano(), s.id); err != nil {
+	if _, err := s.bus.pool.Exec(ctx, s.bus.q.sweepOne, now.UnixNano(), s.id, int64(id.Seq())); err != nil {
 		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, err)
 	}
 	var delivery int32
 	var state int16
-	var visibleAt int64
-	err := s.bus.pool.QueryRow(ctx, s.bus.q.current, s.id, int64(id.Seq())).Scan(&delivery, &state, &visibleAt)
+	err := s.bus.pool.QueryRow(ctx, s.bus.q.current, s.id, int64(id.Seq())).Scan(&delivery, &state)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pgleasebus: %s %v: %w", op, id, queue.ErrLeaseNotFound)

@@ -135,7 +135,7 @@ func peek[T any](ctx context.Context, b *Bus, id int64, c subConfig, codec queue
 	var out []queue.Held[T]
 	for rows.Next() {
 		var (
-			seq, published, visibleAt int64
+			seq, published, at int64
 			mid                       uuid.UUID
 			topic, key, lastError     string
 			priority                  int16
@@ -143,7 +143,7 @@ func peek[T any](ctx context.Context, b *Bus, id int64, c subConfig, codec queue
 			headers                   map[string]string
 			payload, hist             []byte
 		)
-		if err := rows.Scan(&seq, &mid, &topic, &key, &priority, &headers, &payload, &published, &visibleAt, &attempts,
+		if err := rows.Scan(&seq, &mid, &topic, &key, &priority, &headers, &payload, &published, &at, &attempts,
 			&lastError, &hist, &state); err != nil {
 			return nil, fmt.Errorf("pgleasebus: peek: %w", err)
 		}
@@ -156,7 +156,7 @@ func peek[T any](ctx context.Context, b *Bus, id int64, c subConfig, codec queue
 			Seq:     uint64(seq), State: queue.State(state), Attempts: int(attempts), LastError: lastError, History: history(hist),
 		}
 		if h.State == queue.StateDelayed || h.State == queue.StateInFlight {
-			h.At = time.Unix(0, visibleAt)
+			h.At = time.Unix(0, at)
 		}
 		if len(headers) > 0 {
 			h.Message.Headers = queue.NewHeaders(headers)

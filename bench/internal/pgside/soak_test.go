@@ -75,17 +75,17 @@ func TestSoak(t *testing.T) {
 	go func() { ran <- p.Run(runCtx) }()
 
 	sample := func(at time.Duration) {
-		var live, dead, vacuums, autovacuums int64
+		var live, dead, vacuums, autovacuums, updates, hot int64
 		var size, heap int64
-		err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count,
+		err := pool.QueryRow(ctx, `SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, n_tup_upd, n_tup_hot_upd,
 	pg_total_relation_size(relid), pg_relation_size(relid)
-FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'`, schema).Scan(&live, &dead, &vacuums, &autovacuums, &size, &heap)
+FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'messages'`, schema).Scan(&live, &dead, &vacuums, &autovacuums, &updates, &hot, &size, &heap)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		t.Logf("%8v acked %9d  live %7d  dead %7d  autovacuums %3d  table %6.1f MiB (heap %6.1f MiB)",
-			at.Round(time.Second), acked.Load(), live, dead, autovacuums, float64(size)/(1<<20), float64(heap)/(1<<20))
+		t.Logf("%8v acked %9d  live %7d  dead %7d  autovacuums %3d  HOT updates %3.0f%%  table %6.1f MiB (heap %6.1f MiB)",
+			at.Round(time.Second), acked.Load(), live, dead, autovacuums, 100*float64(hot)/float64(max(updates, 1)), float64(size)/(1<<20), float64(heap)/(1<<20))
 	}
 	start := time.Now()
 	tick := time.NewTicker(d / 10)
