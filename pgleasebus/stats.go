@@ -135,13 +135,13 @@ func peek[T any](ctx context.Context, b *Bus, id int64, c subConfig, codec queue
 	var out []queue.Held[T]
 	for rows.Next() {
 		var (
-			seq, published, at int64
-			mid                       uuid.UUID
-			topic, key, lastError     string
-			priority                  int16
-			attempts, state           int32
-			headers                   map[string]string
-			payload, hist             []byte
+			seq, published, at    int64
+			mid                   uuid.UUID
+			topic, key, lastError string
+			priority              int16
+			attempts, state       int32
+			headers               map[string]string
+			payload, hist         []byte
 		)
 		if err := rows.Scan(&seq, &mid, &topic, &key, &priority, &headers, &payload, &published, &at, &attempts,
 			&lastError, &hist, &state); err != nil {
