@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/pgleasebus"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -264,6 +265,34 @@ func (l *leasebusImpl) Drain(ctx context.Context, n, workers int) error {
 		return err
 	}
 	return ctx.Err()
+}
+
+// DrainHand works off n jobs with a hand-written loop in place of the
+// pool: workers goroutines, each leasing up to floorBatch (TryPoll, or a
+// Poll when there is nothing) and acking what it leased in one AckBatch,
+// as the floor does. It is what the engine's calls cost without the
+// pool.
+func (l *leasebusImpl) DrainHand(ctx context.Context, n, workers int) error {
+	var left atomic.Int64
+	left.Store(int64(n))
+	return fanIn(workers, workers, func(int) error {
+		ids := make([]lease.ID, 0, floorBatch)
+		for left.Load() > 0 {
+			ds := l.sub.TryPoll(floorBatch)
+			ids = ids[:0]
+			for _, d := range ds {
+				ids = append(ids, d.LeaseID)
+			}
+			if len(ids) == 0 {
+				continue // the others hold the rest: it is theirs to ack
+			}
+			if err := l.sub.AckBatch(ids); err != nil {
+				return err
+			}
+			left.Add(-int64(len(ids)))
+		}
+		return ctx.Err()
+	})
 }
 
 func (l *leasebusImpl) Latency(ctx context.Context, n, workers int, gap time.Duration) ([]time.Duration, error) {

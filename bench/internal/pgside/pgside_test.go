@@ -71,6 +71,15 @@ func TestImpls(t *testing.T) {
 				t.Fatal(err)
 			}
 			left(0)
+			if l, ok := impl.(*leasebusImpl); ok {
+				if err := l.InsertBatches(ctx, 100, 30); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.DrainHand(ctx, 100, 4); err != nil {
+					t.Fatal(err)
+				}
+				left(0)
+			}
 			ls, err := impl.Latency(ctx, 20, 4, time.Millisecond)
 			if err != nil || len(ls) != 20 {
 				t.Fatalf("latency: %d, %v", len(ls), err)
@@ -179,6 +188,24 @@ func BenchmarkDrain(b *testing.B) {
 			}
 			perSecond(b, n, elapsed)
 		})
+		if l, ok := impl.(*leasebusImpl); ok {
+			b.Run("leasebus-hand", func(b *testing.B) {
+				var elapsed time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					if err := impl.Load(ctx, n); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					start := time.Now()
+					if err := l.DrainHand(ctx, n, workers); err != nil {
+						b.Fatal(err)
+					}
+					elapsed += time.Since(start)
+				}
+				perSecond(b, n, elapsed)
+			})
+		}
 	}
 }
 
