@@ -36,20 +36,17 @@ func (s *Subscription[T]) Poll(ctx context.Context, n int) ([]queue.Delivery[T],
 	return s.poll(ctx, n, 0, nil)
 }
 
-// PollFor is Poll as a worker pool asks for it (backend.PoolPoller): a
-// req.Hold longer than the visibility timeout, up to SQS's 12 hours, is
-// the lease each receive asks for (held reports it), so that the pool
-// need not extend it. req.Parking is marked parked while a long poll is
-// out: from when it is sent, as the server's side cannot be seen from
-// here (a test over leasebus's own server waits for
-// sqstest.Server.AwaitParked before moving its clock).
+// PollFor is Poll as a worker pool asks for it (backend.PoolPoller). It
+// receives for the visibility timeout whatever req.Hold asks (held is
+// false), so that the pool extends its leases while it holds them: a
+// pool whose process dies lets its messages go after one visibility
+// timeout, not after its whole extension allowance. req.Parking is
+// marked parked while a long poll is out: from when it is sent, as the
+// server's side cannot be seen from here (a test over leasebus's own
+// server waits for sqstest.Server.AwaitParked before moving its clock).
 func (s *Subscription[T]) PollFor(ctx context.Context, req backend.PollRequest[T]) ([]queue.Delivery[T], bool, error) {
 	if req.Hold < 0 {
 		return nil, false, backend.Invalid("PollFor: Hold = %v, must be >= 0", req.Hold)
-	}
-	if req.Hold > s.visibility() && req.Hold <= maxVisibility {
-		ds, err := s.poll(ctx, req.Max, seconds(req.Hold), req.Parking)
-		return ds, true, err
 	}
 	ds, err := s.poll(ctx, req.Max, 0, req.Parking)
 	return ds, false, err

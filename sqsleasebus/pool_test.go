@@ -59,15 +59,16 @@ func quiet[T any](t *testing.T, p *poller.Poller[T]) {
 }
 
 // advance moves the server's clock by d while p long-polls the queue
-// name: by at most 20 s (one receive's wait) at a time, each from when
+// name: by at most step (no more than 20 s, one receive's wait) at a
+// time, each from when
 // the pool is quiet and the server holds its receive. The pool counts its
 // Poll at rest once sent, as it cannot see the server; and a receive that
 // a move ends sends the next while the mock is still moving, which could
 // then arm its wait from a time the move has passed.
-func advance[T any](t *testing.T, srv *sqstest.Server, name string, p *poller.Poller[T], d time.Duration) {
+func advance[T any](t *testing.T, srv *sqstest.Server, name string, p *poller.Poller[T], d, step time.Duration) {
 	t.Helper()
 	for d > 0 {
-		step := min(d, 20*time.Second)
+		step := min(d, step, 20*time.Second)
 		quiet(t, p)
 		srv.AwaitParked(t, name, 1)
 		srv.Clock.Add(step)
@@ -112,9 +113,12 @@ func TestPoolKeepsLeaseAndDrains(t *testing.T) {
 	d := <-started
 	// Steps that end the pool's long polls on the server, and take the
 	// lease past many visibility timeouts, within the pool's extension
-	// limit (an hour).
-	for _, step := range []time.Duration{7 * time.Second, 13 * time.Second, time.Minute, 9 * time.Minute, 40 * time.Minute} {
-		advance(t, srv, "slow", p, step)
+	// limit (an hour). The pool extends the lease (its receive asks for
+	// the visibility timeout, 10 s) when the clock reaches its deadline
+	// less a fifth: the clock moves by a second at a time, so that each
+	// extension reaches the server before the deadline it keeps.
+	for _, step := range []time.Duration{7 * time.Second, 13 * time.Second, time.Minute, 9 * time.Minute} {
+		advance(t, srv, "slow", p, step, time.Second)
 		if v, f := counts(t, srv, url); v != "0" || f != "1" {
 			t.Fatalf("after %v more: %s visible, %s in flight; want the one message held", step, v, f)
 		}
