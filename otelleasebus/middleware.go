@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/poller"
 	"github.com/leasebus/leasebus/queue"
@@ -76,8 +77,10 @@ type processTopic struct {
 // *broker.Subscription has); the destination is each message's topic.
 // Options that apply: WithTracerProvider, WithMeterProvider,
 // WithPropagator, WithPublisherAsParent, WithClock (default: src's clock,
-// through its Config() queue.Config method, as the poller takes it; else
-// the real clock) and WithAttributes. A nil src is an invalid argument.
+// through its Config() queue.Config method or, for a remote backend's
+// subscription, its Clock method (backend.Clocked), as the poller takes
+// it; else the real clock) and WithAttributes. A nil src is an invalid
+// argument.
 func NewMiddleware[T any](src poller.Source[T], opts ...Option) (*Middleware[T], error) {
 	if src == nil {
 		return nil, invalid("NewMiddleware: nil source")
@@ -90,6 +93,8 @@ func NewMiddleware[T any](src poller.Source[T], opts ...Option) (*Middleware[T],
 	if clk == nil {
 		if s, ok := src.(interface{ Config() queue.Config }); ok {
 			clk = s.Config().Clock
+		} else if s, ok := src.(backend.Clocked); ok { // a remote backend's subscription
+			clk = s.Clock()
 		}
 		if clk == nil {
 			clk = clock.New()

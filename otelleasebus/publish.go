@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/broker"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -23,13 +24,14 @@ import (
 // semantic conventions advise for messaging durations.
 var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
 
-// Publisher publishes to a broker with a producer span per call, whose
-// context travels in the message's headers so that consumers can link to
-// it (or continue it; see WithPublisherAsParent), and counts and times the
-// publishes. Make one with NewPublisher; its methods are safe for
-// concurrent use.
+// Publisher publishes with a producer span per call, whose context
+// travels in the message's headers so that consumers can link to it (or
+// continue it; see WithPublisherAsParent), and counts and times the
+// publishes. Make one with NewPublisher over a broker, or NewPublisherFor
+// over any backend's publisher; its methods are safe for concurrent use.
 type Publisher[T any] struct {
-	b        *broker.Broker[T]
+	pub      backend.Publisher[T]
+	batch    batchPublisher[T] // nil: the backend has no batch; PublishBatch publishes each
 	tracer   trace.Tracer
 	prop     propagation.TextMapPropagator
 	clock    clock.Clock
@@ -49,6 +51,11 @@ type publishTopic struct {
 	recorded  []metric.RecordOption
 }
 
+// batchPublisher is a backend's publisher that publishes many at once.
+type batchPublisher[T any] interface {
+	PublishBatch(ctx context.Context, topic string, payloads []T, opts ...queue.PublishOption) ([]queue.Message[T], error)
+}
+
 // NewPublisher returns a Publisher over b. Options that apply:
 // WithTracerProvider, WithMeterProvider, WithPropagator, WithClock
 // (default b.Clock(), so that durations on a mock clock are exact) and
@@ -57,13 +64,31 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 	if b == nil {
 		return nil, invalid("NewPublisher: nil broker")
 	}
+	return NewPublisherFor[T](b, opts...)
+}
+
+// NewPublisherFor returns a Publisher over any backend's publisher (a
+// broker, natsleasebus's, sqsleasebus's or pgleasebus's
+// backend.Publisher): the trace context travels in the headers every
+// backend carries. PublishBatch uses the backend's own batch when it has
+// one, and publishes each payload in turn, in the one span, when it does
+// not. Options are NewPublisher's; WithClock defaults to the publisher's
+// clock when it has one (a Clock method), else the real one. A nil pub is
+// an invalid argument.
+func NewPublisherFor[T any](pub backend.Publisher[T], opts ...Option) (*Publisher[T], error) {
+	if pub == nil {
+		return nil, invalid("NewPublisherFor: nil publisher")
+	}
 	c, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	clk := c.clock
 	if clk == nil {
-		clk = b.Clock()
+		clk = clock.New()
+		if cl, ok := pub.(interface{ Clock() clock.Clock }); ok {
+			clk = cl.Clock()
+		}
 	}
 	m := c.meter()
 	sent, err := messagingconv.NewClientSentMessages(m)
@@ -74,7 +99,10 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher[T]{b: b, tracer: c.tracer(), prop: c.propagator, clock: clk, stamp: !isRealClock(clk), sent: sent.Inst(), duration: dur.Inst()}
+	p := &Publisher[T]{pub: pub, tracer: c.tracer(), prop: c.propagator, clock: clk, stamp: !isRealClock(clk), sent: sent.Inst(), duration: dur.Inst()}
+	if bp, ok := pub.(batchPublisher[T]); ok {
+		p.batch = bp
+	}
 	extra := c.attrs
 	p.topics.make = func(topic string) *publishTopic {
 		base := []attribute.KeyValue{
@@ -96,15 +124,15 @@ func NewPublisher[T any](b *broker.Broker[T], opts ...Option) (*Publisher[T], er
 	return p, nil
 }
 
-// Publish publishes payload to topic as b.Publish does, in a span "publish
+// Publish publishes payload to topic as the backend's Publish does, in a span "publish
 // <topic>" (kind producer) whose context it injects into the message's
-// headers. opts are the broker's publish options; a broker.WithHeaders
-// among them adds its headers to the trace context (the broker merges
-// WithHeaders options, a later value winning), so only one that names a
+// headers. opts are the publish's options; a queue.WithHeaders among them
+// adds its headers to the trace context (WithHeaders options merge, a
+// later value winning), so only one that names a
 // trace key (traceparent, tracestate, baggage) replaces it: the span then
 // gets a "trace context not propagated" event. To send a creation context
 // of your own, linked from the publish span, use PublishWithHeaders.
-func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opts ...broker.PublishOption) (queue.Message[T], error) {
+func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opts ...queue.PublishOption) (queue.Message[T], error) {
 	return p.PublishWithHeaders(ctx, topic, payload, nil, opts...)
 }
 
@@ -112,14 +140,14 @@ func (p *Publisher[T]) Publish(ctx context.Context, topic string, payload T, opt
 // carries headers and the trace context. If headers already carry a trace
 // context the propagator can read (a creation context of the caller's),
 // it is kept as it is, and the span links to it. headers is read, not
-// changed; a broker.WithHeaders in opts adds to them, a later value
+// changed; a queue.WithHeaders in opts adds to them, a later value
 // winning.
-func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, payload T, headers map[string]string, opts ...broker.PublishOption) (queue.Message[T], error) {
+func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, payload T, headers map[string]string, opts ...queue.PublishOption) (queue.Message[T], error) {
 	if ctx == nil {
-		return p.b.Publish(ctx, topic, payload, opts...) // the broker's error for a nil ctx
+		return queue.Message[T]{}, invalid("Publish: nil context")
 	}
 	ctx, op := p.start(ctx, topic, headers, 0)
-	msg, err := p.b.Publish(ctx, topic, payload, op.options(opts)...)
+	msg, err := p.pub.Publish(ctx, topic, payload, op.options(opts)...)
 	if err == nil {
 		if op.span.IsRecording() {
 			op.span.SetAttributes(semconv.MessagingMessageID(msg.ID.String()))
@@ -130,27 +158,45 @@ func (p *Publisher[T]) PublishWithHeaders(ctx context.Context, topic string, pay
 	return msg, err
 }
 
-// PublishBatch publishes payloads to topic as b.PublishBatch does, in one
-// span "publish <topic>" (kind producer, with messaging.batch.message_count)
-// whose context every message carries. As with Publish, a
-// broker.WithHeaders in opts adds to the trace headers.
-func (p *Publisher[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...broker.PublishOption) ([]queue.Message[T], error) {
+// PublishBatch publishes payloads to topic as the backend's PublishBatch
+// does (or, without one, each in turn, stopping at the first error), in
+// one span "publish <topic>" (kind producer, with
+// messaging.batch.message_count) whose context every message carries. As
+// with Publish, a queue.WithHeaders in opts adds to the trace headers.
+func (p *Publisher[T]) PublishBatch(ctx context.Context, topic string, payloads []T, opts ...queue.PublishOption) ([]queue.Message[T], error) {
 	return p.PublishBatchWithHeaders(ctx, topic, payloads, nil, opts...)
 }
 
 // PublishBatchWithHeaders is PublishBatch with headers of the caller's on
 // every message, beside the trace context (see PublishWithHeaders).
-func (p *Publisher[T]) PublishBatchWithHeaders(ctx context.Context, topic string, payloads []T, headers map[string]string, opts ...broker.PublishOption) ([]queue.Message[T], error) {
+func (p *Publisher[T]) PublishBatchWithHeaders(ctx context.Context, topic string, payloads []T, headers map[string]string, opts ...queue.PublishOption) ([]queue.Message[T], error) {
 	if ctx == nil {
-		return p.b.PublishBatch(ctx, topic, payloads, opts...)
+		return nil, invalid("PublishBatch: nil context")
 	}
 	ctx, op := p.start(ctx, topic, headers, len(payloads))
-	msgs, err := p.b.PublishBatch(ctx, topic, payloads, op.options(opts)...)
+	msgs, err := p.publishBatch(ctx, topic, payloads, op.options(opts))
 	if err == nil && len(msgs) > 0 {
 		op.check(msgs[0].Headers)
 	}
 	p.end(ctx, &op, len(payloads), err)
 	return msgs, err
+}
+
+// publishBatch publishes payloads with the backend's batch, or each in
+// turn.
+func (p *Publisher[T]) publishBatch(ctx context.Context, topic string, payloads []T, opts []queue.PublishOption) ([]queue.Message[T], error) {
+	if p.batch != nil {
+		return p.batch.PublishBatch(ctx, topic, payloads, opts...)
+	}
+	msgs := make([]queue.Message[T], 0, len(payloads))
+	for _, payload := range payloads {
+		m, err := p.pub.Publish(ctx, topic, payload, opts...)
+		if err != nil {
+			return msgs, err
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
 }
 
 // publishOp is one publish under way.
@@ -205,12 +251,12 @@ func (p *Publisher[T]) start(ctx context.Context, topic string, user map[string]
 // options returns opts with the headers first, so that a WithHeaders of
 // the caller's in opts wins for a key both name (their headers are never
 // lost; the trace context can be, and check says so).
-func (op *publishOp) options(opts []broker.PublishOption) []broker.PublishOption {
+func (op *publishOp) options(opts []queue.PublishOption) []queue.PublishOption {
 	if op.headers == nil {
 		return opts
 	}
-	all := make([]broker.PublishOption, 0, len(opts)+1)
-	all = append(all, broker.WithHeaders(op.headers))
+	all := make([]queue.PublishOption, 0, len(opts)+1)
+	all = append(all, queue.WithHeaders(op.headers))
 	return append(all, opts...)
 }
 
@@ -222,7 +268,7 @@ func (op *publishOp) check(h queue.Headers) {
 	}
 	if v, _ := h.Lookup(op.probe); v != op.value {
 		op.span.AddEvent("trace context not propagated",
-			trace.WithAttributes(attribute.String("reason", "a broker.WithHeaders option named a trace header; use PublishWithHeaders for a creation context of your own")))
+			trace.WithAttributes(attribute.String("reason", "a WithHeaders option named a trace header; use PublishWithHeaders for a creation context of your own")))
 	}
 }
 
