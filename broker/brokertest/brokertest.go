@@ -1,4 +1,5 @@
-// Package brokertest builds brokers for tests: on a mock clock, closed when
+// Package brokertest builds brokers for tests: on a mock clock (New), or on
+// the real clock for a test inside testing/synctest (NewReal), closed when
 // the test ends, with helpers that wait on conditions rather than sleep.
 //
 // For a test of your own handler run by a worker pool, RunPool runs the
@@ -48,6 +49,35 @@ func New[T any](tb testing.TB, opts ...broker.Option) (*broker.Broker[T], *clock
 	}
 	tb.Cleanup(func() { b.Close() })
 	return b, mock
+}
+
+// NewReal returns a broker on the real clock, closed when the test ends,
+// for a test that runs inside testing/synctest: in the bubble the real
+// clock is virtual, time moves only when every goroutine of the bubble
+// waits, and synctest.Wait returns when they all do. That is the exact
+// way to test handlers that themselves wait on time (a fake of a slow
+// dependency, a sleep between calls) or on each other: the bubble sees
+// every goroutine, where a mock clock's test sees only what the pool
+// tells it (see poller.Poller.AwaitQuiet). The other helpers (Subscribe,
+// Publish, RunPool, the Recorder and its Require helpers) work in a
+// bubble as they do on a mock clock, their bounds of real time virtual
+// there. opts come after WithClock(clock.New()); a failing NewReal fails
+// the test.
+//
+//	synctest.Test(t, func(t *testing.T) {
+//		b := brokertest.NewReal[string](t)
+//		...
+//		time.Sleep(5 * time.Second) // five seconds of the bubble's time, at once
+//		synctest.Wait()             // every goroutine waits: the pool is at rest
+//	})
+func NewReal[T any](tb testing.TB, opts ...broker.Option) *broker.Broker[T] {
+	tb.Helper()
+	b, err := broker.New[T](append([]broker.Option{broker.WithClock(clock.New())}, opts...)...)
+	if err != nil {
+		tb.Fatalf("brokertest.NewReal: %v", err)
+	}
+	tb.Cleanup(func() { b.Close() })
+	return b
 }
 
 // Subscribe creates topic (if needed) and the subscription name on it,
