@@ -214,6 +214,14 @@ func (r *run[T]) quiet() bool {
 // IdleAwaiter that is not a backend.PoolIdleAwaiter RunUntilIdle's wait
 // for idle as soon as it begins.
 //
+// What AwaitQuiet cannot see is what a handler waits on: a running
+// handler counts as at rest, so a handler that itself waits on the mock
+// clock (a fake of a slow call, clk.After, clk.Sleep) may not have armed
+// its timer yet when AwaitQuiet returns, and the test's next Add can
+// pass it by. Such a test is exact inside testing/synctest, on the real
+// clock, which the bubble makes virtual: synctest.Wait sees every
+// goroutine, the handler's included (brokertest.NewReal).
+//
 // Quiet is a moment: anything that can wake the pool (a publish, an Add,
 // a handler's return) ends it. AwaitQuiet returns nil when the pool is
 // quiet or when the run it waited on has ended (RunUntilIdle ends its run
