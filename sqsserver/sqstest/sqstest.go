@@ -41,11 +41,11 @@ const hangGuard = 30 * time.Second
 // Server is a running test server.
 type Server struct {
 	*sqsserver.Server                  // the SQS server, for its Go methods (AwaitParked, ...)
-	HTTP              *httptest.Server // the HTTP server it runs on
+	HTTP              *httptest.Server // the HTTP server it runs on (nil from StartInMemory)
 	URL               string           // the endpoint: http://127.0.0.1:port
 	Client            *sqs.Client      // an SQS client for URL, region us-east-1, access key "test"; a call it gives up on has ended on the server when it returns
 	SNS               *sns.Client      // an SNS client for URL, likewise
-	Clock             *clock.Mock      // the server's clock, set to Epoch
+	Clock             *clock.Mock      // the server's clock, set to Epoch (nil from StartInMemory: the real clock)
 }
 
 // Start starts a server on a mock clock at Epoch (opts come after
@@ -86,7 +86,9 @@ func New(tb testing.TB, opts ...sqsserver.Option) (*sqs.Client, *clock.Mock) {
 // The test's cleanup calls it; twice is safe.
 func (s *Server) Close() {
 	_ = s.Server.Close()
-	s.HTTP.Close()
+	if s.HTTP != nil {
+		s.HTTP.Close()
+	}
 }
 
 // NewClient returns an SQS client for the endpoint url, signing with the

@@ -140,7 +140,7 @@ var imports = map[string]string{
 	"sns":            "github.com/aws/aws-sdk-go-v2/service/sns",
 	"snstypes":       "github.com/aws/aws-sdk-go-v2/service/sns/types",
 	"context":        "context", "time": "time", "fmt": "fmt", "errors": "errors", "http": "net/http",
-	"testing": "testing", "iter": "iter", "slog": "log/slog",
+	"testing": "testing", "synctest": "testing/synctest", "iter": "iter", "slog": "log/slog",
 }
 
 // given declares, at package level, the names the README fragments leave
