@@ -102,6 +102,18 @@
 //     timer, set for the earliest lease due, does all the extending. A
 //     pool that dies lets its messages go after one visibility timeout.
 //
+// # Batches
+//
+// NewBatch runs a BatchHandler on up to n deliveries a call
+// (WithBatchMax(n, linger)): a worker takes a first delivery, then what
+// more the pool holds, and waits up to linger on the pool's clock for a
+// full batch. The handler says what became of each delivery, or returns
+// one error for all; each lease is then settled as a single handler's
+// result would settle it. WithWorkers is how many batches run at once;
+// leases, extension, limits, events and the registry count messages, as
+// in a pool of single handlers. A batch still waiting to fill when the
+// pool drains is released unspent.
+//
 // # Drain
 //
 // When Run's context is done the poller stops polling, releases every

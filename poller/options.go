@@ -39,10 +39,13 @@ type config struct {
 	maxExtension   time.Duration // NoExtension: off
 	clock          clock.Clock
 	logger         *slog.Logger
-	observers      []any      // each a func(Event[T]), checked against T in New
-	rate           queue.Rate // WithRate; zero: none
-	registry       *Registry  // WithRegistry; nil: none
-	name           string     // WithRegistry's
+	observers      []any         // each a func(Event[T]), checked against T in New
+	rate           queue.Rate    // WithRate; zero: none
+	registry       *Registry     // WithRegistry; nil: none
+	batchMax       int           // WithBatchMax; 0: DefaultBatchMax (NewBatch only)
+	linger         time.Duration // WithBatchMax's
+	batchSet       bool          // WithBatchMax was given
+	name           string        // WithRegistry's
 	err            error
 }
 

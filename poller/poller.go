@@ -69,14 +69,15 @@ const (
 // it holds from lapsing (see WithExtension). Create one with New and
 // start it with Run. Its methods are safe for concurrent use.
 type Poller[T any] struct {
-	src      Source[T]
-	rejecter backend.Rejecter      // src as a backend.Rejecter; nil if it is not one
-	failer   backend.DelayFailer   // src as a backend.DelayFailer; nil if it is not one
-	releaser backend.DelayReleaser // src as a backend.DelayReleaser; nil if it is not one
-	handler  Handler[T]
-	cfg      config         // immutable after New; defaults filled in
-	observe  func(Event[T]) // nil: none
-	active   atomic.Bool    // a Run is active
+	src          Source[T]
+	rejecter     backend.Rejecter      // src as a backend.Rejecter; nil if it is not one
+	failer       backend.DelayFailer   // src as a backend.DelayFailer; nil if it is not one
+	releaser     backend.DelayReleaser // src as a backend.DelayReleaser; nil if it is not one
+	handler      Handler[T]
+	batchHandler BatchHandler[T] // NewBatch's; nil for New's
+	cfg          config          // immutable after New; defaults filled in
+	observe      func(Event[T])  // nil: none
+	active       atomic.Bool     // a Run is active
 
 	runMu   sync.Mutex
 	cur     *run[T]       // the active run; nil when none
@@ -99,6 +100,14 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	if h == nil {
 		return nil, backend.Invalid("poller.New: nil handler")
 	}
+	return newPoller(src, h, nil, opts)
+}
+
+// newPoller is New with h, or NewBatch with bh.
+func newPoller[T any](src Source[T], h Handler[T], bh BatchHandler[T], opts []Option) (*Poller[T], error) {
+	if src == nil {
+		return nil, backend.Invalid("poller: nil source")
+	}
 	var cfg config
 	for i, o := range opts {
 		if o.apply == nil {
@@ -112,14 +121,27 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	if cfg.workers == 0 {
 		cfg.workers = 1
 	}
+	per := 1 // leases a worker takes at once
+	switch {
+	case bh != nil:
+		if cfg.batchMax == 0 {
+			cfg.batchMax = DefaultBatchMax
+		}
+		if cfg.workers > maxPool/cfg.batchMax {
+			return nil, backend.Invalid("WithWorkers %d, WithBatchMax %d: at most %d leases in batches at once", cfg.workers, cfg.batchMax, maxPool)
+		}
+		per = cfg.batchMax
+	case cfg.batchSet:
+		return nil, backend.Invalid("WithBatchMax: for a batch handler (NewBatch), not New")
+	}
 	if cfg.batch == 0 {
-		cfg.batch = cfg.workers
+		cfg.batch = min(cfg.workers*per, maxPool)
 	}
 	if cfg.maxOutstanding == 0 {
-		cfg.maxOutstanding = cfg.workers
+		cfg.maxOutstanding = cfg.workers * per
 		if r, ok := src.(backend.Remote); ok && r.Remote() && cfg.workers <= maxPool {
 			// Two batches ahead (see WithMaxOutstanding), within the bound.
-			cfg.maxOutstanding = min(cfg.workers+2*min(cfg.batch, maxPool), maxPool)
+			cfg.maxOutstanding = min(cfg.workers*per+2*min(cfg.batch, maxPool), maxPool)
 		}
 	}
 	if cfg.workers > maxPool || cfg.maxOutstanding > maxPool {
@@ -127,6 +149,9 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 	}
 	if cfg.maxOutstanding < cfg.workers {
 		return nil, backend.Invalid("WithMaxOutstanding: %d, must be >= the %d workers", cfg.maxOutstanding, cfg.workers)
+	}
+	if bh != nil && cfg.maxOutstanding < cfg.batchMax {
+		return nil, backend.Invalid("WithMaxOutstanding: %d, must be >= a batch (%d)", cfg.maxOutstanding, cfg.batchMax)
 	}
 	if cfg.drainTimeout == 0 {
 		cfg.drainTimeout = defaultDrainTimeout
@@ -145,7 +170,7 @@ func New[T any](src Source[T], h Handler[T], opts ...Option) (*Poller[T], error)
 			cfg.clock = clock.New()
 		}
 	}
-	p := &Poller[T]{src: src, handler: h, cfg: cfg}
+	p := &Poller[T]{src: src, handler: h, batchHandler: bh, cfg: cfg}
 	p.rejecter, _ = src.(backend.Rejecter)
 	p.failer, _ = src.(backend.DelayFailer)
 	p.releaser, _ = src.(backend.DelayReleaser)
@@ -369,8 +394,13 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 	stopExt := make(chan struct{})
 	var ext sync.WaitGroup
 	ext.Go(func() { r.extendLoop(stopExt) })
+	worker := r.worker
+	if p.batchHandler != nil {
+		worker = r.batchWorker
+		r.rest.lingering = make(map[*time.Time]struct{})
+	}
 	for range p.cfg.workers {
-		r.workers.Go(r.worker)
+		r.workers.Go(worker)
 	}
 
 	err := r.pollLoop()

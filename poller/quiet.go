@@ -92,10 +92,13 @@ type rest struct {
 	parking     *backend.Parking // the Polls' parking, for a backend.PoolPoller; nil otherwise
 	idleParking *backend.Parking // the idle watcher's, for a backend.PoolIdleAwaiter; nil otherwise
 
-	mu       sync.Mutex
-	timeouts map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
-	changed  chan struct{}            // closed and dropped at a change; nil when none wait
-	waiters  atomic.Int32
+	gathered atomic.Int64 // a batch pool's deliveries taken by workers, not yet in a handler
+
+	mu        sync.Mutex
+	timeouts  map[*timeoutCtx]struct{} // running handlers' timeouts that have not fired
+	lingering map[*time.Time]struct{}  // a batch pool's batches waiting to fill, by linger deadline
+	changed   chan struct{}            // closed and dropped at a change; nil when none wait
+	waiters   atomic.Int32
 }
 
 // change wakes whoever waits in AwaitQuiet to look again.
@@ -150,7 +153,7 @@ func (r *run[T]) quiet() bool {
 	case loopRoom:
 		// Every slot is a running handler or a lease queued for one;
 		// otherwise one was freed for the loop, which has yet to run.
-		if running+int64(queued) < int64(r.p.cfg.maxOutstanding) {
+		if running+int64(queued)+r.rest.gathered.Load() < int64(r.p.cfg.maxOutstanding) {
 			return false
 		}
 	case loopPolling:
@@ -173,6 +176,12 @@ func (r *run[T]) quiet() bool {
 		if !now.Before(tc.deadline) {
 			r.rest.mu.Unlock()
 			return false // its cancel is on its way
+		}
+	}
+	for at := range r.rest.lingering {
+		if !now.Before(*at) {
+			r.rest.mu.Unlock()
+			return false // the batch is on its way to its handler
 		}
 	}
 	r.rest.mu.Unlock()
