@@ -52,7 +52,7 @@ var goawsDiffers = func() map[string]string {
 	m := map[string]string{}
 	for _, c := range []string{
 		"AttemptCounts", "NackDelay", "FailBackoff", "RedeliveryAfterVisibilityTimeout", "StaleAck",
-		"SettleAfterDeadline", "MaxAttemptsAfterFail", "DeliveryMaxAttempts", "FanOutIsolation", "PoolSlowDown",
+		"SettleAfterDeadline", "MaxAttemptsAfterFail", "DeliveryMaxAttempts", "FanOutIsolation", "PoolSlowDown", "PoolBatchOutcomes",
 	} {
 		m[c] = attempts
 	}

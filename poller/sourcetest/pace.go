@@ -2,7 +2,10 @@ package sourcetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,15 +14,18 @@ import (
 	"github.com/leasebus/leasebus/queue"
 )
 
-// The pool's own limits, poller.WithRate and poller.SlowDown, over the
-// backend: they need nothing of a source but what every source has (a
-// backend.DelayReleaser keeps SlowDown's attempt; any other spends it).
+// The pool's own limits, poller.WithRate and poller.SlowDown, and its
+// batch handler (poller.NewBatch), over the backend: they need nothing of
+// a source but what every source has (a backend.DelayReleaser keeps
+// SlowDown's attempt; any other spends it; a backend.Rejecter
+// dead-letters a GiveUp at once, any other retries it).
 
 // paceCases are the cases of the pool's limits.
 func (s *suite) paceCases() []namedCase {
 	return []namedCase{
 		{"PoolRate", s.testPoolRate},
 		{"PoolSlowDown", s.testPoolSlowDown},
+		{"PoolBatchOutcomes", s.testPoolBatchOutcomes},
 	}
 }
 
@@ -171,6 +177,109 @@ func (s *suite) testPoolSlowDown(t *testing.T) {
 	for _, st := range []start{again, other} {
 		if st.at.Before(slowed.at.Add(d)) {
 			t.Fatalf("%q started %v after the SlowDown, within its %v", st.payload, st.at.Sub(slowed.at), d)
+		}
+	}
+}
+
+// A batch handler's outcomes settle each message of its batch as a single
+// handler's result would: of four messages in one call, two acked, one
+// failed (retried, its attempt spent), one given up (dead-lettered on a
+// backend.Rejecter, else retried); the failed one comes back, alone, as
+// its second attempt.
+func (s *suite) testPoolBatchOutcomes(t *testing.T) {
+	topic := s.topic(t)
+	o := s.opts()
+	o.RetryInitial = s.unit
+	sub := s.subscribe(t, topic, "pool-batch", o)
+	s.publish(t, topic, "a", "b", "c", "d")
+	calls := make(chan []queue.Delivery[string], 8)
+	events := make(chan poller.Event[string], 64)
+	p, err := poller.NewBatch[string](sub, func(_ context.Context, ds []queue.Delivery[string]) ([]error, error) {
+		calls <- slices.Clone(ds)
+		outs := make([]error, len(ds))
+		for i, d := range ds {
+			switch d.Payload {
+			case "b":
+				outs[i] = errors.New("row b refused")
+			case "c":
+				outs[i] = poller.GiveUp(errors.New("row c malformed"))
+			}
+		}
+		return outs, nil
+	}, poller.WithBatchMax(4, s.unit), // the four in one call: a full batch is handed over at once
+		poller.WithObserver(func(ev poller.Event[string]) { events <- ev }))
+	ok(t, "poller.NewBatch", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		ok(t, "Run", <-ran)
+	})
+	var first []queue.Delivery[string]
+	select {
+	case first = <-calls:
+	case <-s.bounded(t).Done():
+		t.Fatal("no batch")
+	}
+	got := make([]string, len(first))
+	for i, d := range first {
+		got[i] = d.Payload
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("first batch %v, want a, b, c and d", got)
+	}
+	_, rejects := sub.(backend.Rejecter)
+	want := map[string]poller.Outcome{"a": poller.OutcomeAcked, "b": poller.OutcomeRetried, "c": poller.OutcomeRetried, "d": poller.OutcomeAcked}
+	if rejects {
+		want["c"] = poller.OutcomeDeadLettered
+	}
+	for range 4 {
+		ev := s.settledAny(t, events)
+		if w, seen := want[ev.Delivery.Payload]; !seen || ev.Outcome != w || ev.SourceErr != nil {
+			t.Fatalf("%s: %v (source err %v), want %v", ev.Delivery.Payload, ev.Outcome, ev.SourceErr, w)
+		}
+		delete(want, ev.Delivery.Payload)
+	}
+	if rejects {
+		if dl := s.deadLetters(t, sub, 1)[0]; dl.Payload != "c" || !strings.Contains(dl.LastError, "row c malformed") {
+			t.Fatalf("dead letter %+v, want c, row c malformed", dl)
+		}
+	}
+	if !rejects {
+		return // c comes back too, in an order the backend decides
+	}
+	// b's retry, after its backoff (and on a fake clock the pool at rest
+	// first, so that the move finds the pool waiting).
+	if s.caps.FakeClock {
+		ok(t, "AwaitQuiet", p.AwaitQuiet(s.bounded(t)))
+		s.elapse(t, s.unit)
+		ok(t, "AwaitQuiet", p.AwaitQuiet(s.bounded(t)))
+		s.elapse(t, s.unit) // the linger: a batch of one is not full
+	}
+	select {
+	case again := <-calls:
+		if len(again) != 1 || again[0].Payload != "b" || again[0].Attempt != 2 {
+			t.Fatalf("second batch %+v, want b alone, attempt 2", again)
+		}
+	case <-s.bounded(t).Done():
+		t.Fatal("b did not come back")
+	}
+}
+
+// settledAny waits for the next outcome that settles a delivery.
+func (s *suite) settledAny(t *testing.T, events <-chan poller.Event[string]) poller.Event[string] {
+	t.Helper()
+	for {
+		select {
+		case ev := <-events:
+			if ev.Outcome != poller.OutcomeExtended && ev.Outcome != poller.OutcomeExtensionStopped {
+				return ev
+			}
+		case <-s.bounded(t).Done():
+			t.Fatal("no outcome")
+			return poller.Event[string]{}
 		}
 	}
 }
