@@ -10,7 +10,8 @@
 // them, and a message they hold back is not leased and spends no attempt.
 // A 429 is poller.SlowDown: the message goes back with its attempt kept
 // and the pool starts nothing until the Retry-After has passed. Its test,
-// webhooks_test.go, asserts the exact schedule on a mock clock.
+// webhooks_test.go, asserts the exact schedule inside a testing/synctest
+// bubble.
 package main
 
 import (
