@@ -27,8 +27,9 @@ import (
 // an error matching ErrBatchOutcomes. A panic fails every delivery with a
 // *PanicError, as a Handler's does.
 //
-// The call owns ds until it returns; a delivery's lease is kept, and
-// extended, while the call runs, as a single handler's is.
+// The call owns ds until it returns, and the pool reuses it then: copy
+// what you keep. A delivery's lease is kept, and extended, while the call
+// runs, as a single handler's is.
 type BatchHandler[T any] func(ctx context.Context, ds []queue.Delivery[T]) (outcomes []error, err error)
 
 // ErrBatchOutcomes is the failure of every delivery of a batch whose
@@ -89,6 +90,7 @@ func NewBatch[T any](src Source[T], h BatchHandler[T], opts ...Option) (*Poller[
 func (r *run[T]) batchWorker() {
 	p := r.p
 	items := make([]*item[T], 0, p.cfg.batchMax)
+	ds := make([]queue.Delivery[T], 0, p.cfg.batchMax) // each call's, reused
 	for {
 		r.move(idleOne - busyOne)
 		it, ok := <-r.work
@@ -111,7 +113,7 @@ func (r *run[T]) batchWorker() {
 			}
 			continue
 		}
-		r.processBatch(items)
+		r.processBatch(items, ds)
 	}
 }
 
@@ -177,13 +179,14 @@ func (r *run[T]) gather(items []*item[T]) ([]*item[T], bool) {
 
 // processBatch runs the batch handler on items and settles each lease by
 // its outcome.
-func (r *run[T]) processBatch(items []*item[T]) {
+func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 	p := r.p
 	n := int64(len(items))
-	ds := make([]queue.Delivery[T], len(items))
-	for i, it := range items {
-		ds[i] = it.d
+	ds = ds[:0]
+	for _, it := range items {
+		ds = append(ds, it.d)
 	}
+	defer clear(ds) // the payloads go with the call
 	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
 	var timeout *clock.Timer
 	var tc *timeoutCtx

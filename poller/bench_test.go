@@ -130,3 +130,24 @@ func BenchmarkHandLoop(b *testing.B) {
 		acked += len(ds)
 	}
 }
+
+// BenchmarkBatchUntilIdle is BenchmarkPoolUntilIdle with a batch handler
+// (NewBatch) of up to 100 deliveries a call, one worker: the pool's cost
+// per message when a call takes a hundred.
+func BenchmarkBatchUntilIdle(b *testing.B) {
+	_, sub := drainFixture(b, b.N)
+	p, err := poller.NewBatch(sub, func(context.Context, []queue.Delivery[int]) ([]error, error) { return nil, nil },
+		poller.WithBatchMax(100, 0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := p.RunUntilIdle(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if got := p.Stats().Acked; got != uint64(b.N) {
+		b.Fatalf("acked %d of %d", got, b.N)
+	}
+}
