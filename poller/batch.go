@@ -188,11 +188,18 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 	}
 	defer clear(ds) // the payloads go with the call
 	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
+	if r.handling != nil { // a pool WithRegistry: its jobs can be cancelled (Registry.Cancel)
+		ctx, cancel = context.WithCancelCause(r.hctx)
+	}
 	var timeout *clock.Timer
 	var tc *timeoutCtx
 	if p.cfg.handlerTimeout > 0 { // armed before the handler starts, as process does
 		var inner context.Context
-		inner, cancel = context.WithCancelCause(r.hctx)
+		if cancel == nil {
+			inner, cancel = context.WithCancelCause(r.hctx)
+		} else {
+			inner = ctx
+		}
 		tc = &timeoutCtx{Context: inner, deadline: p.cfg.clock.Now().Add(p.cfg.handlerTimeout)}
 		ctx = tc
 		r.rest.mu.Lock()
@@ -206,16 +213,22 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 	p.running.Add(n)
 	if r.handling != nil {
 		for _, it := range items {
-			r.starting(it)
+			r.starting(it, cancel)
 		}
 	}
 	r.rest.gathered.Add(-n)
 	r.move(-busyOne) // at rest while the handler runs (see AwaitQuiet)
 	outs, err, returned := []error(nil), error(errGoexit), false
+	type cancelled struct {
+		as    CancelAs
+		cause error
+	}
+	var cancels []cancelled // per item, what Cancel chose (a pool WithRegistry)
 	defer func() {
 		if r.handling != nil {
-			for _, it := range items {
-				r.stopped(it)
+			cancels = make([]cancelled, len(items))
+			for i, it := range items {
+				cancels[i].as, cancels[i].cause = r.stopped(it)
 			}
 		}
 		r.move(busyOne)
@@ -234,6 +247,9 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 			herr := err
 			if herr == nil && outs != nil {
 				herr = outs[i]
+			}
+			if cancels != nil && cancels[i].as != 0 {
+				herr = cancelledAs(herr, cancels[i].as, cancels[i].cause)
 			}
 			r.finish(it, herr)
 		}

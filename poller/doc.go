@@ -114,6 +114,14 @@
 // in a pool of single handlers. A batch still waiting to fill when the
 // pool drains is released unspent.
 //
+// # Cancelling a job
+//
+// Registry.Cancel stops the running job of a message in a pool made
+// WithRegistry: its handler's context ends with a cause matching
+// ErrCancelled, and once the handler returns the message is settled as
+// the caller chose (CancelRetry, CancelDeadLetter, CancelDelete). A
+// handler that ignores its context keeps its lease until it returns.
+//
 // # Drain
 //
 // When Run's context is done the poller stops polling, releases every

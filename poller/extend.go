@@ -2,6 +2,7 @@ package poller
 
 import (
 	"container/heap"
+	"context"
 	"log/slog"
 	"time"
 
@@ -30,6 +31,10 @@ type item[T any] struct {
 	index      int       // in run.due; -1 when not there
 	started    time.Time // when its handler started (a pool WithRegistry)
 	extensions int       // leases extended
+
+	cancel   context.CancelCauseFunc // cancels its handler's context (a pool WithRegistry)
+	cancelAs CancelAs                // what Cancel chose; zero: not cancelled
+	cancelBy error                   // Cancel's cause, matching ErrCancelled
 }
 
 // take returns the item of d, received at now, with its extension

@@ -362,7 +362,7 @@ func (p *Poller[T]) run(ctx context.Context, idle backend.IdleAwaiter) error {
 	if p.cfg.registry != nil {
 		r.began = p.cfg.clock.Now()
 		r.handling = map[*item[T]]struct{}{}
-		defer p.cfg.registry.join(r.status)()
+		defer p.cfg.registry.join(r.status, r.cancelJob)()
 	}
 	p.runMu.Lock()
 	p.cur = r

@@ -2,6 +2,7 @@ package poller
 
 import (
 	"cmp"
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -21,22 +22,28 @@ import (
 type Registry struct {
 	mu    sync.Mutex
 	next  uint64
-	pools map[uint64]func() PoolStatus
+	pools map[uint64]registered
+}
+
+// registered is a running pool: its status, and its Cancel.
+type registered struct {
+	snap   func() PoolStatus
+	cancel func(uuid.UUID, CancelAs) bool
 }
 
 // NewRegistry returns an empty Registry.
-func NewRegistry() *Registry { return &Registry{pools: map[uint64]func() PoolStatus{}} }
+func NewRegistry() *Registry { return &Registry{pools: map[uint64]registered{}} }
 
-// join adds a running pool, whose status snap reports, and returns the
-// function that takes it out.
-func (g *Registry) join(snap func() PoolStatus) (leave func()) {
+// join adds a running pool, whose status snap reports and whose jobs
+// cancel stops, and returns the function that takes it out.
+func (g *Registry) join(snap func() PoolStatus, cancel func(uuid.UUID, CancelAs) bool) (leave func()) {
 	g.mu.Lock()
 	if g.pools == nil { // a zero Registry
-		g.pools = map[uint64]func() PoolStatus{}
+		g.pools = map[uint64]registered{}
 	}
 	g.next++
 	id := g.next
-	g.pools[id] = snap
+	g.pools[id] = registered{snap, cancel}
 	g.mu.Unlock()
 	return func() {
 		g.mu.Lock()
@@ -57,7 +64,7 @@ func (g *Registry) Pools() []PoolStatus {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		snaps = append(snaps, g.pools[id])
+		snaps = append(snaps, g.pools[id].snap)
 	}
 	g.mu.Unlock()
 	out := make([]PoolStatus, 0, len(snaps))
@@ -95,8 +102,9 @@ type Handling struct {
 }
 
 // WithRegistry makes the pool show in g (see Registry) under name while
-// it runs. It costs a pool a short lock and a clock reading per message;
-// a pool without it pays nothing. A nil g or an empty name is refused by
+// it runs, and its running jobs cancellable by Registry.Cancel. It costs
+// a pool a short lock, a clock reading and a cancellable context per
+// message; a pool without it pays nothing. A nil g or an empty name is refused by
 // New.
 func WithRegistry(g *Registry, name string) Option {
 	return Option{func(c *config) {
@@ -111,19 +119,22 @@ func WithRegistry(g *Registry, name string) Option {
 }
 
 // starting records that it's handler starts now, for the registry.
-func (r *run[T]) starting(it *item[T]) {
+func (r *run[T]) starting(it *item[T], cancel context.CancelCauseFunc) {
 	now := r.p.cfg.clock.Now()
 	r.mu.Lock()
-	it.started = now
+	it.started, it.cancel = now, cancel
 	r.handling[it] = struct{}{}
 	r.mu.Unlock()
 }
 
-// stopped records that it's handler has returned.
-func (r *run[T]) stopped(it *item[T]) {
+// stopped records that it's handler has returned, and returns what
+// Cancel chose for its message (zero: it was not cancelled) and why.
+func (r *run[T]) stopped(it *item[T]) (CancelAs, error) {
 	r.mu.Lock()
 	delete(r.handling, it)
+	as, cause := it.cancelAs, it.cancelBy
 	r.mu.Unlock()
+	return as, cause
 }
 
 // status is the run's PoolStatus.

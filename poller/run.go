@@ -252,10 +252,17 @@ func (r *run[T]) worker() {
 func (r *run[T]) process(it *item[T]) {
 	p := r.p
 	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
+	if r.handling != nil { // a pool WithRegistry: its jobs can be cancelled (Registry.Cancel)
+		ctx, cancel = context.WithCancelCause(r.hctx)
+	}
 	var timeout *clock.Timer
 	if p.cfg.handlerTimeout > 0 {
 		var inner context.Context
-		inner, cancel = context.WithCancelCause(r.hctx)
+		if cancel == nil {
+			inner, cancel = context.WithCancelCause(r.hctx)
+		} else {
+			inner = ctx
+		}
 		deadline := p.cfg.clock.Now().Add(p.cfg.handlerTimeout)
 		ctx = &timeoutCtx{Context: inner, deadline: deadline}
 		// Armed here, before the handler starts, so before anything the
@@ -275,13 +282,15 @@ func (r *run[T]) process(it *item[T]) {
 	}
 	p.running.Add(1)
 	if r.handling != nil {
-		r.starting(it)
+		r.starting(it, cancel)
 	}
 	r.move(-idleOne - queuedOne) // at rest while the handler runs (see AwaitQuiet)
 	err, returned := errGoexit, false
 	defer func() {
 		if r.handling != nil {
-			r.stopped(it)
+			if as, cause := r.stopped(it); as != 0 {
+				err = cancelledAs(err, as, cause)
+			}
 		}
 		r.move(busyOne) // and, if the handler ended this goroutine, its replacement's (below)
 		p.running.Add(-1)

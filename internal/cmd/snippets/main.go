@@ -123,6 +123,7 @@ var imports = map[string]string{
 	"sqstest":        "github.com/leasebus/leasebus/sqsserver/sqstest",
 	"sqsserver":      "github.com/leasebus/leasebus/sqsserver",
 	"sqsleasebus":    "github.com/leasebus/leasebus/sqsleasebus",
+	"uuid":           "github.com/google/uuid",
 	"pgleasebus":     "github.com/leasebus/leasebus/pgleasebus",
 	"pgx":            "github.com/jackc/pgx/v5",
 	"pgxpool":        "github.com/jackc/pgx/v5/pgxpool",
