@@ -28,10 +28,11 @@ type actionDef[T any] struct {
 // Result is the JSON an action answers with, and what the page it
 // returns to says.
 type Result struct {
-	Action   string `json:"action"`
-	Count    int    `json:"count"`              // messages or letters it acted on (schedule-trigger: the fires)
-	Schedule string `json:"schedule,omitempty"` // the schedule a schedule-* action was for
-	Error    string `json:"error,omitempty"`    // what it could not do (some letters may still have been acted on)
+	Action    string `json:"action"`
+	Count     int    `json:"count"`               // messages or letters it acted on (schedule-trigger: the fires)
+	Schedule  string `json:"schedule,omitempty"`  // the schedule a schedule-* action was for
+	Cancelled string `json:"cancelled,omitempty"` // job-cancel: what becomes of the message (retry, dead-letter, delete)
+	Error     string `json:"error,omitempty"`     // what it could not do (some letters may still have been acted on)
 }
 
 func (r Result) message() string {
@@ -57,6 +58,8 @@ func (r Result) message() string {
 		fmt.Fprintf(&b, "Resumed schedule %s: the slots it was paused for are skipped.", r.Schedule)
 	case "schedule-trigger":
 		fmt.Fprintf(&b, "Fired schedule %s now.", r.Schedule)
+	case "job-cancel":
+		fmt.Fprintf(&b, "Cancelled the job: its handler's context is done, and its message will be settled as %s when the handler returns (a handler that ignores its context keeps running until it does).", r.Cancelled)
 	case "outbox-requeue":
 		fmt.Fprintf(&b, "Requeued %d dead row%s: the relay publishes them next.", r.Count, plural(r.Count))
 	case "outbox-discard":

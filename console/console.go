@@ -174,7 +174,7 @@ func (c *Console[T]) routes() {
 	m.HandleFunc("GET /api/workers", c.workersJSON)
 	m.HandleFunc("GET /outbox", c.outboxPage)
 	m.HandleFunc("GET /api/outbox", c.outboxJSON)
-	for _, a := range slices.Concat(actions[T](), messageActions[T](), scheduleActions[T](), outboxActions[T]()) {
+	for _, a := range slices.Concat(actions[T](), messageActions[T](), scheduleActions[T](), outboxActions[T](), workerActions[T]()) {
 		m.HandleFunc("POST /actions/"+a.name, c.action(a, false))
 		m.HandleFunc("POST /api/actions/"+a.name, c.action(a, true))
 	}

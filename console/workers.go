@@ -1,8 +1,11 @@
 package console
 
 import (
+	"errors"
 	"net/http"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/poller"
@@ -112,4 +115,35 @@ func (c *Console[T]) workersJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// workerActions are the actions on a running job: job-cancel stops the
+// handler of the message id (the form's id field, a UUID), its message
+// settled as the form's as field says: retry (its attempt spent),
+// dead-letter or delete (poller.Registry.Cancel). A handler that ignores
+// its context keeps running, and its lease, until it returns.
+func workerActions[T any]() []actionDef[T] {
+	return []actionDef[T]{
+		{"job-cancel", func(c *Console[T], r *http.Request) (Result, error) {
+			if c.cfg.workers == nil {
+				return Result{}, notFound("no workers: the console was made without WithWorkers")
+			}
+			id, err := uuid.Parse(r.PostForm.Get("id"))
+			if err != nil {
+				return Result{}, badRequest("id: %v", err)
+			}
+			as, ok := map[string]poller.CancelAs{"retry": poller.CancelRetry, "dead-letter": poller.CancelDeadLetter, "delete": poller.CancelDelete}[r.PostForm.Get("as")]
+			if !ok {
+				return Result{}, badRequest("as must be retry, dead-letter or delete, not %q", r.PostForm.Get("as"))
+			}
+			err = c.cfg.workers.Cancel(id, as)
+			if errors.Is(err, poller.ErrNotRunning) {
+				return Result{}, notFound("no handler of message %s is running (it may have just returned)", id)
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			return Result{Count: 1, Cancelled: as.String()}, nil
+		}},
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -381,6 +382,31 @@ func TestOnCallFindsActsAndLooksBack(t *testing.T) {
 		t.Errorf("the printer's handler: %q, want its label's message", stuck)
 	}
 	shot(t, ctx, "workers.png")
+
+	// Cancel the stuck label, its message deleted: the handler's context
+	// ends, it returns, and the printer is idle.
+	do(t, ctx, "cancel the stuck label",
+		chromedp.SetValue(css(`section[data-pool="label-printer"] form.cancel select`), "delete"),
+		chromedp.Click(css(`section[data-pool="label-printer"] form.cancel button`)),
+		chromedp.WaitVisible(css("#done")))
+	if msg := textOf(t, ctx, css("#done")); !strings.Contains(msg, "Cancelled the job") || !strings.Contains(msg, "delete") {
+		t.Errorf("after the cancel: %q", msg)
+	}
+	for {
+		var w console.WorkersView
+		apiGet(t, d.url+"/api/workers", &w)
+		if i := slices.IndexFunc(w.Pools, func(p console.PoolRow) bool { return p.Name == "label-printer" }); i >= 0 && w.Pools[i].Busy == 0 && w.Pools[i].Stats.Acked == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the label printer's job never ended")
+		}
+		runtime.Gosched()
+	}
+	do(t, ctx, "the printer idle",
+		chromedp.Navigate(d.url+"/workers"),
+		chromedp.WaitVisible(css(`section[data-pool="label-printer"]`)))
+	awaitText(t, ctx, css(`section[data-pool="label-printer"] [data-f="busy"]`), "0 / 1")
 
 	// The history: billing's chart has points (a point a second here).
 	for {

@@ -7,7 +7,8 @@
 // scheduled for later. A new order arrives every few seconds. A schedule
 // publishes the daily sales report at 06:00 UTC (its page has Fire now).
 // The label printer's pool is stuck on its first label (the Workers page
-// shows it), and the console records each subscription's history.
+// shows it, and can cancel it), and the console records each
+// subscription's history.
 //
 //	go run ./examples/console -addr 127.0.0.1:8080
 //
@@ -153,10 +154,15 @@ func open(ctx context.Context, every time.Duration, log io.Writer) (*shop, error
 		return nil, err
 	}
 	// The label printer jams on its first label: its handler waits until
-	// the shop closes, its lease extended all the while.
-	labels, err := poller.New(printer, func(context.Context, queue.Delivery[order]) error {
-		<-s.jam
-		return errors.New("the printer was switched off")
+	// the shop closes, its lease extended all the while, or until an
+	// operator cancels the job on the Workers page.
+	labels, err := poller.New(printer, func(ctx context.Context, _ queue.Delivery[order]) error {
+		select {
+		case <-s.jam:
+			return errors.New("the printer was switched off")
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}, poller.WithRegistry(s.workers, "label-printer"))
 	if err != nil {
 		b.Close()
