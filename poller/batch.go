@@ -8,8 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -187,33 +185,11 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 		ds = append(ds, it.d)
 	}
 	defer clear(ds) // the payloads go with the call
-	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
-	if r.handling != nil { // a pool WithRegistry: its jobs can be cancelled (Registry.Cancel)
-		ctx, cancel = context.WithCancelCause(r.hctx)
-	}
-	var timeout *clock.Timer
-	var tc *timeoutCtx
-	if p.cfg.handlerTimeout > 0 { // armed before the handler starts, as process does
-		var inner context.Context
-		if cancel == nil {
-			inner, cancel = context.WithCancelCause(r.hctx)
-		} else {
-			inner = ctx
-		}
-		tc = &timeoutCtx{Context: inner, deadline: p.cfg.clock.Now().Add(p.cfg.handlerTimeout)}
-		ctx = tc
-		r.rest.mu.Lock()
-		r.rest.timeouts[tc] = struct{}{}
-		r.rest.mu.Unlock()
-		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() {
-			cancel(context.DeadlineExceeded)
-			r.timedOut(tc)
-		})
-	}
+	c := r.newCall()
 	p.running.Add(n)
 	if r.handling != nil {
 		for _, it := range items {
-			r.starting(it, cancel)
+			r.starting(it, c.cancel)
 		}
 	}
 	r.rest.gathered.Add(-n)
@@ -233,13 +209,7 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 		}
 		r.move(busyOne)
 		p.running.Add(-n)
-		if timeout != nil {
-			timeout.Stop()
-			r.timedOut(tc)
-		}
-		if cancel != nil {
-			cancel(nil)
-		}
+		r.endCall(c)
 		if err == nil && outs != nil && len(outs) != len(items) {
 			err = fmt.Errorf("%w: %d outcomes for %d deliveries", ErrBatchOutcomes, len(outs), len(items))
 		}
@@ -257,7 +227,7 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 			r.workers.Go(r.batchWorker)
 		}
 	}()
-	outs, err = r.invokeBatch(ctx, ds)
+	outs, err = r.invokeBatch(c.ctx, ds)
 	returned = true
 }
 

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -251,38 +249,10 @@ func (r *run[T]) worker() {
 // process runs the handler on it and settles its lease.
 func (r *run[T]) process(it *item[T]) {
 	p := r.p
-	ctx, cancel := r.hctx, context.CancelCauseFunc(nil)
-	if r.handling != nil { // a pool WithRegistry: its jobs can be cancelled (Registry.Cancel)
-		ctx, cancel = context.WithCancelCause(r.hctx)
-	}
-	var timeout *clock.Timer
-	if p.cfg.handlerTimeout > 0 {
-		var inner context.Context
-		if cancel == nil {
-			inner, cancel = context.WithCancelCause(r.hctx)
-		} else {
-			inner = ctx
-		}
-		deadline := p.cfg.clock.Now().Add(p.cfg.handlerTimeout)
-		ctx = &timeoutCtx{Context: inner, deadline: deadline}
-		// Armed here, before the handler starts, so before anything the
-		// handler lets a test do: a mock's Add that reaches the deadline
-		// finds it armed. (Armed by another goroutine, it could land after
-		// an Add had looked for due timers and before it moved its time,
-		// and then fire only at the next move.) Cancelling never blocks,
-		// and a second tick of a mock timer is harmless.
-		tc := ctx.(*timeoutCtx)
-		r.rest.mu.Lock()
-		r.rest.timeouts[tc] = struct{}{}
-		r.rest.mu.Unlock()
-		timeout = p.cfg.clock.AfterFunc(p.cfg.handlerTimeout, func() {
-			cancel(context.DeadlineExceeded)
-			r.timedOut(tc)
-		})
-	}
+	c := r.newCall()
 	p.running.Add(1)
 	if r.handling != nil {
-		r.starting(it, cancel)
+		r.starting(it, c.cancel)
 	}
 	r.move(-idleOne - queuedOne) // at rest while the handler runs (see AwaitQuiet)
 	err, returned := errGoexit, false
@@ -294,19 +264,13 @@ func (r *run[T]) process(it *item[T]) {
 		}
 		r.move(busyOne) // and, if the handler ended this goroutine, its replacement's (below)
 		p.running.Add(-1)
-		if timeout != nil {
-			timeout.Stop()
-			r.timedOut(ctx.(*timeoutCtx))
-		}
-		if cancel != nil {
-			cancel(nil)
-		}
+		r.endCall(c)
 		r.finish(it, err)
 		if !returned { // runtime.Goexit: this goroutine ends, so put another in its place
 			r.workers.Go(r.worker)
 		}
 	}()
-	err = r.invoke(ctx, it.d)
+	err = r.invoke(c.ctx, it.d)
 	returned = true
 }
 
