@@ -58,11 +58,13 @@ func New[T any](tb testing.TB, opts ...broker.Option) (*broker.Broker[T], *clock
 // way to test handlers that themselves wait on time (a fake of a slow
 // dependency, a sleep between calls) or on each other: the bubble sees
 // every goroutine, where a mock clock's test sees only what the pool
-// tells it (see poller.Poller.AwaitQuiet). The other helpers (Subscribe,
-// Publish, RunPool, the Recorder and its Require helpers) work in a
-// bubble as they do on a mock clock, their bounds of real time virtual
-// there. opts come after WithClock(clock.New()); a failing NewReal fails
-// the test.
+// tells it (see poller.Poller.AwaitQuiet). Subscribe, Publish and
+// RunPool work in a bubble as they do on a mock clock. The Require
+// helpers' bound (DefaultWait, or Recorder.SetWait) is the bubble's time
+// there: it passes as the bubble's time moves, so a Require that waits
+// for what happens later than its bound fails; let the time pass first
+// (time.Sleep, then synctest.Wait), then Require. opts come after
+// WithClock(clock.New()); a failing NewReal fails the test.
 //
 //	synctest.Test(t, func(t *testing.T) {
 //		b := brokertest.NewReal[string](t)
