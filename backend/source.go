@@ -10,7 +10,7 @@ import (
 )
 
 // The optional methods a source of a worker pool (poller.Source) may have,
-// which the pool looks for. A *broker.Subscription has the first four;
+// which the pool looks for. A *broker.Subscription has the first five;
 // a JetStream subscription is a Remote.
 
 // Rejecter is implemented by a source that can dead-letter a message at
@@ -18,6 +18,16 @@ import (
 // is failed (Fail).
 type Rejecter interface {
 	Reject(id lease.ID, cause error) error
+}
+
+// BatchAcker is implemented by a source that can ack many leases in one
+// call: AckBatch acks each lease as Ack would and returns nil when all
+// were acked, a *queue.BatchError saying which were not (Errs[i] for
+// ids[i]), or any other error when it acked none. A batch pool
+// (poller.NewBatch) acks the deliveries of a call that succeeded with one
+// AckBatch; without it, with an Ack each.
+type BatchAcker interface {
+	AckBatch(ids []lease.ID) error
 }
 
 // DelayFailer is implemented by a source that can fail a lease with a

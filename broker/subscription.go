@@ -104,8 +104,11 @@ func (s *Subscription[T]) TryPollInto(dst []queue.Delivery[T]) (int, error) {
 // dead-lettered or purged, is queue.ErrLeaseNotFound. Both change nothing.
 func (s *Subscription[T]) Ack(id lease.ID) error { return s.q.Ack(id) }
 
-// AckBatch acks many leases under one lock, each as Ack would; the
-// error joins those of the leases it could not ack.
+// AckBatch acks many leases under one lock, each as Ack would, and on a
+// durable broker in one journal write. It returns nil when every lease was
+// acked; else a *queue.BatchError whose Errs[i] is ids[i]'s error (nil for
+// those acked), or, when the subscription is closed, that error alone
+// (none acked). An empty ids is nil.
 func (s *Subscription[T]) AckBatch(ids []lease.ID) error { return s.q.AckBatch(ids) }
 
 // Nack reports a failed attempt: the message is visible again after delay

@@ -49,8 +49,9 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 }
 
 // AckBatch acks many leases, each as Ack would, with their round trips
-// to the server in flight at once rather than one after another. The error
-// joins those of the leases it could not ack.
+// to the server in flight at once rather than one after another. It
+// returns nil when every lease was acked, else a *queue.BatchError whose
+// Errs[i] is ids[i]'s error (nil for those acked).
 func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
@@ -58,7 +59,7 @@ func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
 		wg.Go(func() { errs[i] = s.Ack(id) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return queue.NewBatchError(errs)
 }
 
 // Backoff between the tries of a settling call.

@@ -85,23 +85,21 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 	return s.acks.ack(id)
 }
 
-// AckBatch acks ids in one DELETE, and returns the errors of those that
-// changed nothing, joined (each names its lease).
+// AckBatch acks ids in one DELETE (one per 1000). It returns nil when
+// every lease was acked, else a *queue.BatchError whose Errs[i] is
+// ids[i]'s error (nil for those acked; each names its lease), or, when the
+// subscription is closed, that error alone (none acked).
 func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
 	if s.isClosed() {
 		return s.errClosed("ack")
 	}
-	var errs []error
+	errs := make([]error, 0, len(ids))
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), maxAckBatch)]
 		ids = ids[len(chunk):]
-		for _, err := range s.ackNow(chunk) {
-			if err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs = append(errs, s.ackNow(chunk)...)
 	}
-	return errors.Join(errs...)
+	return queue.NewBatchError(errs)
 }
 
 // ackNow sends one DELETE for ids and returns each one's result. A DELETE

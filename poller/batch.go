@@ -73,7 +73,9 @@ func WithBatchMax(n int, linger time.Duration) Option {
 // leases held at once (default: a batch per worker, and over a remote
 // source two Polls more); WithRate and a SlowDown count messages, not
 // calls; WithHandlerTimeout bounds a call; Events, Stats and a Registry
-// report each message of a batch as a single handler's. A nil src or h,
+// report each message of a batch as a single handler's. The deliveries a
+// call acks are acked in one AckBatch when src is a backend.BatchAcker
+// (every leasebus backend is), the rest one by one. A nil src or h,
 // or an invalid option, is an error matching queue.ErrInvalidArgument.
 func NewBatch[T any](src Source[T], h BatchHandler[T], opts ...Option) (*Poller[T], error) {
 	if h == nil {
@@ -88,7 +90,7 @@ func NewBatch[T any](src Source[T], h BatchHandler[T], opts ...Option) (*Poller[
 func (r *run[T]) batchWorker() {
 	p := r.p
 	items := make([]*item[T], 0, p.cfg.batchMax)
-	ds := make([]queue.Delivery[T], 0, p.cfg.batchMax) // each call's, reused
+	buf := newBatchBuf[T](p.cfg.batchMax)
 	for {
 		r.move(idleOne - busyOne)
 		it, ok := <-r.work
@@ -111,7 +113,7 @@ func (r *run[T]) batchWorker() {
 			}
 			continue
 		}
-		r.processBatch(items, ds)
+		r.processBatch(items, buf)
 	}
 }
 
@@ -176,11 +178,12 @@ func (r *run[T]) gather(items []*item[T]) ([]*item[T], bool) {
 }
 
 // processBatch runs the batch handler on items and settles each lease by
-// its outcome.
-func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
+// its outcome: those acked in one call when the source is a
+// backend.BatchAcker, first, and then the rest one by one.
+func (r *run[T]) processBatch(items []*item[T], buf *batchBuf[T]) {
 	p := r.p
 	n := int64(len(items))
-	ds = ds[:0]
+	ds := buf.ds[:0]
 	for _, it := range items {
 		ds = append(ds, it.d)
 	}
@@ -213,7 +216,7 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 		if err == nil && outs != nil && len(outs) != len(items) {
 			err = fmt.Errorf("%w: %d outcomes for %d deliveries", ErrBatchOutcomes, len(outs), len(items))
 		}
-		for i, it := range items {
+		outcome := func(i int) error {
 			herr := err
 			if herr == nil && outs != nil {
 				herr = outs[i]
@@ -221,7 +224,24 @@ func (r *run[T]) processBatch(items []*item[T], ds []queue.Delivery[T]) {
 			if cancels != nil && cancels[i].as != 0 {
 				herr = cancelledAs(herr, cancels[i].as, cancels[i].cause)
 			}
-			r.finish(it, herr)
+			return herr
+		}
+		if p.batchAcker != nil {
+			acks := buf.acks[:0] // taken out of items
+			for i, it := range items {
+				if outcome(i) == nil {
+					acks = append(acks, it)
+					items[i] = nil
+				}
+			}
+			if len(acks) > 0 {
+				r.ackAll(acks, buf)
+			}
+		}
+		for i, it := range items {
+			if it != nil {
+				r.finish(it, outcome(i))
+			}
 		}
 		if !returned {
 			r.workers.Go(r.batchWorker)

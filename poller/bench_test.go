@@ -151,3 +151,60 @@ func BenchmarkBatchUntilIdle(b *testing.B) {
 		b.Fatalf("acked %d of %d", got, b.N)
 	}
 }
+
+// BenchmarkDurableDrain drains a durable broker (its journal on disk, in
+// each sync mode) with the per-message pool (eight workers) and with a
+// batch pool (batches of 100, one worker), whose successes go to the
+// journal in one AckBatch a call: the cost per message of each.
+func BenchmarkDurableDrain(b *testing.B) {
+	for _, mode := range []broker.SyncMode{broker.SyncNone, broker.SyncAlways} {
+		for _, batch := range []bool{false, true} {
+			name := fmt.Sprintf("sync=%v/pool", mode)
+			if batch {
+				name = fmt.Sprintf("sync=%v/batch", mode)
+			}
+			b.Run(name, func(b *testing.B) {
+				br, err := broker.Open(b.TempDir(), queue.StringCodec(), broker.WithSync(mode),
+					broker.WithSubscriptionDefaults(broker.WithMaxQueue(b.N+1)))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer br.Close()
+				if err := br.CreateTopic("jobs"); err != nil {
+					b.Fatal(err)
+				}
+				sub, err := br.Subscribe("jobs", "workers")
+				if err != nil {
+					b.Fatal(err)
+				}
+				msgs := make([]string, 100)
+				for i := range msgs {
+					msgs[i] = fmt.Sprint("job ", i)
+				}
+				for left := b.N; left > 0; left -= len(msgs) {
+					if _, err := br.PublishBatch(context.Background(), "jobs", msgs[:min(left, len(msgs))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				var p *poller.Poller[string]
+				if batch {
+					p, err = poller.NewBatch(sub, func(context.Context, []queue.Delivery[string]) ([]error, error) { return nil, nil },
+						poller.WithBatchMax(100, 0))
+				} else {
+					p, err = poller.New(sub, func(context.Context, queue.Delivery[string]) error { return nil }, poller.WithWorkers(8))
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				if err := p.RunUntilIdle(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if got := p.Stats().Acked; got != uint64(b.N) {
+					b.Fatalf("acked %d of %d", got, b.N)
+				}
+			})
+		}
+	}
+}

@@ -73,6 +73,7 @@ type Poller[T any] struct {
 	rejecter     backend.Rejecter      // src as a backend.Rejecter; nil if it is not one
 	failer       backend.DelayFailer   // src as a backend.DelayFailer; nil if it is not one
 	releaser     backend.DelayReleaser // src as a backend.DelayReleaser; nil if it is not one
+	batchAcker   backend.BatchAcker    // a batch pool's src as a backend.BatchAcker; nil if not
 	handler      Handler[T]
 	batchHandler BatchHandler[T] // NewBatch's; nil for New's
 	cfg          config          // immutable after New; defaults filled in
@@ -174,6 +175,9 @@ func newPoller[T any](src Source[T], h Handler[T], bh BatchHandler[T], opts []Op
 	p.rejecter, _ = src.(backend.Rejecter)
 	p.failer, _ = src.(backend.DelayFailer)
 	p.releaser, _ = src.(backend.DelayReleaser)
+	if bh != nil {
+		p.batchAcker, _ = src.(backend.BatchAcker)
+	}
 	var fs []func(Event[T])
 	for _, o := range cfg.observers {
 		f, ok := o.(func(Event[T]))

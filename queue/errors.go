@@ -98,3 +98,47 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// BatchError is the error of a call on many leases at once (a
+// subscription's AckBatch) that did not succeed for all of them: Errs has
+// one entry per lease of the call, in its order, nil where that lease's
+// part succeeded. errors.Is and errors.As see each of its errors, so
+// errors.Is(err, ErrLeaseNotFound) reports whether any lease was not
+// found. A batch call that fails as a whole (a closed subscription)
+// returns its error alone, not a BatchError: then no lease's part was
+// done.
+type BatchError struct {
+	Errs []error
+}
+
+// NewBatchError returns nil if every error in errs is nil, and otherwise
+// a *BatchError holding errs (not copied).
+func NewBatchError(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &BatchError{Errs: errs}
+		}
+	}
+	return nil
+}
+
+// Error says how many of the batch's leases failed, and each failure.
+func (e *BatchError) Error() string {
+	failed := e.Unwrap()
+	msg := fmt.Sprintf("%d of %d in the batch failed", len(failed), len(e.Errs))
+	for _, err := range failed {
+		msg += "; " + err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the errors of the leases that failed.
+func (e *BatchError) Unwrap() []error {
+	var failed []error
+	for _, err := range e.Errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	return failed
+}

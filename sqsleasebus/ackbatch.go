@@ -9,6 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/leasebus/leasebus/lease"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // acker coalesces concurrent Acks into DeleteMessageBatch calls, as a
@@ -113,4 +116,35 @@ func (s *Subscription[T]) sendAcks(batch []*ackWait) {
 func entryIndex(id *string, lo, hi int) (int, bool) {
 	i, err := strconv.Atoi(aws.ToString(id))
 	return i, err == nil && i >= lo && i < hi
+}
+
+// AckBatch deletes the messages of many leases, each as Ack would, in
+// DeleteMessageBatch calls of up to 10 in flight at once. It returns nil
+// when every lease was acked, else a *queue.BatchError whose Errs[i] is
+// ids[i]'s error (nil for those acked). An empty ids is nil.
+func (s *Subscription[T]) AckBatch(ids []lease.ID) error {
+	errs := make([]error, len(ids))
+	helds := make([]*held, len(ids))
+	var ws []*ackWait // the leases found, each with its place in ids
+	var at []int
+	for i, id := range ids {
+		h, err := s.take(id, "ack", false)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		helds[i] = h
+		ws = append(ws, &ackWait{handle: h.m.ReceiptHandle, done: make(chan struct{})})
+		at = append(at, i)
+	}
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(ws); lo += maxBatch {
+		wg.Go(func() { s.sendAcks(ws[lo:min(lo+maxBatch, len(ws))]) })
+	}
+	wg.Wait()
+	for j, w := range ws {
+		i := at[j]
+		errs[i] = s.acked(ids[i], helds[i], w.err)
+	}
+	return queue.NewBatchError(errs)
 }

@@ -30,7 +30,11 @@ func (s *Subscription[T]) Ack(id lease.ID) error {
 	if err != nil {
 		return err
 	}
-	err = s.deleteAck(h.m.ReceiptHandle)
+	return s.acked(id, h, s.deleteAck(h.m.ReceiptHandle))
+}
+
+// acked ends an Ack of id, held as h, whose delete returned err.
+func (s *Subscription[T]) acked(id lease.ID, h *held, err error) error {
 	switch {
 	case err == nil:
 		s.forget(id, h)

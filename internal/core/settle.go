@@ -2,7 +2,6 @@ package core
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"time"
 
@@ -29,8 +28,9 @@ func (q *Queue[T]) Ack(id lease.ID) error {
 }
 
 // AckBatch acks every lease in ids under one lock. It returns nil when all
-// succeed, else the errors of those that did not (joined; each matches as
-// Ack's would), having acked the rest.
+// succeed, else a *queue.BatchError with each lease's error (each matches
+// as Ack's would), having acked the rest; an error of the queue as a whole
+// (closed) acks none.
 func (q *Queue[T]) AckBatch(ids []lease.ID) error {
 	if done, err := q.ackTimeless(ids...); done {
 		return err
@@ -45,12 +45,23 @@ func (q *Queue[T]) AckBatch(ids []lease.ID) error {
 		}
 	}
 	var errs []error
-	for _, id := range ids {
-		if err := q.ackLocked(now, id, nil); err != nil {
-			errs = append(errs, err)
-		}
+	for i, id := range ids {
+		errs = batchErr(errs, len(ids), i, q.ackLocked(now, id, nil))
 	}
-	return cmp.Or(q.unlock(), errors.Join(errs...))
+	return cmp.Or(q.unlock(), queue.NewBatchError(errs))
+}
+
+// batchErr records err as the i-th of n results of a batch call in errs,
+// which it makes, n long, at the first error: a batch that succeeds
+// allocates nothing.
+func batchErr(errs []error, n, i int, err error) []error {
+	if err != nil {
+		if errs == nil {
+			errs = make([]error, n)
+		}
+		errs[i] = err
+	}
+	return errs
 }
 
 // ackTimeless acks ids without reading the clock when their outcome is the
@@ -93,12 +104,10 @@ func (q *Queue[T]) ackTimeless(ids ...lease.ID) (bool, error) {
 		return true, q.unlock()
 	}
 	var errs []error
-	for _, id := range ids {
-		if err := q.ackLocked(time.Time{}, id, nil); err != nil { // now is unused: no key, no TTL
-			errs = append(errs, err) // the same lease twice in ids
-		}
+	for i, id := range ids { // now is unused: no key, no TTL
+		errs = batchErr(errs, len(ids), i, q.ackLocked(time.Time{}, id, nil)) // an error: the same lease twice in ids
 	}
-	return true, cmp.Or(q.unlock(), errors.Join(errs...))
+	return true, cmp.Or(q.unlock(), queue.NewBatchError(errs))
 }
 
 func (q *Queue[T]) ackLocked(now time.Time, id lease.ID, note any) error {

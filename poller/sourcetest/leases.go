@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasebus/leasebus/backend"
 	"github.com/leasebus/leasebus/lease"
 	"github.com/leasebus/leasebus/queue"
 )
@@ -142,6 +143,40 @@ func (s *suite) testAckTwice(t *testing.T) {
 	d := s.pollOne(t, sub)
 	ok(t, "first Ack", sub.Ack(d.LeaseID))
 	errIs(t, "second Ack", sub.Ack(d.LeaseID), queue.ErrLeaseNotFound)
+}
+
+// testAckBatch: a backend.BatchAcker acks what it can of a batch and says,
+// lease by lease, what it could not (a *queue.BatchError in the batch's
+// order); what it acked never comes back.
+func (s *suite) testAckBatch(t *testing.T) {
+	topic := s.topic(t)
+	sub := s.subscribe(t, topic, "ackbatch", s.opts())
+	ba, isBA := sub.(backend.BatchAcker)
+	if !isBA {
+		t.Skip("the subscription is not a backend.BatchAcker: the backend has no AckBatch")
+	}
+	ok(t, "AckBatch of none", ba.AckBatch(nil))
+	s.publish(t, topic, "a", "b", "c")
+	byPayload := map[string]lease.ID{}
+	for len(byPayload) < 3 {
+		ds, err := sub.Poll(s.bounded(t), 3)
+		ok(t, "Poll(3)", err)
+		for _, d := range ds {
+			byPayload[d.Payload] = d.LeaseID
+		}
+	}
+	ok(t, "Ack of b", sub.Ack(byPayload["b"]))
+	err := ba.AckBatch([]lease.ID{byPayload["a"], byPayload["b"], byPayload["c"]})
+	var be *queue.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != 3 {
+		t.Fatalf("AckBatch of a, acked b, c: err = %v, want a *queue.BatchError of 3", err)
+	}
+	ok(t, "AckBatch's a", be.Errs[0])
+	errIs(t, "AckBatch's b, acked before", be.Errs[1], queue.ErrLeaseNotFound)
+	ok(t, "AckBatch's c", be.Errs[2])
+	errIs(t, "AckBatch's error", err, queue.ErrLeaseNotFound)
+	errIs(t, "a second Ack of a", sub.Ack(byPayload["a"]), queue.ErrLeaseNotFound)
+	s.expectNoneAfter(t, sub, s.vis+s.unit)
 }
 
 func (s *suite) testAckUnknown(t *testing.T) {

@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"PollContextEndsWhileWaiting", s.testPollContextEnds},
 		{"AckDeletes", s.testAckDeletes},
 		{"AckTwice", s.testAckTwice},
+		{"AckBatch", s.testAckBatch},
 		{"AckUnknown", s.testAckUnknown},
 		{"NackDelay", s.testNackDelay},
 		{"FailBackoff", s.testFailBackoff},
