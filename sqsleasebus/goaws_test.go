@@ -53,6 +53,7 @@ var goawsDiffers = func() map[string]string {
 	for _, c := range []string{
 		"AttemptCounts", "NackDelay", "FailBackoff", "RedeliveryAfterVisibilityTimeout", "StaleAck",
 		"SettleAfterDeadline", "MaxAttemptsAfterFail", "DeliveryMaxAttempts", "FanOutIsolation", "PoolSlowDown", "PoolBatchOutcomes",
+		"PoolCancel",
 	} {
 		m[c] = attempts
 	}

@@ -26,6 +26,7 @@ func (s *suite) paceCases() []namedCase {
 		{"PoolRate", s.testPoolRate},
 		{"PoolSlowDown", s.testPoolSlowDown},
 		{"PoolBatchOutcomes", s.testPoolBatchOutcomes},
+		{"PoolCancel", s.testPoolCancel},
 	}
 }
 
