@@ -188,3 +188,34 @@ func TestDurableDeadLetterTopic(t *testing.T) {
 		}
 	})
 }
+
+// cancelCause is a cause whose Reject records ReasonCancelled, as a
+// worker pool's cancelled job's (queue.RejectReason).
+type cancelCause struct{}
+
+func (cancelCause) Error() string                  { return "job cancelled" }
+func (cancelCause) DeadLetterReason() queue.Reason { return queue.ReasonCancelled }
+
+// TestDurableCancelledReason: a Reject of a cancellation is a dead letter
+// of reason cancelled, counted as such (counts are since the broker
+// started), and the letter's reason survives a restart.
+func TestDurableCancelledReason(t *testing.T) {
+	d := openDur[string](t, queue.StringCodec())
+	work := d.subscribe("jobs", "work")
+	d.publish("jobs", "stuck")
+	d.publish("jobs", "bad")
+	require.NoError(t, work.Reject(pollOneDur(t, work).LeaseID, fmt.Errorf("stopped by on-call: %w", cancelCause{})))
+	require.NoError(t, work.Reject(pollOneDur(t, work).LeaseID, errors.New("malformed")))
+	check := func(when string, counts queue.DeadLetterCounts) {
+		var got []string
+		for _, dl := range deadLettersOf(d.Broker) {
+			got = append(got, dl.Reason.String()+": "+dl.LastError)
+		}
+		require.Equal(t, []string{"cancelled: stopped by on-call: job cancelled", "rejected: malformed"}, got, when)
+		st := d.sub("jobs", "work").Stats()
+		require.Equal(t, counts, st.DeadLetteredBy, when)
+	}
+	check("before a restart", queue.DeadLetterCounts{Rejected: 1, Cancelled: 1})
+	d.restart()
+	check("after a restart", queue.DeadLetterCounts{})
+}

@@ -201,7 +201,7 @@ func filterOf(v url.Values) (Filter, error) {
 	f := Filter{Subscription: v.Get("subscription"), Topic: v.Get("topic"), Reason: v.Get("reason"), Error: v.Get("error"), Key: v.Get("key")}
 	if f.Reason != "" {
 		if _, ok := queue.ParseReason(f.Reason); !ok {
-			return f, badRequest("reason %q is not one of max-attempts, overflow, expired, rejected", f.Reason)
+			return f, badRequest("reason %q is not one of max-attempts, overflow, expired, rejected, cancelled", f.Reason)
 		}
 	}
 	for _, t := range []struct {

@@ -285,13 +285,9 @@ func (h heldBy) of(s SubscriptionInfo) int {
 func row(s SubscriptionInfo, held int) SubscriptionRow {
 	st := s.Stats
 	by := map[string]uint64{}
-	for _, c := range []struct {
-		r queue.Reason
-		n uint64
-	}{{queue.ReasonMaxAttempts, st.DeadLetteredBy.MaxAttempts}, {queue.ReasonOverflow, st.DeadLetteredBy.Overflow},
-		{queue.ReasonExpired, st.DeadLetteredBy.Expired}, {queue.ReasonRejected, st.DeadLetteredBy.Rejected}} {
-		if c.n > 0 {
-			by[c.r.String()] = c.n
+	for r, n := range st.DeadLetteredBy.All() {
+		if n > 0 {
+			by[r.String()] = n
 		}
 	}
 	return SubscriptionRow{

@@ -263,7 +263,7 @@ func (c *Console[T]) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, r, http.StatusOK, "deadletters", letterPage{DeadLetterList: l, Subscriptions: subs,
-		Reasons: []string{"max-attempts", "overflow", "expired", "rejected"}, Query: r.URL.Query()})
+		Reasons: []string{"max-attempts", "overflow", "expired", "rejected", "cancelled"}, Query: r.URL.Query()})
 }
 
 func (c *Console[T]) deadLettersJSON(w http.ResponseWriter, r *http.Request) {

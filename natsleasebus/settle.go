@@ -179,8 +179,9 @@ func (s *Subscription[T]) fail(op string, id lease.ID, delay time.Duration, caus
 	return nil
 }
 
-// Reject dead-letters the message at once (ReasonRejected, cause as its
-// LastError) and terminates it. It needs a live lease.
+// Reject dead-letters the message at once (queue.RejectReason of cause:
+// ReasonRejected, or ReasonCancelled for a pool's cancelled job; cause as
+// its LastError) and terminates it. It needs a live lease.
 func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 	h, err := s.take("reject", id, true)
 	if err != nil {
@@ -190,7 +191,7 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 	if cause != nil {
 		text = cause.Error()
 	}
-	if err := s.deadLetter(h, queue.ReasonRejected, text); err != nil {
+	if err := s.deadLetter(h, queue.RejectReason(cause), text); err != nil {
 		s.putBack(id, h)
 		return fmt.Errorf("reject %v: %w", id, err)
 	}

@@ -42,7 +42,7 @@
 //	leasebus.subscription.delivered           Counter {message}        deliveries, first or not
 //	leasebus.subscription.acked               Counter {message}
 //	leasebus.subscription.redelivered         Counter {message}        deliveries with an attempt above 1
-//	leasebus.subscription.dead_lettered       Counter {message}        by leasebus.dead_letter.reason: max-attempts, overflow, expired, rejected (unknown: counted by a backend without a reason)
+//	leasebus.subscription.dead_lettered       Counter {message}        by leasebus.dead_letter.reason: max-attempts, overflow, expired, rejected, cancelled (unknown: counted by a backend without a reason)
 //	leasebus.subscription.dropped             Counter {message}        removed by a chosen policy: drop-oldest overflow, purge
 //	leasebus.subscription.redriven            Counter {message}        dead letters put back by Redrive
 //	leasebus.subscription.rejected            Counter {message}        publishes a full subscription refused

@@ -73,6 +73,7 @@ func ExampleObserveSubscription() {
 	}
 	// Output:
 	// leasebus.subscription.acked 1
+	// leasebus.subscription.dead_lettered{cancelled} 0
 	// leasebus.subscription.dead_lettered{expired} 0
 	// leasebus.subscription.dead_lettered{max-attempts} 0
 	// leasebus.subscription.dead_lettered{overflow} 0

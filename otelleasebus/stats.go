@@ -33,6 +33,7 @@ var reasons = [...]string{
 	queue.ReasonOverflow.String(),
 	queue.ReasonExpired.String(),
 	queue.ReasonRejected.String(),
+	queue.ReasonCancelled.String(),
 	"unknown",
 }
 
@@ -141,16 +142,15 @@ func (in *statsInstruments) observe(o metric.Observer, s *statsSets, st queue.St
 	o.ObserveInt64(in.dropped, counter(st.Dropped), s.base)
 	o.ObserveInt64(in.redriven, counter(st.Redriven), s.base)
 	o.ObserveInt64(in.rejected, counter(st.Rejected), s.base)
-	by := st.DeadLetteredBy
-	known := by.MaxAttempts + by.Overflow + by.Expired + by.Rejected
-	var unknown uint64
-	if st.DeadLettered > known {
-		unknown = st.DeadLettered - known
+	var known uint64
+	i := 0
+	for _, n := range st.DeadLetteredBy.All() { // in reasons' order
+		known += n
+		o.ObserveInt64(in.deadLetters, counter(n), s.reasons[i])
+		i++
 	}
-	for i, n := range [len(reasons)]uint64{by.MaxAttempts, by.Overflow, by.Expired, by.Rejected, unknown} {
-		if n > 0 || i < len(reasons)-1 { // "unknown" only when a backend has some
-			o.ObserveInt64(in.deadLetters, counter(n), s.reasons[i])
-		}
+	if st.DeadLettered > known { // "unknown" only when a backend has some
+		o.ObserveInt64(in.deadLetters, counter(st.DeadLettered-known), s.reasons[i])
 	}
 }
 

@@ -46,7 +46,7 @@ func statsPoints(topic, name string, st map[string]string) map[string]string {
 	for _, state := range []string{"visible", "delayed", "in_flight", "held_back"} {
 		out["leasebus.subscription.messages{"+subAttrs(topic, name, "leasebus.message.state="+state)+"}"] = st[state]
 	}
-	for _, r := range []string{"max-attempts", "overflow", "expired", "rejected"} {
+	for _, r := range []string{"max-attempts", "overflow", "expired", "rejected", "cancelled"} {
 		out["leasebus.subscription.dead_lettered{"+subAttrs(topic, name, "leasebus.dead_letter.reason="+r)+"}"] = st["dl."+r]
 	}
 	for _, c := range []string{"published", "delivered", "acked", "redelivered", "dropped", "redriven", "rejected", "limited"} {
@@ -245,6 +245,7 @@ func TestObserveStatsError(t *testing.T) {
 		"leasebus.subscription.dead_lettered{" + with("leasebus.dead_letter.reason=overflow") + "}":     "1",
 		"leasebus.subscription.dead_lettered{" + with("leasebus.dead_letter.reason=expired") + "}":      "0",
 		"leasebus.subscription.dead_lettered{" + with("leasebus.dead_letter.reason=rejected") + "}":     "0",
+		"leasebus.subscription.dead_lettered{" + with("leasebus.dead_letter.reason=cancelled") + "}":    "0",
 		"leasebus.subscription.dead_lettered{" + with("leasebus.dead_letter.reason=unknown") + "}":      "1",
 		"leasebus.subscription.oldest_visible.age{" + base + "}":                                        "0",
 		"leasebus.subscription.published{" + base + "}":                                                 "9",

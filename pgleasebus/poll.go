@@ -265,7 +265,7 @@ func (s *Subscription[T]) leaseOnce(ctx context.Context, now time.Time, n int, v
 		id := lease.NewID(uint64(s.id), uint64(l.seq), uint32(l.delivery))
 		payload, err := s.codec.Decode(l.payload)
 		if err != nil {
-			_ = s.rejectAt(ctx, id, now, "decode: "+err.Error()) // dead-lettered, not delivered
+			_ = s.rejectAt(ctx, id, now, queue.ReasonRejected, "decode: "+err.Error()) // dead-lettered, not delivered
 			continue
 		}
 		m := queue.Message[T]{ID: l.id, Topic: l.topic, Key: l.key, Payload: payload, Priority: queue.Priority(l.priority), PublishedAt: time.Unix(0, l.published)}

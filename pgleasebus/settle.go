@@ -392,7 +392,8 @@ func (s *Subscription[T]) ReleaseAfter(id lease.ID, delay time.Duration) error {
 	return nil
 }
 
-// Reject dead-letters the message at once (queue.ReasonRejected), with
+// Reject dead-letters the message at once (queue.RejectReason of cause:
+// ReasonRejected, or ReasonCancelled for a pool's cancelled job), with
 // cause as its last error (backend.Rejecter: a pool's poller.GiveUp). It
 // needs a live lease.
 func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
@@ -405,15 +406,15 @@ func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
 	}
 	ctx, cancel := s.settleCtx()
 	defer cancel()
-	return s.rejectAt(ctx, id, s.bus.cfg.clk.Now(), text)
+	return s.rejectAt(ctx, id, s.bus.cfg.clk.Now(), queue.RejectReason(cause), text)
 }
 
-func (s *Subscription[T]) rejectAt(ctx context.Context, id lease.ID, now time.Time, text string) error {
+func (s *Subscription[T]) rejectAt(ctx context.Context, id lease.ID, now time.Time, reason queue.Reason, text string) error {
 	var n int64
 	var notified any
 	ambiguous, err := retryOnce(func() error {
 		return s.bus.genericTx(ctx, s.bus.q.reject, []any{s.id, int64(id.Seq()), int32(id.Delivery()), now.UnixNano(), text,
-			s.bus.cfg.schema, s.topic}, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&n, &notified) })
+			s.bus.cfg.schema, s.topic, int32(reason)}, func(br pgx.BatchResults) error { return br.QueryRow().Scan(&n, &notified) })
 	})
 	if err != nil {
 		return fmt.Errorf("pgleasebus: reject %v: %w", id, err)

@@ -38,7 +38,6 @@ func newSQL(schema string) *sqlText {
 		"{leased}", strconv.Itoa(stateLeased),
 		"{maxAttempts}", strconv.Itoa(int(queue.ReasonMaxAttempts)),
 		"{expiredReason}", strconv.Itoa(int(queue.ReasonExpired)),
-		"{rejected}", strconv.Itoa(int(queue.ReasonRejected)),
 		"{attemptExpired}", strconv.Itoa(int(queue.AttemptExpired)),
 		"{attemptReleased}", strconv.Itoa(int(queue.AttemptReleased)),
 		"{attemptRejected}", strconv.Itoa(int(queue.AttemptRejected)),
@@ -283,15 +282,15 @@ WHERE seq = $2 AND sub_id + 0 = $1 AND delivery = $3 AND state + 0 = {leased} AN
 	WHERE m.seq = $2 AND m.sub_id + 0 = $1 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.deadline > $4
 	RETURNING 1)
 SELECT (SELECT count(*) FROM r), pg_notify($6, $7)`)
-	// reject dead-letters live lease ($1, $2, $3) at $4 with reason
-	// rejected and last error $5; it returns how many, and notifies
-	// channel $6 of topic $7.
+	// reject dead-letters live lease ($1, $2, $3) at $4 with reason $8
+	// and last error $5; it returns how many, and notifies channel $6 of
+	// topic $7.
 	q.reject = s(`WITH gone AS (
 	DELETE FROM {s}.messages m USING {s}.subscriptions sub
 	WHERE m.sub_id = sub.id AND sub.id = $1 AND m.seq = $2 AND m.sub_id + 0 = $1 AND m.delivery = $3 AND m.state + 0 = {leased} AND m.deadline > $4
 	RETURNING m.*, sub.name AS sub_name, sub.topic AS sub_topic),
 ins AS (INSERT INTO {s}.dead (` + deadCols + `)
-	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, {rejected}, m.attempts, $5::text, $4::bigint,
+	SELECT m.sub_id, m.seq, m.sub_name, m.sub_topic, m.id, m.topic, m.key, m.priority, m.published_at, m.ttl_ns, $8::int, m.attempts, $5::text, $4::bigint,
 		` + push("m.history", attempt("{attemptRejected}", "$4::bigint", "$4::bigint - m.leased_at", "$5::text")) + `, m.headers, m.payload
 	FROM gone m
 	RETURNING 1)

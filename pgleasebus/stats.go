@@ -78,6 +78,8 @@ func (b *Bus) gauges(ctx context.Context, id int64, c subConfig) (queue.Stats, e
 			st.DeadLetteredBy.Expired += uint64(n)
 		case queue.ReasonRejected:
 			st.DeadLetteredBy.Rejected += uint64(n)
+		case queue.ReasonCancelled:
+			st.DeadLetteredBy.Cancelled += uint64(n)
 		case queue.ReasonOverflow:
 			st.DeadLetteredBy.Overflow += uint64(n)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/backend"
+	"github.com/leasebus/leasebus/queue"
 )
 
 // CancelAs says what becomes of the message of a job that Cancel stops.
@@ -18,10 +19,10 @@ const (
 	// delivered again after the source's backoff, its attempt spent (on
 	// its last attempt the source dead-letters it).
 	CancelRetry CancelAs = iota + 1
-	// CancelDeadLetter dead-letters the message at once, as GiveUp does
-	// (Reject: its reason is the source's for a rejection, its last
-	// error names the cancellation). A source that cannot reject fails it
-	// instead, as CancelRetry.
+	// CancelDeadLetter dead-letters the message at once, as GiveUp does,
+	// with reason queue.ReasonCancelled and the cancellation as its last
+	// error (Reject, whose cause says so: see queue.RejectReason). A
+	// source that cannot reject fails it instead, as CancelRetry.
 	CancelDeadLetter
 	// CancelDelete acks the message: it is gone, whatever the handler
 	// returns.
@@ -84,7 +85,7 @@ func (g *Registry) Cancel(id uuid.UUID, as CancelAs) error {
 // cancelJob cancels the handler of the message id if one runs, and
 // reports whether one did.
 func (r *run[T]) cancelJob(id uuid.UUID, as CancelAs) bool {
-	cause := fmt.Errorf("%w (%s)", ErrCancelled, as)
+	cause := &cancelCause{as: as}
 	r.mu.Lock()
 	var cancel context.CancelCauseFunc
 	found := false
@@ -118,3 +119,15 @@ func cancelledAs(herr error, as CancelAs, cause error) error {
 	}
 	return herr
 }
+
+// cancelCause is the cause of a job's context that Cancel ends: it
+// matches ErrCancelled, and names the choice.
+type cancelCause struct{ as CancelAs }
+
+func (c *cancelCause) Error() string { return fmt.Sprintf("%v (%s)", ErrCancelled, c.as) }
+
+func (c *cancelCause) Unwrap() error { return ErrCancelled }
+
+// DeadLetterReason is ReasonCancelled: a Reject of the message (for
+// CancelDeadLetter) records it (queue.RejectReason).
+func (c *cancelCause) DeadLetterReason() queue.Reason { return queue.ReasonCancelled }

@@ -43,5 +43,5 @@ func ExampleRegistry_Cancel() {
 	}
 	// Output:
 	// handler: poller: job cancelled (dead-letter)
-	// rejected: poller: job cancelled (dead-letter)
+	// cancelled: poller: job cancelled (dead-letter)
 }

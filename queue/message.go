@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"iter"
 	"maps"
@@ -136,12 +137,9 @@ func (s Stats) String() string {
 		s.Published, s.Delivered, s.Acked, s.Redelivered, s.DeadLettered)
 	if s.DeadLettered > 0 {
 		sep := " ("
-		for _, c := range []struct {
-			r Reason
-			n uint64
-		}{{ReasonMaxAttempts, s.DeadLetteredBy.MaxAttempts}, {ReasonOverflow, s.DeadLetteredBy.Overflow}, {ReasonExpired, s.DeadLetteredBy.Expired}, {ReasonRejected, s.DeadLetteredBy.Rejected}} {
-			if c.n > 0 {
-				fmt.Fprintf(&b, "%s%s=%d", sep, c.r, c.n)
+		for r, n := range s.DeadLetteredBy.All() {
+			if n > 0 {
+				fmt.Fprintf(&b, "%s%s=%d", sep, r, n)
 				sep = " "
 			}
 		}
@@ -163,6 +161,18 @@ type DeadLetterCounts struct {
 	Overflow    uint64 // ReasonOverflow
 	Expired     uint64 // ReasonExpired
 	Rejected    uint64 // ReasonRejected
+	Cancelled   uint64 // ReasonCancelled
+}
+
+// All yields every reason, in Reason order, with its count (zero too).
+func (c DeadLetterCounts) All() iter.Seq2[Reason, uint64] {
+	return func(yield func(Reason, uint64) bool) {
+		for r, n := range [...]uint64{c.MaxAttempts, c.Overflow, c.Expired, c.Rejected, c.Cancelled} {
+			if !yield(ReasonMaxAttempts+Reason(r), n) {
+				return
+			}
+		}
+	}
 }
 
 // Priority orders delivery within a subscription: higher first, publish
@@ -202,9 +212,11 @@ const (
 	ReasonOverflow           // the subscription was full when it arrived (OverflowDeadLetter)
 	ReasonExpired            // its TTL passed before it was acked
 	ReasonRejected           // a consumer gave up on it (Reject)
+	ReasonCancelled          // its running job was cancelled, to the dead letters (a Reject of a cancellation: see RejectReason)
 )
 
-// String returns "max-attempts", "overflow", "expired" or "rejected".
+// String returns "max-attempts", "overflow", "expired", "rejected" or
+// "cancelled".
 func (r Reason) String() string {
 	switch r {
 	case ReasonMaxAttempts:
@@ -215,6 +227,8 @@ func (r Reason) String() string {
 		return "expired"
 	case ReasonRejected:
 		return "rejected"
+	case ReasonCancelled:
+		return "cancelled"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
@@ -222,12 +236,25 @@ func (r Reason) String() string {
 // ParseReason reverses Reason.String: it reads a reason written in a
 // dead-letter header or a log. ok is false for a word it does not know.
 func ParseReason(s string) (r Reason, ok bool) {
-	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
+	for r := ReasonMaxAttempts; r <= ReasonCancelled; r++ {
 		if r.String() == s {
 			return r, true
 		}
 	}
 	return 0, false
+}
+
+// RejectReason is the reason a Reject of a message with cause records:
+// ReasonCancelled when an error in cause's chain has a method
+// DeadLetterReason() Reason that returns it (the cancellation a worker
+// pool's Registry.Cancel settles with CancelDeadLetter has), else
+// ReasonRejected. Every backend's Reject records it.
+func RejectReason(cause error) Reason {
+	var r interface{ DeadLetterReason() Reason }
+	if errors.As(cause, &r) && r.DeadLetterReason() == ReasonCancelled {
+		return ReasonCancelled
+	}
+	return ReasonRejected
 }
 
 // Headers are a message's read-only string headers. The zero value has

@@ -1,6 +1,8 @@
 package queue
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -75,7 +77,7 @@ func TestPriorityAndReasonStrings(t *testing.T) {
 			t.Errorf("%d.String() = %q", p, p.String())
 		}
 	}
-	for r, want := range map[Reason]string{ReasonMaxAttempts: "max-attempts", ReasonOverflow: "overflow", ReasonExpired: "expired", ReasonRejected: "rejected", 0: "Reason(0)"} {
+	for r, want := range map[Reason]string{ReasonMaxAttempts: "max-attempts", ReasonOverflow: "overflow", ReasonExpired: "expired", ReasonRejected: "rejected", ReasonCancelled: "cancelled", 0: "Reason(0)"} {
 		if r.String() != want {
 			t.Errorf("%d.String() = %q", r, r.String())
 		}
@@ -94,7 +96,7 @@ func TestPriorityAndReasonStrings(t *testing.T) {
 
 // ParseReason reads back every Reason's String and nothing else.
 func TestParseReason(t *testing.T) {
-	for r := ReasonMaxAttempts; r <= ReasonRejected; r++ {
+	for r := ReasonMaxAttempts; r <= ReasonCancelled; r++ {
 		if got, ok := ParseReason(r.String()); !ok || got != r {
 			t.Errorf("ParseReason(%q) = %v, %v; want %v, true", r.String(), got, ok, r)
 		}
@@ -110,12 +112,51 @@ func TestParseReason(t *testing.T) {
 // when there are some.
 func TestStatsString(t *testing.T) {
 	s := Stats{Visible: 3, InFlight: 1, Published: 9, Delivered: 7, Acked: 5, Redelivered: 1, DeadLettered: 2,
-		DeadLetteredBy: DeadLetterCounts{MaxAttempts: 1, Rejected: 1}, OldestVisibleAge: 2 * time.Second}
-	want := "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7 acked=5 redelivered=1 dead-lettered=2 (max-attempts=1 rejected=1) dropped=0 redriven=0 publishes-refused=0 oldest-visible=2s"
+		DeadLetteredBy: DeadLetterCounts{MaxAttempts: 1, Rejected: 1, Cancelled: 1}, OldestVisibleAge: 2 * time.Second}
+	want := "visible=3 delayed=0 in-flight=1 held-back=0 published=9 delivered=7 acked=5 redelivered=1 dead-lettered=2 (max-attempts=1 rejected=1 cancelled=1) dropped=0 redriven=0 publishes-refused=0 oldest-visible=2s"
 	if got := s.String(); got != want {
 		t.Errorf("String() =\n %s\nwant\n %s", got, want)
 	}
 	if got, want := (Stats{}).String(), "visible=0 delayed=0 in-flight=0 held-back=0 published=0 delivered=0 acked=0 redelivered=0 dead-lettered=0 dropped=0 redriven=0 publishes-refused=0 oldest-visible=0s"; got != want {
 		t.Errorf("zero String() = %s, want %s", got, want)
+	}
+}
+
+// cancelled is a cause whose Reject records ReasonCancelled.
+type cancelled struct{ reason Reason }
+
+func (c cancelled) Error() string            { return "cancelled" }
+func (c cancelled) DeadLetterReason() Reason { return c.reason }
+
+// RejectReason is ReasonCancelled for a cause, wrapped or not, whose chain
+// asks for it, and ReasonRejected for every other (nil, a plain error, one
+// asking for another reason: a Reject records no other).
+func TestRejectReason(t *testing.T) {
+	for _, c := range []struct {
+		cause error
+		want  Reason
+	}{
+		{nil, ReasonRejected},
+		{errors.New("malformed"), ReasonRejected},
+		{cancelled{ReasonCancelled}, ReasonCancelled},
+		{fmt.Errorf("by on-call: %w", cancelled{ReasonCancelled}), ReasonCancelled},
+		{errors.Join(errors.New("x"), cancelled{ReasonCancelled}), ReasonCancelled},
+		{cancelled{ReasonOverflow}, ReasonRejected},
+	} {
+		if got := RejectReason(c.cause); got != c.want {
+			t.Errorf("RejectReason(%v) = %v, want %v", c.cause, got, c.want)
+		}
+	}
+}
+
+// DeadLetterCounts.All yields every reason in order with its count.
+func TestDeadLetterCountsAll(t *testing.T) {
+	var got []string
+	for r, n := range (DeadLetterCounts{MaxAttempts: 1, Overflow: 2, Expired: 3, Rejected: 4, Cancelled: 5}).All() {
+		got = append(got, fmt.Sprint(r, "=", n))
+	}
+	want := []string{"max-attempts=1", "overflow=2", "expired=3", "rejected=4", "cancelled=5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("All() = %v, want %v", got, want)
 	}
 }

@@ -103,11 +103,12 @@ func (s *Subscription[T]) FailAfter(id lease.ID, delay time.Duration, cause erro
 }
 
 // Reject moves the message to the queue's dead-letter queue now, with
-// reason rejected and cause as its last error (backend.Rejecter). A queue
+// reason queue.RejectReason(cause) (rejected, or cancelled for a pool's
+// cancelled job) and cause as its last error (backend.Rejecter). A queue
 // without a RedrivePolicy has no dead-letter queue: Reject then returns an
 // error matching ErrUnsupported and the lease stays.
 func (s *Subscription[T]) Reject(id lease.ID, cause error) error {
-	return s.deadLetter(id, "reject", queue.ReasonRejected, errText(cause))
+	return s.deadLetter(id, "reject", queue.RejectReason(cause), errText(cause))
 }
 
 // Extend sets the lease's deadline to timeout from now

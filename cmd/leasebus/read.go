@@ -273,7 +273,7 @@ type filter struct {
 func (f *filter) flags(fs *flag.FlagSet) {
 	fs.StringVar(&f.sub, "subscription", "", "only this subscription's")
 	fs.StringVar(&f.topic, "topic", "", "only of subscriptions on this topic (a pattern subscription: its pattern)")
-	fs.StringVar(&f.reason, "reason", "", "only of this reason: max-attempts, overflow, expired, rejected")
+	fs.StringVar(&f.reason, "reason", "", "only of this reason: max-attempts, overflow, expired, rejected, cancelled")
 	fs.StringVar(&f.errText, "error", "", "only those whose last error contains this text")
 	fs.StringVar(&f.key, "key", "", "only of this ordering key")
 	fs.StringVar(&f.since, "since", "", "only those dead-lettered at or after this time (RFC 3339)")
@@ -302,7 +302,7 @@ func (f *filter) match() (func(queue.DeadLetter[[]byte]) bool, error) {
 	if f.reason != "" {
 		r, ok := queue.ParseReason(f.reason)
 		if !ok {
-			return nil, fmt.Errorf("%w: -reason %q is not max-attempts, overflow, expired or rejected", errUsage, f.reason)
+			return nil, fmt.Errorf("%w: -reason %q is not max-attempts, overflow, expired, rejected or cancelled", errUsage, f.reason)
 		}
 		reason = r
 	}

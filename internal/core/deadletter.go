@@ -42,6 +42,8 @@ func (q *Queue[T]) countDeadLocked(reason queue.Reason) {
 		c.Expired++
 	case queue.ReasonRejected:
 		c.Rejected++
+	case queue.ReasonCancelled:
+		c.Cancelled++
 	}
 }
 

@@ -233,7 +233,8 @@ func (q *Queue[T]) fail(id lease.ID, cause error, delay time.Duration) error {
 }
 
 // Reject settles a lease by giving up on its message: it is dead-lettered
-// at once (ReasonRejected) with cause as its LastError, whatever attempts
+// at once (queue.RejectReason: ReasonRejected, or ReasonCancelled for a
+// cancellation) with cause as its LastError, whatever attempts
 // remain. It needs a live lease, as Nack does. The text kept is at most
 // 4 KiB, as with Fail.
 func (q *Queue[T]) Reject(id lease.ID, cause error) error {
@@ -241,7 +242,7 @@ func (q *Queue[T]) Reject(id lease.ID, cause error) error {
 	return q.settle("reject", id, func(now time.Time, e *entry[T]) {
 		q.setLastErrLocked(e, text)
 		q.noteLocked(q.tickOf(now), e, queue.AttemptRejected, text)
-		q.deadLetterLocked(now, e, queue.ReasonRejected)
+		q.deadLetterLocked(now, e, queue.RejectReason(cause))
 	})
 }
 

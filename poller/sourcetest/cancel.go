@@ -14,7 +14,8 @@ import (
 // testPoolCancel: Registry.Cancel stops three running jobs, each settled
 // over the backend as its caller chose, whatever the handler returns: "r"
 // retried with its attempt spent (it comes back as attempt 2), "d"
-// dead-lettered with the cancellation as its last error (retried on a
+// dead-lettered with reason cancelled and the cancellation as its last
+// error (retried on a
 // source that cannot reject), "x" deleted (acked: it never comes back).
 // Each handler's context ends with a cause matching poller.ErrCancelled.
 func (s *suite) testPoolCancel(t *testing.T) {
@@ -55,8 +56,8 @@ func (s *suite) testPoolCancel(t *testing.T) {
 		return // d comes back too, in an order the backend decides
 	}
 	dl := s.deadLetters(t, sub, 1)[0]
-	if dl.Payload != "d" || !strings.Contains(dl.LastError, "cancelled") {
-		t.Fatalf("dead letter %+v, want d, its last error the cancellation", dl)
+	if dl.Payload != "d" || dl.Reason != queue.ReasonCancelled || !strings.Contains(dl.LastError, "cancelled") {
+		t.Fatalf("dead letter %+v, want d, reason cancelled, its last error the cancellation", dl)
 	}
 	if s.caps.FakeClock { // r's retry, after its backoff
 		ok(t, "AwaitQuiet", p.AwaitQuiet(s.bounded(t)))

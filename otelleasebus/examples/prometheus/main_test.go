@@ -58,6 +58,7 @@ metrics at http://ADDR/metrics (the pool's counters):
   leasebus_poller_outcomes_total{leasebus_outcome="dead-lettered"} 1
   leasebus_poller_outcomes_total{leasebus_outcome="retried"} 1
   leasebus_subscription_acked_total 4
+  leasebus_subscription_dead_lettered_total{leasebus_dead_letter_reason="cancelled"} 0
   leasebus_subscription_dead_lettered_total{leasebus_dead_letter_reason="expired"} 0
   leasebus_subscription_dead_lettered_total{leasebus_dead_letter_reason="max-attempts"} 0
   leasebus_subscription_dead_lettered_total{leasebus_dead_letter_reason="overflow"} 0
