@@ -79,3 +79,50 @@ func TestWorkersPageCancelsAJob(t *testing.T) {
 	assert.Equal(t, m.ID, dl.Message.ID)
 	assert.True(t, strings.Contains(dl.LastError, "cancelled"), dl.LastError)
 }
+
+// A message's page shows the handler that runs it, and cancels it as the
+// Workers page does; read-only, it shows the handler and no form; the
+// copy of the message on another subscription, which no handler runs,
+// has neither.
+func TestMessagePageCancelsAJob(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "exports", "worker")
+	brokertest.Subscribe(t, b, "exports", "archive")
+	reg := poller.NewRegistry()
+	started := make(chan struct{}, 1)
+	p, err := poller.New(sub, func(ctx context.Context, d queue.Delivery[string]) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	}, poller.WithClock(mock), poller.WithRegistry(reg, "exports"))
+	require.NoError(t, err)
+	srv := serve(t, b, console.WithWorkers(reg))
+	ro := serve(t, b, console.WithWorkers(reg), console.WithReadOnly())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	m, err := b.Publish(ctx, "exports", "customer-42")
+	require.NoError(t, err)
+	<-started
+
+	page := func(base, name string) string {
+		status, body := get(t, base+"/message?topic=exports&name="+name+"&id="+m.ID.String())
+		require.Equal(t, http.StatusOK, status, body)
+		return body
+	}
+	body := page(srv.URL, "worker")
+	assert.Contains(t, body, `in pool <a href="/workers">exports</a>`)
+	assert.Contains(t, body, `id="cancel-job"`)
+	body = page(ro.URL, "worker")
+	assert.Contains(t, body, `in pool <a href="/workers">exports</a>`)
+	assert.NotContains(t, body, "job-cancel", "read-only: no form")
+	assert.NotContains(t, page(srv.URL, "archive"), `id="running"`, "the archive's copy, which no handler runs")
+
+	status, body, _ := post(t, srv.URL+"/actions/job-cancel", url.Values{"id": {m.ID.String()}, "as": {"delete"}, "back": {"/message"}})
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.NoError(t, p.AwaitQuiet(ctx))
+	status, _ = get(t, srv.URL+"/message?topic=exports&name=worker&id="+m.ID.String())
+	assert.Equal(t, http.StatusNotFound, status, "deleted: the subscription holds it no more")
+	assert.Equal(t, uint64(1), sub.Stats().Acked)
+}

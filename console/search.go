@@ -166,6 +166,10 @@ type MessageView struct {
 	SubscriptionTopic string   `json:"subscriptionTopic"`
 	Subscription      string   `json:"subscription"`
 	Message           HeldView `json:"message"`
+	// Running is the handler of the message that a pool of WithWorkers's
+	// registry runs now, if any (a copy of a message fanned out to
+	// several subscriptions has the same ID: any of them).
+	Running *RunningJob `json:"running,omitempty"`
 }
 
 func (c *Console[T]) message(r *http.Request) (MessageView, error) {
@@ -189,7 +193,11 @@ func (c *Console[T]) message(r *http.Request) (MessageView, error) {
 	if len(hs) == 0 {
 		return MessageView{}, notFound("%s / %s holds no message %s: it was settled, dead-lettered or dropped since, or the ID names none (search for it)", topic, name, id)
 	}
-	return MessageView{SubscriptionTopic: topic, Subscription: name, Message: NewHeldView(hs[0])}, nil
+	v := MessageView{SubscriptionTopic: topic, Subscription: name, Message: NewHeldView(hs[0])}
+	if v.Message.State == queue.StateInFlight.String() {
+		v.Running = c.runningJob(id)
+	}
+	return v, nil
 }
 
 func (c *Console[T]) messagePage(w http.ResponseWriter, r *http.Request) {

@@ -147,3 +147,31 @@ func workerActions[T any]() []actionDef[T] {
 		}},
 	}
 }
+
+// RunningJob is a message's running handler, as its message page shows
+// it: the pool's name and the handler's row.
+type RunningJob struct {
+	Pool string `json:"pool"`
+	HandlerRow
+}
+
+// runningJob finds a handler of message id in the pools of WithWorkers's
+// registry; nil if none runs, or the console has no registry.
+func (c *Console[T]) runningJob(id uuid.UUID) *RunningJob {
+	if c.cfg.workers == nil {
+		return nil
+	}
+	v, err := c.workers()
+	if err != nil {
+		return nil
+	}
+	want := id.String()
+	for _, p := range v.Pools {
+		for _, h := range p.Handlers {
+			if h.MessageID == want {
+				return &RunningJob{Pool: p.Name, HandlerRow: h}
+			}
+		}
+	}
+	return nil
+}
