@@ -103,17 +103,14 @@ func (r *run[T]) batchWorker() {
 		items = append(items[:0], it)
 		items, ok = r.gather(items)
 		if !ok || r.stopping.Load() || r.runCtx.Err() != nil || r.ctx.Err() != nil || r.paused() {
-			r.rest.gathered.Add(-int64(len(items)))
-			for _, it := range items {
-				r.release(it)
-			}
+			r.abandon(items)
 			if !ok {
 				r.move(-busyOne)
 				return // the work channel closed: the drain releases the rest
 			}
 			continue
 		}
-		r.processBatch(items, buf)
+		r.processGroups(items, buf)
 	}
 }
 

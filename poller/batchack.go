@@ -15,6 +15,7 @@ type batchBuf[T any] struct {
 	acks      []*item[T]          // the deliveries to ack together
 	ids       []lease.ID          // their leases
 	deadlines []time.Time         // their deadlines as last set
+	firsts    map[string]int      // WithBatchByKey: each key's first place in a batch
 }
 
 func newBatchBuf[T any](n int) *batchBuf[T] {

@@ -45,6 +45,7 @@ type config struct {
 	batchMax       int           // WithBatchMax; 0: DefaultBatchMax (NewBatch only)
 	linger         time.Duration // WithBatchMax's
 	batchSet       bool          // WithBatchMax was given
+	batchByKey     bool          // WithBatchByKey (NewBatch only)
 	name           string        // WithRegistry's
 	err            error
 }

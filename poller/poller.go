@@ -134,6 +134,8 @@ func newPoller[T any](src Source[T], h Handler[T], bh BatchHandler[T], opts []Op
 		per = cfg.batchMax
 	case cfg.batchSet:
 		return nil, backend.Invalid("WithBatchMax: for a batch handler (NewBatch), not New")
+	case cfg.batchByKey:
+		return nil, backend.Invalid("WithBatchByKey: for a batch handler (NewBatch), not New")
 	}
 	if cfg.batch == 0 {
 		cfg.batch = min(cfg.workers*per, maxPool)
