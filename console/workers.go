@@ -59,6 +59,7 @@ type HandlerRow struct {
 	Deadline    *time.Time `json:"deadline"`          // null: the source gives none
 	LeftSeconds float64    `json:"deadlineInSeconds"` // negative once past
 	Extensions  int        `json:"extensions"`
+	Batch       int        `json:"batch"`            // the messages of its handler call: 1, or a batch handler's call size
 	Oldest      bool       `json:"oldest,omitempty"` // the longest-running handler of every pool
 }
 
@@ -77,6 +78,7 @@ func (c *Console[T]) workers() (WorkersView, error) {
 			hr := HandlerRow{
 				MessageID: h.MessageID.String(), Topic: h.Topic, Key: h.Key, Attempt: h.Attempt, MaxAttempts: h.MaxAttempts,
 				Started: h.Started.UTC(), Seconds: ps.Now.Sub(h.Started).Seconds(), Deadline: timePtr(h.Deadline), Extensions: h.Extensions,
+				Batch: h.Batch,
 			}
 			if !h.Deadline.IsZero() {
 				hr.LeftSeconds = h.Deadline.Sub(ps.Now).Seconds()

@@ -86,3 +86,37 @@ func TestWorkersNeedWithWorkers(t *testing.T) {
 	_, err := console.New(b, console.WithWorkers(nil))
 	assert.ErrorIs(t, err, queue.ErrInvalidArgument)
 }
+
+// A batch handler's messages show on the Workers page, each marked with
+// its call's size.
+func TestWorkersPageShowsBatches(t *testing.T) {
+	b, mock := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "rows", "warehouse")
+	reg := poller.NewRegistry()
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	p, err := poller.NewBatch(sub, func(ctx context.Context, ds []queue.Delivery[string]) ([]error, error) {
+		started <- struct{}{}
+		<-release
+		return nil, nil
+	}, poller.WithClock(mock), poller.WithBatchMax(2, time.Hour), poller.WithRegistry(reg, "bulk-insert"))
+	require.NoError(t, err)
+	srv := serve(t, b, console.WithWorkers(reg))
+	brokertest.Publish(t, b, "rows", "r1", "r2")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-started
+	defer close(release)
+
+	status, page := get(t, srv.URL+"/workers")
+	require.Equal(t, http.StatusOK, status)
+	assert.Contains(t, page, "in a batch of 2")
+	var v console.WorkersView
+	getJSON(t, srv.URL+"/api/workers", &v)
+	require.Len(t, v.Pools, 1)
+	require.Len(t, v.Pools[0].Handlers, 2)
+	for _, h := range v.Pools[0].Handlers {
+		assert.Equal(t, 2, h.Batch)
+	}
+}

@@ -183,6 +183,7 @@ func (r *run[T]) processBatch(items []*item[T], buf *batchBuf[T]) {
 	ds := buf.ds[:0]
 	for _, it := range items {
 		ds = append(ds, it.d)
+		it.batch = len(items)
 	}
 	defer clear(ds) // the payloads go with the call
 	c := r.newCall()

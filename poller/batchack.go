@@ -60,7 +60,7 @@ func (r *run[T]) ackAll(its []*item[T], buf *batchBuf[T]) {
 		} else {
 			p.acked.Add(1)
 		}
-		r.emit(out, &it.d, deadlines[i], nil, serr)
+		r.emit(out, &it.d, deadlines[i], nil, serr, it.batch)
 		r.recycle(it)
 	}
 	clear(its)

@@ -3,6 +3,7 @@ package poller_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -37,9 +38,11 @@ func TestBatchByKey(t *testing.T) {
 	}
 	start(t, p)
 	outcomes := map[string]poller.Outcome{}
+	batch := map[string]int{}
 	for range 6 {
 		e := recv(t, ev.ch)
 		outcomes[e.Delivery.Payload] = e.Outcome
+		batch[e.Delivery.Payload] = e.Batch
 	}
 	quiet(t, p)
 	if want := []string{"0s a1 a2 a3", "0s b1 b2", "0s n1"}; !slices.Equal(log.get(), want) {
@@ -50,6 +53,9 @@ func TestBatchByKey(t *testing.T) {
 		if outcomes[payload] != want {
 			t.Errorf("%s: %v, want %v", payload, outcomes[payload], want)
 		}
+	}
+	if want := map[string]int{"a1": 3, "a2": 3, "a3": 3, "b1": 2, "b2": 2, "n1": 1}; !maps.Equal(batch, want) {
+		t.Errorf("events' Batch %v, want %v", batch, want)
 	}
 }
 
@@ -67,6 +73,7 @@ func TestBatchByKeyIsForNewBatch(t *testing.T) {
 func TestBatchByKeyDrainReleasesTheRest(t *testing.T) {
 	_, b, sub := newBroker(t, broker.WithKeyConcurrency(10))
 	inA, release := make(chan struct{}), make(chan struct{})
+	reg := poller.NewRegistry()
 	ev := newEvents[string]()
 	var calls [][]string
 	p, err := poller.NewBatch(sub, func(_ context.Context, ds []queue.Delivery[string]) ([]error, error) {
@@ -80,7 +87,7 @@ func TestBatchByKeyDrainReleasesTheRest(t *testing.T) {
 			<-release
 		}
 		return nil, nil
-	}, poller.WithBatchMax(3, time.Hour), poller.WithBatchByKey(), ev.option())
+	}, poller.WithBatchMax(3, time.Hour), poller.WithBatchByKey(), poller.WithRegistry(reg, "digests"), ev.option())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +98,10 @@ func TestBatchByKeyDrainReleasesTheRest(t *testing.T) {
 	}
 	run := start(t, p)
 	<-inA
+	hs := reg.Pools()[0].Handlers
+	if len(hs) != 2 || hs[0].Batch != 2 || hs[1].Batch != 2 || hs[0].Key != "A" {
+		t.Fatalf("the registry shows %+v, want A's two, in a call of 2", hs)
+	}
 	run.cancel() // the drain waits for A's call, then makes no more
 	close(release)
 	if err := run.wait(t); err != nil {

@@ -30,6 +30,7 @@ type item[T any] struct {
 	extendAt   time.Time // when to extend next; zero: never again
 	index      int       // in run.due; -1 when not there
 	started    time.Time // when its handler started (a pool WithRegistry)
+	batch      int       // the deliveries of the handler call it is in (1: a Handler's); 0 until the call starts
 	extensions int       // leases extended
 
 	cancel   context.CancelCauseFunc // cancels its handler's context (a pool WithRegistry)
@@ -219,7 +220,7 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 	d, deadline, held, length, limit, margin := it.d, it.deadline, it.held, it.length, it.limit, it.margin
 	r.mu.Unlock()
 	if held {
-		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil)
+		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil, 0)
 		return
 	}
 	to := now.Add(length)
@@ -227,7 +228,7 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 		to = limit
 	}
 	if !to.After(deadline) || !to.After(now) {
-		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil)
+		r.emit(OutcomeExtensionStopped, &d, deadline, ErrExtensionLimit, nil, 0)
 		return
 	}
 	err := p.src.Extend(d.LeaseID, to.Sub(now))
@@ -243,11 +244,11 @@ func (r *run[T]) extend(it *item[T], gen uint64) {
 	switch {
 	case err == nil:
 		p.extended.Add(1)
-		r.emit(OutcomeExtended, &d, to, nil, nil)
+		r.emit(OutcomeExtended, &d, to, nil, nil, 0)
 	case tracked:
 		p.errs.Add(1)
 		p.logf(slog.LevelWarn, "poller: extending lease failed", "lease", d.LeaseID, "message", d.ID, "err", err)
-		r.emit(OutcomeExtensionStopped, &d, deadline, nil, err)
+		r.emit(OutcomeExtensionStopped, &d, deadline, nil, err, 0)
 	}
 	// An Extend that failed because the lease was settled meanwhile
 	// changed nothing, and nobody needs to hear of it.

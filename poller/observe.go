@@ -95,6 +95,11 @@ type Event[T any] struct {
 	// message was delivered again (see OutcomeSettleFailed for what a
 	// failed call did).
 	SourceErr error
+	// Batch is how many deliveries the handler call that settled this one
+	// had: 1 for a Handler's, the call's size for a BatchHandler's
+	// (NewBatch); 0 for an outcome no call settled (OutcomeReleased,
+	// OutcomeExtended, OutcomeExtensionStopped, and a failed Release).
+	Batch int
 }
 
 // Stats counts what a Poller did, over all its runs. The counters only

@@ -99,6 +99,7 @@ type Handling struct {
 	Started     time.Time // when the handler started, on the pool's clock
 	Deadline    time.Time // the lease's deadline as last set (zero: the source gives none)
 	Extensions  int       // how many times the pool extended the lease
+	Batch       int       // the deliveries of its handler call: 1 for a Handler, the call's size for a BatchHandler
 }
 
 // WithRegistry makes the pool show in g (see Registry) under name while
@@ -150,7 +151,7 @@ func (r *run[T]) status() PoolStatus {
 		d := it.d
 		st.Handlers = append(st.Handlers, Handling{
 			MessageID: d.ID, Topic: d.Topic, Key: d.Key, Attempt: d.Attempt, MaxAttempts: d.MaxAttempts,
-			LeaseID: d.LeaseID, Started: it.started, Deadline: it.deadline, Extensions: it.extensions,
+			LeaseID: d.LeaseID, Started: it.started, Deadline: it.deadline, Extensions: it.extensions, Batch: it.batch,
 		})
 	}
 	r.mu.Unlock()

@@ -47,7 +47,7 @@ func TestRegistryShowsRunningHandlers(t *testing.T) {
 	}
 	h0, h1 := ps.Handlers[0], ps.Handlers[1]
 	if h0.MessageID != c1.d.ID || !h0.Started.Equal(epoch) || !h0.Deadline.Equal(epoch.Add(10*time.Second)) ||
-		h0.Attempt != 1 || h0.Topic != "jobs" || h0.LeaseID != c1.d.LeaseID || h0.Extensions != 0 {
+		h0.Attempt != 1 || h0.Topic != "jobs" || h0.LeaseID != c1.d.LeaseID || h0.Extensions != 0 || h0.Batch != 1 {
 		t.Fatalf("oldest handler %+v, want the first message's, started at 0s", h0)
 	}
 	if h1.MessageID != c2.d.ID || !h1.Started.Equal(epoch.Add(3*time.Second)) {

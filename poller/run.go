@@ -249,6 +249,7 @@ func (r *run[T]) worker() {
 // process runs the handler on it and settles its lease.
 func (r *run[T]) process(it *item[T]) {
 	p := r.p
+	it.batch = 1
 	c := r.newCall()
 	p.running.Add(1)
 	if r.handling != nil {
@@ -366,7 +367,7 @@ func (r *run[T]) finish(it *item[T], herr error) {
 			p.released.Add(1)
 		}
 	}
-	r.emit(out, &it.d, deadline, herr, serr)
+	r.emit(out, &it.d, deadline, herr, serr, it.batch)
 	if !leaves {
 		<-r.slots
 	}
@@ -385,9 +386,9 @@ func (r *run[T]) release(it *item[T]) {
 	deadline := r.untrack(it)
 	if !r.closed.Load() {
 		if serr := r.releaseID(it.d); serr != nil {
-			r.emit(OutcomeSettleFailed, &it.d, deadline, nil, serr)
+			r.emit(OutcomeSettleFailed, &it.d, deadline, nil, serr, 0)
 		} else {
-			r.emit(OutcomeReleased, &it.d, deadline, nil, nil)
+			r.emit(OutcomeReleased, &it.d, deadline, nil, nil, 0)
 		}
 	}
 	<-r.slots
@@ -407,11 +408,11 @@ func (r *run[T]) releaseID(d queue.Delivery[T]) error {
 }
 
 // emit hands an event to the observer, if there is one.
-func (r *run[T]) emit(out Outcome, d *queue.Delivery[T], deadline time.Time, err, serr error) {
+func (r *run[T]) emit(out Outcome, d *queue.Delivery[T], deadline time.Time, err, serr error, batch int) {
 	if r.p.observe == nil {
 		return
 	}
-	ev := Event[T]{Outcome: out, Delivery: *d, Err: err, SourceErr: serr}
+	ev := Event[T]{Outcome: out, Delivery: *d, Err: err, SourceErr: serr, Batch: batch}
 	ev.Delivery.Deadline = deadline
 	r.p.observe(ev)
 }
