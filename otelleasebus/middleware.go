@@ -55,6 +55,9 @@ type Middleware[T any] struct {
 type processing struct {
 	span       trace.Span
 	start, end time.Time // end: when the handler returned (guarded by Middleware.mu)
+	batch      bool      // a batch handler's call (BatchHandler): its span ends with its last outcome
+	left       int       // a batch's outcomes still to come (guarded by Middleware.mu)
+	failed     bool      // a batch's delivery failed (guarded by Middleware.mu)
 }
 
 // lastOutcome is the highest poller.Outcome this package knows.
@@ -280,6 +283,10 @@ func (m *Middleware[T]) Observe(e poller.Event[T]) {
 		return
 	}
 	m.duration.Record(ctx, end.Sub(pr.start).Seconds(), pt.records(e.Outcome, e.Err)...)
+	if pr.batch {
+		m.settledInBatch(pr, e, end)
+		return
+	}
 	span.SetAttributes(outcomeKey.String(e.Outcome.String()))
 	switch {
 	case e.Err != nil:
