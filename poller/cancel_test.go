@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"github.com/google/uuid"
 
 	"github.com/leasebus/leasebus/broker"
@@ -67,7 +69,7 @@ func TestCancelSettlesAsChosen(t *testing.T) {
 				ev.next(t, poller.OutcomeAcked)
 			case poller.CancelDeadLetter:
 				dl := b.DeadLetters()
-				if len(dl) != 1 || dl[0].Message.ID != c.d.ID || !strings.Contains(dl[0].LastError, "cancelled") {
+				if len(dl) != 1 || dl[0].Message.ID != c.d.ID || dl[0].Reason != queue.ReasonCancelled || !strings.Contains(dl[0].LastError, "cancelled") {
 					t.Fatalf("dead letters %+v, want the message, cancelled", dl)
 				}
 			case poller.CancelDelete:
@@ -151,4 +153,58 @@ func TestCancelInABatch(t *testing.T) {
 	if dl := b.DeadLetters(); len(dl) != 1 || dl[0].Message.ID != c.ds[1].ID {
 		t.Fatalf("dead letters %+v, want %s", dl, c.ds[1].Payload)
 	}
+}
+
+// Inside a synctest bubble, on the real clock: a job stuck on a partner
+// that takes an hour is cancelled by on-call after 10 s and retried after
+// the subscription's 5 s backoff, at exactly 15 s; its second attempt
+// runs to the end of its hour.
+func TestCancelInABubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, sub := newBrokerOn(t, clock.New(), broker.WithRetry(queue.RetryPolicy{Initial: 5 * time.Second}))
+		reg := poller.NewRegistry()
+		start0 := time.Now()
+		type run struct {
+			attempt  int
+			from, to time.Duration
+			cause    error
+		}
+		runs := make(chan run, 2)
+		ids := make(chan uuid.UUID, 2)
+		p, err := poller.New(sub, func(ctx context.Context, d queue.Delivery[string]) error {
+			ids <- d.ID
+			from := time.Since(start0)
+			select {
+			case <-time.After(time.Hour): // the partner's call
+			case <-ctx.Done():
+			}
+			runs <- run{d.Attempt, from, time.Since(start0), context.Cause(ctx)}
+			return nil
+		}, poller.WithRegistry(reg, "partner"), poller.WithExtension(0, 2*time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		publish(t, b, "sync customer 7")
+		r := start(t, p)
+		id := <-ids
+		time.Sleep(10 * time.Second)
+		if err := reg.Cancel(id, poller.CancelRetry); err != nil {
+			t.Fatal(err)
+		}
+		first := <-runs
+		<-ids
+		second := <-runs
+		if err := r.stop(t); err != nil {
+			t.Fatal(err)
+		}
+		if first.attempt != 1 || first.from != 0 || first.to != 10*time.Second || !errors.Is(first.cause, poller.ErrCancelled) {
+			t.Fatalf("first run %+v, want attempt 1 from 0s to 10s, cancelled", first)
+		}
+		if second.attempt != 2 || second.from != 15*time.Second || second.to != 15*time.Second+time.Hour || second.cause != nil {
+			t.Fatalf("second run %+v, want attempt 2 from 15s for an hour", second)
+		}
+		if st := sub.Stats(); st.Acked != 1 {
+			t.Fatalf("%+v, want the second attempt acked", st)
+		}
+	})
 }
