@@ -227,9 +227,11 @@ func (r *run[T]) quiet() bool {
 // handler counts as at rest, so a handler that itself waits on the mock
 // clock (a fake of a slow call, clk.After, clk.Sleep) may not have armed
 // its timer yet when AwaitQuiet returns, and the test's next Add can
-// pass it by. Such a test is exact inside testing/synctest, on the real
-// clock, which the bubble makes virtual: synctest.Wait sees every
-// goroutine, the handler's included (brokertest.NewReal).
+// pass it by. For such a test, wait with brokertest.AwaitWaiting, whose
+// WaitClock the handler's fakes wait on, or run it inside
+// testing/synctest, on the real clock, which the bubble makes virtual:
+// synctest.Wait sees every goroutine, the handler's included
+// (brokertest.NewReal).
 //
 // Quiet is a moment: anything that can wake the pool (a publish, an Add,
 // a handler's return) ends it. AwaitQuiet returns nil when the pool is

@@ -65,9 +65,9 @@ var pacedSchedule = []string{
 	"2s c4",
 }
 
-// runPaced runs the paced pool over b inside the caller's bubble, for
-// five seconds of the bubble's time, and returns the partner's calls.
-func runPaced(t *testing.T, b *broker.Broker[string]) []string {
+// pacedPool subscribes to b, publishes the twelve jobs and returns the
+// paced pool over them, its handlers calling p.
+func pacedPool(t *testing.T, b *broker.Broker[string], p *partner) (*broker.Subscription[string], *poller.Poller[string]) {
 	sub := brokertest.Subscribe(t, b, "jobs", "partner", broker.WithKeyConcurrency(2))
 	for i := 1; i <= 4; i++ {
 		for _, c := range []string{"a", "b", "c"} {
@@ -76,14 +76,21 @@ func runPaced(t *testing.T, b *broker.Broker[string]) []string {
 			}
 		}
 	}
-	clk := clock.New() // the bubble's: virtual
-	p := &partner{clk: clk, start: clk.Now()}
 	pool, err := poller.New(sub, func(ctx context.Context, d queue.Delivery[string]) error {
 		return p.Call(ctx, d.Payload)
 	}, poller.WithWorkers(8), poller.WithRate(4, time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sub, pool
+}
+
+// runPaced runs the paced pool over b inside the caller's bubble, for
+// five seconds of the bubble's time, and returns the partner's calls.
+func runPaced(t *testing.T, b *broker.Broker[string]) []string {
+	clk := clock.New() // the bubble's: virtual
+	p := &partner{clk: clk, start: clk.Now()}
+	sub, pool := pacedPool(t, b, p)
 	brokertest.RunPool(t, pool)
 	time.Sleep(5 * time.Second) // the bubble's time: at once
 	synctest.Wait()             // every goroutine waits: the pool is at rest

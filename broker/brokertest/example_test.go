@@ -124,3 +124,37 @@ func ExampleRequireNothingDelivered() {
 	fmt.Println("nothing for vip")
 	// Output: nothing for vip
 }
+
+// A handler's fake of a slow partner waits a second of the test's time on
+// a WaitClock over the mock; AwaitWaiting before each move of the clock
+// waits until the pool is at rest and the running handler is at its wait,
+// so each call starts exactly when the one before it ended.
+func ExampleAwaitWaiting() {
+	t := &exampleT{}
+	defer t.end()
+	b, mock := brokertest.New[string](t)
+	sub := brokertest.Subscribe(t, b, "invoices", "partner")
+	w := brokertest.NewWaitClock(mock)
+	start := mock.Now()
+	var calls []string
+	pool, err := poller.New(sub, func(ctx context.Context, d queue.Delivery[string]) error {
+		calls = append(calls, fmt.Sprintf("%v %s", w.Since(start), d.Payload)) // one worker: one call at a time
+		select {
+		case <-w.After(time.Second): // the partner's call
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("poller.New: %v", err)
+	}
+	brokertest.RunPool(t, pool)
+	brokertest.Publish(t, b, "invoices", "i1", "i2", "i3")
+	for range 4 {
+		brokertest.AwaitWaiting(t, pool, w)
+		mock.Add(time.Second)
+	}
+	brokertest.AwaitWaiting(t, pool, w)
+	fmt.Println(calls)
+	// Output: [0s i1 1s i2 2s i3]
+}

@@ -45,7 +45,8 @@ func runPoolWithin[T any](tb CleanupTB, pool *poller.Poller[T], limit time.Durat
 			err = fmt.Errorf("brokertest.RunPool: the pool did not stop within %v of real time (%d handlers still running, %d leases held): "+
 				"its drain waited for handlers that waited in turn on the mock clock or on their context; "+
 				"a test that moves a mock clock waits for pool.AwaitQuiet first, and lets every handler it started return; "+
-				"a handler that waits on the mock clock itself is not seen by AwaitQuiet: run such a test inside testing/synctest (brokertest.NewReal)", limit, st.Running, st.InFlight)
+				"a handler that waits on the mock clock itself is not seen by AwaitQuiet: wait with brokertest.AwaitWaiting (its fakes on a WaitClock), "+
+				"or run such a test inside testing/synctest (brokertest.NewReal)", limit, st.Running, st.InFlight)
 		}
 		select { // the handlers' contexts are cancelled now: Run returns once they do
 		case rerr := <-done:
