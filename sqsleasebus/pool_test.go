@@ -60,17 +60,14 @@ func quiet[T any](t *testing.T, p *poller.Poller[T]) {
 
 // advance moves the server's clock by d while p long-polls the queue
 // name: by at most step (no more than 20 s, one receive's wait) at a
-// time, each from when
-// the pool is quiet and the server holds its receive. The pool counts its
-// Poll at rest once sent, as it cannot see the server; and a receive that
-// a move ends sends the next while the mock is still moving, which could
-// then arm its wait from a time the move has passed.
+// time, each from when sqstest.AwaitPool says (a receive that a move ends
+// sends the next while the mock is still moving, which could then arm its
+// wait from a time the move has passed).
 func advance[T any](t *testing.T, srv *sqstest.Server, name string, p *poller.Poller[T], d, step time.Duration) {
 	t.Helper()
 	for d > 0 {
 		step := min(d, step, 20*time.Second)
-		quiet(t, p)
-		srv.AwaitParked(t, name, 1)
+		sqstest.AwaitPool(t, srv, name, p, nil)
 		srv.Clock.Add(step)
 		d -= step
 	}
