@@ -71,6 +71,11 @@ type history struct {
 	running bool
 	round   int64
 	subs    map[[2]string]*ring // by topic and name
+
+	clk       clock.Clock   // Record's, while it runs
+	start     time.Time     // when Record began, on clk: its steps count from it
+	sampled   time.Time     // when Record's last sample began, once it has ended; zero: none yet
+	sampledCh chan struct{} // closed and replaced when a sample ends
 }
 
 // ErrRecording is Record's answer while another Record of the console runs.
@@ -96,6 +101,10 @@ func (c *Console[T]) Record(ctx context.Context) error {
 	if ctx == nil {
 		return backend.Invalid("console: Record: nil context")
 	}
+	clk := clock.Clock(clock.New())
+	if cb, ok := c.be.(clocked); ok {
+		clk = cb.Clock()
+	}
 	h := &c.hist
 	h.mu.Lock()
 	if h.running {
@@ -103,20 +112,29 @@ func (c *Console[T]) Record(ctx context.Context) error {
 		return ErrRecording
 	}
 	h.running = true
+	t := clk.Ticker(c.cfg.step) // its steps count from start
+	h.clk, h.start, h.sampled = clk, clk.Now(), time.Time{}
 	h.mu.Unlock()
+	defer t.Stop()
 	defer func() {
 		h.mu.Lock()
 		h.running = false
+		if h.sampledCh != nil {
+			close(h.sampledCh)
+			h.sampledCh = nil
+		}
 		h.mu.Unlock()
 	}()
-	clk := clock.Clock(clock.New())
-	if cb, ok := c.be.(clocked); ok {
-		clk = cb.Clock()
-	}
-	t := clk.Ticker(c.cfg.step)
-	defer t.Stop()
 	for {
+		at := clk.Now()
 		c.sample(ctx)
+		h.mu.Lock()
+		h.sampled = at
+		if h.sampledCh != nil {
+			close(h.sampledCh)
+			h.sampledCh = nil
+		}
+		h.mu.Unlock()
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -318,4 +336,35 @@ func (c *Console[T]) recording() bool {
 	c.hist.mu.Lock()
 	defer c.hist.mu.Unlock()
 	return c.hist.running
+}
+
+// AwaitRecorded blocks until Record runs and has taken the sample of the
+// step its clock is in now (on a mock clock: the step the test's last move
+// reached), so that the history a test reads next has it. It returns nil
+// then, or ctx's error if ctx ends first (a console whose Record never
+// runs, or has returned, waits for ctx). A move across several steps is
+// one sample, as a ticker's missed ticks are. Start Record and call it
+// before the first move, so that the steps count from Record's start.
+func (c *Console[T]) AwaitRecorded(ctx context.Context) error {
+	h := &c.hist
+	for {
+		h.mu.Lock()
+		if h.running && !h.sampled.IsZero() {
+			step := c.cfg.step
+			if h.clk.Now().Sub(h.start)/step == h.sampled.Sub(h.start)/step {
+				h.mu.Unlock()
+				return nil
+			}
+		}
+		if h.sampledCh == nil {
+			h.sampledCh = make(chan struct{})
+		}
+		ch := h.sampledCh
+		h.mu.Unlock()
+		select {
+		case <-ch: // a sample ended, or Record ended
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

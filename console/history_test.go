@@ -31,15 +31,19 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitHistory waits until the history of orders/billing has its point of
-// the time at, and returns it.
-func waitHistory(t *testing.T, url string, at time.Time) console.HistorySeries {
+// waitHistory waits until Record has taken the sample of the clock's
+// step (AwaitRecorded), and returns the history of orders/billing, whose
+// last point must be at.
+func waitHistory[T any](t *testing.T, c *console.Console[T], url string, at time.Time) console.HistorySeries {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang guard
+	defer cancel()
+	require.NoError(t, c.AwaitRecorded(ctx))
 	var v console.HistoryView
-	eventually(t, "the history's point at "+at.String(), func() bool {
-		require.Equal(t, http.StatusOK, getJSON(t, url+"/api/history?topic=orders&name=billing", &v))
-		return len(v.Series) == 1 && len(v.Series[0].Points) > 0 && v.Series[0].Points[len(v.Series[0].Points)-1].At.Equal(at)
-	})
+	require.Equal(t, http.StatusOK, getJSON(t, url+"/api/history?topic=orders&name=billing", &v))
+	require.Len(t, v.Series, 1)
+	require.NotEmpty(t, v.Series[0].Points)
+	require.Equal(t, at, v.Series[0].Points[len(v.Series[0].Points)-1].At, "the last point")
 	return v.Series[0]
 }
 
@@ -52,11 +56,14 @@ func TestRecordKeepsAFixedHistory(t *testing.T) {
 
 	_, page := get(t, url+"/")
 	assert.Contains(t, page, "No history is kept")
+	ended, end := context.WithCancel(context.Background())
+	end()
+	assert.ErrorIs(t, c.AwaitRecorded(ended), context.Canceled, "no Record runs: it waits for ctx")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Record(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	first := waitHistory(t, url, brokertest.Epoch)
+	first := waitHistory(t, c, url, brokertest.Epoch)
 	require.Len(t, first.Points, 1)
 	assert.Equal(t, console.HistoryPoint{At: brokertest.Epoch}, first.Points[0], "the first point counts nothing")
 	assert.ErrorIs(t, c.Record(ctx), console.ErrRecording, "a second Record")
@@ -71,10 +78,10 @@ func TestRecordKeepsAFixedHistory(t *testing.T) {
 		require.Len(t, ds, 1)
 		require.NoError(t, sub.Ack(ds[0].LeaseID))
 		mock.Add(time.Minute)
-		hs := waitHistory(t, url, brokertest.Epoch.Add(time.Duration(minute)*time.Minute))
+		hs := waitHistory(t, c, url, brokertest.Epoch.Add(time.Duration(minute)*time.Minute))
 		assert.Len(t, hs.Points, min(minute+1, 4))
 	}
-	hs := waitHistory(t, url, brokertest.Epoch.Add(5*time.Minute))
+	hs := waitHistory(t, c, url, brokertest.Epoch.Add(5*time.Minute))
 	assert.Equal(t, brokertest.Epoch.Add(2*time.Minute), hs.Points[0].At, "the oldest points go")
 	last := hs.Points[3]
 	assert.Equal(t, brokertest.Epoch.Add(5*time.Minute), last.At)
@@ -92,11 +99,10 @@ func TestRecordKeepsAFixedHistory(t *testing.T) {
 	// A subscription that goes loses its history.
 	require.NoError(t, b.Unsubscribe("orders", "billing"))
 	mock.Add(time.Minute)
-	eventually(t, "the history of a subscription that is gone goes", func() bool {
-		var v console.HistoryView
-		getJSON(t, url+"/api/history", &v)
-		return len(v.Series) == 0
-	})
+	require.NoError(t, c.AwaitRecorded(ctx))
+	var gone console.HistoryView
+	getJSON(t, url+"/api/history", &gone)
+	assert.Empty(t, gone.Series, "the history of a subscription that is gone goes")
 	cancel()
 	assert.ErrorIs(t, <-done, context.Canceled)
 	done <- nil
@@ -154,7 +160,7 @@ func TestHistorySurvivesACounterReset(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Record(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	waitHistory(t, url, brokertest.Epoch)
+	waitHistory(t, c, url, brokertest.Epoch)
 	brokertest.Publish(t, b, "orders", "a", "b", "c", "d")
 	ds := sub.TryPoll(4)
 	require.Len(t, ds, 4)
@@ -162,12 +168,12 @@ func TestHistorySurvivesACounterReset(t *testing.T) {
 		require.NoError(t, sub.Ack(d.LeaseID))
 	}
 	mock.Add(time.Minute)
-	waitHistory(t, url, brokertest.Epoch.Add(time.Minute))
+	waitHistory(t, c, url, brokertest.Epoch.Add(time.Minute))
 	require.NoError(t, b.Unsubscribe("orders", "billing"))
 	brokertest.Subscribe(t, b, "orders", "billing")
 	brokertest.Publish(t, b, "orders", "e")
 	mock.Add(time.Minute)
-	hs := waitHistory(t, url, brokertest.Epoch.Add(2*time.Minute))
+	hs := waitHistory(t, c, url, brokertest.Epoch.Add(2*time.Minute))
 	last := hs.Points[len(hs.Points)-1]
 	assert.Equal(t, console.HistoryPoint{At: brokertest.Epoch.Add(2 * time.Minute), Published: 1, Depth: 1}, last,
 		"the step after the subscription was made again counts what the new one counted")
