@@ -46,6 +46,8 @@ type config struct {
 	linger         time.Duration // WithBatchMax's
 	batchSet       bool          // WithBatchMax was given
 	batchByKey     bool          // WithBatchByKey (NewBatch only)
+	remote         bool          // the source is a backend.Remote: a Poll is a round trip
+	busyLeases     int           // the leases that keep every worker busy: workers, times a batch for NewBatch
 	name           string        // WithRegistry's
 	err            error
 }
@@ -87,11 +89,14 @@ func WithBatch(n int) Option {
 // source (one whose Remote method reports true, see backend.Remote, as a
 // JetStream subscription's does) it is the workers plus two batches
 // (WithBatch): while one Poll's round trip runs, the batch before it waits
-// for the workers, so they do not wait for the round trip, and the room
-// they free meanwhile is about a batch for the next Poll rather than the
-// few leases freed during one round trip. Give the worker count to lease
-// only what a free worker starts there too: what a pool holds, other
-// consumers of the subscription do not get.
+// for the workers, so they do not wait for the round trip. There, while
+// the leases held keep every worker busy and a batch more waiting, the
+// pool polls only once a batch of room is free, a batch at a time (as a
+// nats.go drain Fetches), not for the lease or two each settle frees: a
+// pool over a remote source holds between the workers plus one batch and
+// this bound. Give the worker count to lease only what a free worker
+// starts there too: what a pool holds, other consumers of the
+// subscription do not get.
 //
 // A lease whose handler has returned and whose Ack (or dead-lettering) is
 // on its way no longer counts: the next Poll overlaps that call (see the

@@ -140,9 +140,13 @@ func newPoller[T any](src Source[T], h Handler[T], bh BatchHandler[T], opts []Op
 	if cfg.batch == 0 {
 		cfg.batch = min(cfg.workers*per, maxPool)
 	}
+	if r, ok := src.(backend.Remote); ok && r.Remote() {
+		cfg.remote = true
+	}
+	cfg.busyLeases = cfg.workers * per
 	if cfg.maxOutstanding == 0 {
 		cfg.maxOutstanding = cfg.workers * per
-		if r, ok := src.(backend.Remote); ok && r.Remote() && cfg.workers <= maxPool {
+		if cfg.remote && cfg.workers <= maxPool {
 			// Two batches ahead (see WithMaxOutstanding), within the bound.
 			cfg.maxOutstanding = min(cfg.workers*per+2*min(cfg.batch, maxPool), maxPool)
 		}

@@ -87,6 +87,7 @@ func placeDelta(from, to, moving int64, shift uint) int64 {
 // channel it waits on.
 type rest struct {
 	backoffUntil atomic.Int64 // the poll loop's backoff ends (Unix nanoseconds), in loopBackoff
+	roomHeld     atomic.Int64 // slots the poll loop holds while it waits for a batch of room (awaitBatchRoom)
 	drainAt      atomic.Int64 // the drain timeout (Unix nanoseconds); 0: none
 
 	parking     *backend.Parking // the Polls' parking, for a backend.PoolPoller; nil otherwise
@@ -153,7 +154,7 @@ func (r *run[T]) quiet() bool {
 	case loopRoom:
 		// Every slot is a running handler or a lease queued for one;
 		// otherwise one was freed for the loop, which has yet to run.
-		if running+int64(queued)+r.rest.gathered.Load() < int64(r.p.cfg.maxOutstanding) {
+		if running+int64(queued)+r.rest.gathered.Load()+r.rest.roomHeld.Load() < int64(r.p.cfg.maxOutstanding) {
 			return false
 		}
 	case loopPolling:

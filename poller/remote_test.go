@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/leasebus/leasebus/poller"
@@ -21,10 +23,12 @@ type saysRemote struct {
 
 func (s saysRemote) Remote() bool { return s.is }
 
-// A pool over a remote source leases two batches beyond its workers by
-// default, so that the next Poll's round trip overlaps the work; over any
-// other source one lease per worker. WithMaxOutstanding, given, holds
-// over either.
+// A pool over a remote source leases up to two batches beyond its workers
+// by default, a batch at a time, so that the next Poll's round trip
+// overlaps the work: with 2 workers and batches of 3, two Polls of 3, and
+// then, the workers busy and a batch waiting, no Poll for the 2 leases of
+// room left (a Poll waits for a batch of room); over any other source one
+// lease per worker. WithMaxOutstanding, given, holds over either.
 func TestRemoteSourcePrefetchesTwoBatches(t *testing.T) {
 	const workers, batch = 2, 3
 	for _, tc := range []struct {
@@ -33,7 +37,7 @@ func TestRemoteSourcePrefetchesTwoBatches(t *testing.T) {
 		opts []poller.Option
 		want int // leases held while both handlers run
 	}{
-		{"remote", func(r remote) poller.Source[string] { return saysRemote{r, true} }, nil, workers + 2*batch},
+		{"remote", func(r remote) poller.Source[string] { return saysRemote{r, true} }, nil, 2 * batch},
 		{"remote, outstanding given", func(r remote) poller.Source[string] { return saysRemote{r, true} }, []poller.Option{poller.WithMaxOutstanding(3)}, 3},
 		{"says not remote", func(r remote) poller.Source[string] { return saysRemote{r, false} }, nil, workers},
 		{"no Remote method", func(r remote) poller.Source[string] { return r }, nil, workers},
@@ -90,4 +94,69 @@ func TestRemoteSourceHugeBatch(t *testing.T) {
 	if !errors.Is(err, queue.ErrInvalidArgument) || strings.Contains(err.Error(), "-") {
 		t.Fatalf("too many workers: %v", err)
 	}
+}
+
+// countsPolls is a remote source that records how many each Poll asked
+// for.
+type countsPolls struct {
+	saysRemote
+	mu   sync.Mutex
+	asks []int
+}
+
+func (s *countsPolls) Poll(ctx context.Context, n int) ([]queue.Delivery[string], error) {
+	s.mu.Lock()
+	s.asks = append(s.asks, n)
+	s.mu.Unlock()
+	return s.saysRemote.Poll(ctx, n)
+}
+
+func (s *countsPolls) polls() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.asks)
+}
+
+// Over a remote source, once the workers are busy and a batch waits, the
+// pool polls a batch at a time: the leases freed one by one by settles
+// wait for a batch of room, and one Poll asks for it, not a Poll each.
+func TestRemoteSourcePollsABatchAtATime(t *testing.T) {
+	const workers, batch = 2, 3
+	mock, b, sub := newBroker(t)
+	for i := range 20 {
+		publish(t, b, fmt.Sprint(i))
+	}
+	src := &countsPolls{saysRemote: saysRemote{remote{sub}, true}}
+	calls := make(chan handlerCall, 20)
+	p, err := poller.New[string](src, blockingHandler(calls), poller.WithClock(mock), poller.WithWorkers(workers), poller.WithBatch(batch))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, p)
+	defer func() { // stop, letting every handler that runs or starts return
+		r.cancel()
+		for !r.returned() {
+			select {
+			case c := <-calls:
+				c.done <- nil
+			case <-r.done:
+			}
+		}
+	}()
+	first := []handlerCall{recv(t, calls), recv(t, calls)}
+	eventually(t, func() bool { return p.Stats().InFlight == 2*batch })
+	awaitQuiet(t, p)
+	if got := src.polls(); !slices.Equal(got, []int{batch, batch}) {
+		t.Fatalf("Polls asked for %v, want two batches", got)
+	}
+	// One settle frees a lease: 5 held, a batch waiting beyond the
+	// workers; no Poll for the room of 3 but the one of a batch.
+	first[0].done <- nil
+	recv(t, calls).done <- nil // the next queued starts; it returns too
+	eventually(t, func() bool { return len(src.polls()) == 3 })
+	awaitQuiet(t, p)
+	if got := src.polls(); !slices.Equal(got, []int{batch, batch, batch}) {
+		t.Fatalf("Polls asked for %v, want a third of a batch", got)
+	}
+	first[1].done <- nil
 }

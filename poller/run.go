@@ -199,9 +199,39 @@ func (r *run[T]) acquire() (int, bool) {
 		select {
 		case r.slots <- struct{}{}:
 			n++
+			continue
 		default:
-			return n, true
 		}
+		break
+	}
+	return r.awaitBatchRoom(n)
+}
+
+// awaitBatchRoom, over a remote source (backend.Remote), holding n slots,
+// waits for up to a batch of room while the leases held keep every worker
+// busy and a batch more queued: a Poll there is a round trip, and one for
+// the slot or two that a settle has just freed would cost a round trip
+// each (nats.go's drains Fetch a batch at a time), while what is queued
+// hides the wait. It returns the slots it holds, or false, having let
+// them go, if r.ctx ends first.
+func (r *run[T]) awaitBatchRoom(n int) (int, bool) {
+	cfg := &r.p.cfg
+	for n < cfg.batch && cfg.remote && int(r.p.inFlight.Load()) >= cfg.busyLeases+cfg.batch {
+		r.rest.roomHeld.Store(int64(n)) // for AwaitQuiet: slots taken, not yet leases
+		r.loopTo(loopMoving, loopRoom)
+		select {
+		case r.slots <- struct{}{}:
+			n++
+		case <-r.ctx.Done():
+			r.loopTo(loopRoom, loopMoving)
+			r.rest.roomHeld.Store(0)
+			for range n {
+				<-r.slots
+			}
+			return 0, false
+		}
+		r.loopTo(loopRoom, loopMoving)
+		r.rest.roomHeld.Store(0)
 	}
 	return n, true
 }
