@@ -58,10 +58,13 @@ func BenchmarkDrain8(b *testing.B) {
 			}
 		}},
 		{"leasebus-poller", func(b *testing.B, bus *natsleasebus.Bus) func(*counter) {
-			return poolDrain(b, bus, poller.WithWorkers(workers), poller.WithBatch(batch))
+			return poolDrain(b, bus, false, poller.WithWorkers(workers), poller.WithBatch(batch))
 		}},
 		{"leasebus-poller-prefetch32", func(b *testing.B, bus *natsleasebus.Bus) func(*counter) {
-			return poolDrain(b, bus, poller.WithWorkers(workers), poller.WithBatch(batch), poller.WithMaxOutstanding(4*workers))
+			return poolDrain(b, bus, false, poller.WithWorkers(workers), poller.WithBatch(batch), poller.WithMaxOutstanding(4*workers))
+		}},
+		{"leasebus-batch100", func(b *testing.B, bus *natsleasebus.Bus) func(*counter) {
+			return poolDrain(b, bus, true, poller.WithWorkers(2), poller.WithBatchMax(100, 0))
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
@@ -116,9 +119,10 @@ func (c *counter) ack() {
 // done reports whether n have been acked.
 func (c *counter) done() bool { return c.acked.Load() >= c.n }
 
-// poolDrain readies a poller of the given options; its drain runs it
-// until every message is acked.
-func poolDrain(b *testing.B, bus *natsleasebus.Bus, opts ...poller.Option) func(*counter) {
+// poolDrain readies a poller of the given options (a batch pool,
+// NewBatch, when batchPool); its drain runs it until every message is
+// acked.
+func poolDrain(b *testing.B, bus *natsleasebus.Bus, batchPool bool, opts ...poller.Option) func(*counter) {
 	sub := benchSub(b, bus)
 	var c *counter
 	ctx, cancel := context.WithCancel(context.Background())
@@ -133,7 +137,13 @@ func poolDrain(b *testing.B, bus *natsleasebus.Bus, opts ...poller.Option) func(
 				}
 			}
 		}))
-	p, err := poller.New(sub, func(context.Context, queue.Delivery[[]byte]) error { return nil }, opts...)
+	var p *poller.Poller[[]byte]
+	var err error
+	if batchPool {
+		p, err = poller.NewBatch(sub, func(context.Context, []queue.Delivery[[]byte]) ([]error, error) { return nil, nil }, opts...)
+	} else {
+		p, err = poller.New(sub, func(context.Context, queue.Delivery[[]byte]) error { return nil }, opts...)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -219,3 +229,4 @@ func natsDrain(b *testing.B, bus *natsleasebus.Bus, workers, batch int, double b
 		wg.Wait()
 	}
 }
+

@@ -73,7 +73,8 @@ func WithBatchMax(n int, linger time.Duration) Option {
 // leases held at once (default: a batch per worker, and over a remote
 // source two Polls more); WithRate and a SlowDown count messages, not
 // calls; WithHandlerTimeout bounds a call; Events, Stats and a Registry
-// report each message of a batch as a single handler's. The deliveries a
+// report each message of a batch as a single handler's, with the call's
+// size (Event.Batch, Handling.Batch). The deliveries a
 // call acks are acked in one AckBatch when src is a backend.BatchAcker
 // (every leasebus backend is), the rest one by one. A nil src or h,
 // or an invalid option, is an error matching queue.ErrInvalidArgument.
