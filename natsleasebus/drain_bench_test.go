@@ -229,4 +229,3 @@ func natsDrain(b *testing.B, bus *natsleasebus.Bus, workers, batch int, double b
 		wg.Wait()
 	}
 }
-
