@@ -2,7 +2,9 @@ package natsleasebus
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -23,11 +25,47 @@ type connWatch struct {
 type connEpoch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// tries is the context the tries that begin now share (see until).
+	tries atomic.Pointer[sharedTry]
+	mu    sync.Mutex // makes a new tries
+}
+
+// sharedTry is a context, derived from its epoch's, that ends at end.
+type sharedTry struct {
+	ctx    context.Context
+	end    time.Time
+	cancel context.CancelFunc // never called before end: tries may hold ctx till then
+}
+
+// tryGrain is how much longer than asked a try bounded by until may run:
+// the tries that begin within it of each other share one context.
+const tryGrain = 10 * time.Millisecond
+
+// until returns a context that ends at end or up to tryGrain after it,
+// or when the client reconnects. A context of its own for each try, as a
+// pool acking tens of thousands of messages a second makes them, costs a
+// timer and two turns of the epoch's lock a try (measured: 3% of the
+// process's CPU in a JetStream drain, docs/BENCHMARKS.md); the tries of
+// one grain share one instead.
+func (e *connEpoch) until(end time.Time) context.Context {
+	if t := e.tries.Load(); t != nil && !t.end.Before(end) && t.end.Sub(end) <= tryGrain {
+		return t.ctx
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.tries.Load()
+	if t == nil || t.end.Before(end) || t.end.Sub(end) > tryGrain {
+		t = &sharedTry{end: end.Add(tryGrain)}
+		t.ctx, t.cancel = context.WithDeadline(e.ctx, t.end)
+		e.tries.Store(t)
+	}
+	return t.ctx
 }
 
 func newEpoch() *connEpoch {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &connEpoch{ctx, cancel}
+	return &connEpoch{ctx: ctx, cancel: cancel}
 }
 
 // watchConn starts watching nc (nil: a connection the bus cannot see,
@@ -51,5 +89,5 @@ func watchConn(nc *nats.Conn) *connWatch {
 	return w
 }
 
-// epoch returns the context of the connection as it is now.
-func (w *connWatch) epoch() context.Context { return w.cur.Load().ctx }
+// epoch returns the connection as it is now.
+func (w *connWatch) epoch() *connEpoch { return w.cur.Load() }

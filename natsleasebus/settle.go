@@ -76,18 +76,21 @@ const (
 func (s *Subscription[T]) retry(deadline time.Time, op func(context.Context) error) error {
 	wait := retryInitial
 	for tries := 1; ; tries++ {
-		end := time.Now().Add(s.cfg.settleTimeout)
-		if deadline.After(time.Now()) && deadline.Before(end) {
-			end = deadline
-		}
+		now := time.Now()
 		conn := s.bus.conn.epoch()
-		ctx, cancel := context.WithDeadline(conn, end)
-		err := op(ctx)
-		cancel()
+		var err error
+		if end := now.Add(s.cfg.settleTimeout); deadline.After(now) && deadline.Before(end) {
+			// Bounded by the lease's deadline, exactly.
+			ctx, cancel := context.WithDeadline(conn.ctx, deadline)
+			err = op(ctx)
+			cancel()
+		} else {
+			err = op(conn.until(end))
+		}
 		if err == nil {
 			return nil
 		}
-		if conn.Err() != nil && time.Now().Before(deadline) && !s.isClosed() {
+		if conn.ctx.Err() != nil && time.Now().Before(deadline) && !s.isClosed() {
 			wait = retryInitial // a new connection: begin the backoff again
 			continue
 		}
