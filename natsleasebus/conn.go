@@ -35,7 +35,7 @@ type connEpoch struct {
 type sharedTry struct {
 	ctx    context.Context
 	end    time.Time
-	cancel context.CancelFunc // never called before end: tries may hold ctx till then
+	cancel context.CancelFunc // kept, never called: tries hold ctx till its end
 }
 
 // tryGrain is how much longer than asked a try bounded by until may run:
@@ -45,9 +45,9 @@ const tryGrain = 10 * time.Millisecond
 // until returns a context that ends at end or up to tryGrain after it,
 // or when the client reconnects. A context of its own for each try, as a
 // pool acking tens of thousands of messages a second makes them, costs a
-// timer and two turns of the epoch's lock a try (measured: 3% of the
-// process's CPU in a JetStream drain, docs/BENCHMARKS.md); the tries of
-// one grain share one instead.
+// timer and two turns of the epoch's lock a try (measured: 4% of the
+// process's CPU a message in BenchmarkDrain8's hand loop, docs/BENCHMARKS.md);
+// the tries of one grain share one instead.
 func (e *connEpoch) until(end time.Time) context.Context {
 	if t := e.tries.Load(); t != nil && !t.end.Before(end) && t.end.Sub(end) <= tryGrain {
 		return t.ctx

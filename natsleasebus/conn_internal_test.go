@@ -36,7 +36,7 @@ func TestTriesShareAContextWithinAGrain(t *testing.T) {
 		if err := a.Err(); err != nil {
 			t.Fatalf("ended %v before its deadline", err)
 		}
-		time.Sleep(1)
+		time.Sleep(time.Nanosecond)
 		synctest.Wait() // the deadline's timer ends it
 		if err := a.Err(); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("at its deadline: %v, want DeadlineExceeded", err)

@@ -79,9 +79,12 @@ func (s *Subscription[T]) retry(deadline time.Time, op func(context.Context) err
 		now := time.Now()
 		conn := s.bus.conn.epoch()
 		var err error
-		if end := now.Add(s.cfg.settleTimeout); deadline.After(now) && deadline.Before(end) {
-			// Bounded by the lease's deadline, exactly.
-			ctx, cancel := context.WithDeadline(conn.ctx, deadline)
+		if end := now.Add(s.cfg.settleTimeout); deadline.After(now) && deadline.Before(end.Add(tryGrain)) {
+			// Near the lease's deadline: bounded exactly.
+			if deadline.Before(end) {
+				end = deadline
+			}
+			ctx, cancel := context.WithDeadline(conn.ctx, end)
 			err = op(ctx)
 			cancel()
 		} else {
