@@ -49,18 +49,24 @@ const tryGrain = 10 * time.Millisecond
 // process's CPU a message in BenchmarkDrain8's hand loop, docs/BENCHMARKS.md);
 // the tries of one grain share one instead.
 func (e *connEpoch) until(end time.Time) context.Context {
-	if t := e.tries.Load(); t != nil && !t.end.Before(end) && t.end.Sub(end) <= tryGrain {
+	if t := e.tries.Load(); t.covers(end) {
 		return t.ctx
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.tries.Load()
-	if t == nil || t.end.Before(end) || t.end.Sub(end) > tryGrain {
+	if !t.covers(end) {
 		t = &sharedTry{end: end.Add(tryGrain)}
 		t.ctx, t.cancel = context.WithDeadline(e.ctx, t.end)
 		e.tries.Store(t)
 	}
 	return t.ctx
+}
+
+// covers reports whether t (nil: none yet) may bound a try that must end
+// by end: it ends then or at most tryGrain later.
+func (t *sharedTry) covers(end time.Time) bool {
+	return t != nil && !t.end.Before(end) && t.end.Sub(end) <= tryGrain
 }
 
 func newEpoch() *connEpoch {

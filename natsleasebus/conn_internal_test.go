@@ -24,25 +24,23 @@ func TestTriesShareAContextWithinAGrain(t *testing.T) {
 		if b := e.until(end.Add(tryGrain)); b != a {
 			t.Error("a try ending a grain later got a context of its own")
 		}
-		if b := e.until(end.Add(-1)); b == a {
-			t.Error("a try ending more than a grain before the shared end shares it")
+		if b := e.until(end.Add(tryGrain + 1)); b == a {
+			t.Error("a try ending after the shared context shares it")
 		}
-		c := e.until(end.Add(tryGrain + 1))
-		if c == a {
-			t.Fatal("a try ending after the shared end shares it")
+		c := e.until(end.Add(tryGrain + 1)) // the shared one now ends at end + 2 grains + 1
+		if d := e.until(end); d == c {
+			t.Error("a try ending more than a grain before the shared context shares it")
 		}
 
-		time.Sleep(end.Add(tryGrain).Sub(now) - 1)
+		time.Sleep(end.Add(tryGrain).Sub(now) - time.Nanosecond)
+		synctest.Wait()
 		if err := a.Err(); err != nil {
-			t.Fatalf("ended %v before its deadline", err)
+			t.Fatalf("ended (%v) before its deadline", err)
 		}
 		time.Sleep(time.Nanosecond)
 		synctest.Wait() // the deadline's timer ends it
 		if err := a.Err(); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("at its deadline: %v, want DeadlineExceeded", err)
-		}
-		if d := e.until(time.Now().Add(time.Second)); d.Err() != nil {
-			t.Fatal("a try after the shared context ended got the ended one")
 		}
 
 		e.cancel() // reconnected

@@ -180,8 +180,8 @@ func WithPollSlice(d time.Duration) SubscribeOption {
 
 // WithSettleTimeout bounds the round trips of Ack and of dead-lettering
 // (default 5s): each try ends after d, or up to 10ms later (the tries that
-// begin within 10ms of each other share one timer), and never past the
-// lease's deadline.
+// begin within 10ms of each other share one timer), and, while the lease
+// is live, not past its deadline.
 func WithSettleTimeout(d time.Duration) SubscribeOption {
 	return SubscribeOption{func(c *subConfig) {
 		if d <= 0 {
